@@ -1,0 +1,70 @@
+"""The backend contract: everything in dxode that knows which array library or device it runs on."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+Array = Any
+
+
+class Backend(abc.ABC):
+    """One array library (and device) that dxode can compute on.
+
+    The solver core computes through the array namespace ``xp`` alone; a backend adds what
+    the array API standard leaves out: placing data on a device, copying results to the host,
+    synchronising before a timer stops, and fast scatter where the library allows it.
+    """
+
+    name: str
+
+    @property
+    @abc.abstractmethod
+    def xp(self) -> Any:
+        """The array namespace (the library imported on first use)."""
+
+    def asarray(self, x: Any, dtype: Any = None) -> Array:
+        """``x`` as an array of this backend (on its device), optionally cast to ``dtype``."""
+        return self.xp.asarray(x, dtype=dtype)
+
+    def to_host(self, x: Array) -> np.ndarray:
+        """A NumPy copy (or view, on the CPU) of ``x``."""
+        return np.asarray(x)
+
+    def synchronize(self) -> None:
+        """Wait until queued work is done (a no-op on synchronous backends)."""
+
+    def combine(self, u: Array, h: Array, weights: Array, stages: Array) -> Array:
+        """``u + h * sum_j weights[j] * stages[j]``: a Runge–Kutta stage combination.
+
+        ``weights`` is ``(m, 1, ..., 1)`` and ``stages`` ``(>= m, *shape, L)``; ``h`` is ``(L,)``.
+        The sum runs over ``j`` in order, elementwise per lane, so every backend gives a lane
+        the same bits whatever the batch size.
+        """
+        m = weights.shape[0]
+        return u + h * self.xp.sum(weights * stages[:m, ...], axis=0)
+
+    def scatter_rows(self, keys: Array, values: Array, n_rows: int, fill: float) -> Array:
+        """Rows ``values[i]`` placed at ``out[keys[i]]`` in an ``(n_rows, ...)`` array.
+
+        Rows that no key names hold ``fill``; keys are unique. This generic version uses only
+        sorting and searching from the array API standard; libraries with indexed assignment
+        override it.
+        """
+        xp = self.xp
+        shape = (n_rows, *values.shape[1:])
+        if keys.shape[0] == 0:
+            return xp.full(shape, fill, dtype=values.dtype)
+        order = xp.argsort(keys)
+        sorted_keys = xp.take(keys, order)
+        sorted_values = xp.take(values, order, axis=0)
+        wanted = xp.arange(n_rows, dtype=keys.dtype)
+        pos = xp.clip(xp.searchsorted(sorted_keys, wanted), max=keys.shape[0] - 1)
+        found = xp.take(sorted_keys, pos) == wanted
+        found = xp.reshape(found, (n_rows,) + (1,) * (values.ndim - 1))
+        return xp.where(found, xp.take(sorted_values, pos, axis=0), xp.asarray(fill, dtype=values.dtype))
+
+    def __repr__(self) -> str:
+        return f"<dxode backend {self.name!r}>"

@@ -1,0 +1,226 @@
+"""The lane integrator: the one stepping loop of dxode.
+
+It advances a working set of independent trajectories (lanes) stored lanes-last — states
+``(*shape, L)``, per-lane scalars ``(L,)`` — where each lane has its own time, step size,
+controller memory, accept/reject decision, save pointer and return code. Lanes that finish
+or fail are retired (their results recorded) and, once enough have gone, dropped from the
+working set, so late lanes do not drag finished ones through every step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ._lanes import LaneRecords, LaneResult, WorkingSet
+from ._norms import initial_step, rms_norm
+from ._options import SolverOptions
+from ._retcode import ReturnCode
+from ._solvers import LaneRHS
+
+Array = Any
+
+# Drop retired lanes from the working set once they are this fraction of it.
+_COMPACT_FRACTION = 0.25
+
+
+@dataclasses.dataclass
+class LaneProblem:
+    """What the integrator needs for one batch of ``L`` lanes, all on one backend.
+
+    Attributes
+    ----------
+    rhs_for : callable
+        ``rhs_for(params) -> rhs``: the lane RHS ``rhs(u, t)`` for lanes holding the per-lane
+        parameter arrays ``params`` (each ``(..., L)``, compacted with the lanes).
+    u0 : (*shape, L) array
+    t0, t1 : (L,) arrays
+        Per-lane time spans; every lane runs in the same direction.
+    params : tuple of arrays
+        Per-lane parameters, lanes last.
+    save_times : (nsave, L) array or None
+        Per-lane save times, ordered in the direction of integration, inside each span.
+    save_steps : bool
+        Record every accepted step (for dense output and save-everything output).
+    tstops : (K,) array or None
+        Times every lane must step to exactly, ordered in the direction of integration.
+    f0 : (*shape, L) array, optional
+        ``f(u0, t0)`` if the caller already evaluated it.
+    """
+
+    rhs_for: Callable[[tuple[Array, ...]], LaneRHS]
+    u0: Array
+    t0: Array
+    t1: Array
+    params: tuple[Array, ...] = ()
+    save_times: Array | None = None
+    save_steps: bool = False
+    tstops: Array | None = None
+    f0: Array | None = None
+
+
+def integrate(problem: LaneProblem, options: SolverOptions, backend: Any) -> LaneResult:
+    """Integrate every lane of ``problem`` to its end time (or failure)."""
+    xp = backend.xp
+    stepper = options.alg
+    u0 = problem.u0
+    n_lanes = u0.shape[-1]
+    dtype = u0.dtype
+    t0 = xp.astype(problem.t0, dtype)
+    t1 = xp.astype(problem.t1, dtype)
+    direction = 1.0 if bool(xp.all(t1 > t0)) else -1.0
+    eps = float(xp.finfo(dtype).eps)
+    atol = options.atol if isinstance(options.atol, float) else _lanes_last(xp, options.atol, u0)
+
+    rhs = problem.rhs_for(problem.params)
+    f0 = problem.f0 if problem.f0 is not None else rhs(u0, t0)
+    nf = xp.ones(n_lanes, dtype=xp.int64)
+    if options.dt is not None:
+        h = xp.full(n_lanes, options.dt, dtype=dtype)
+    else:
+        h = initial_step(xp, rhs, t0, u0, f0, direction, t1, stepper.order, options.rtol, atol)
+        nf = nf + 1
+    if options.dtmax is not None:
+        h = xp.minimum(h, options.dtmax)
+    dtmin = options.dtmin if options.dtmin is not None else (
+        16 * eps * xp.maximum(xp.maximum(xp.abs(t0), xp.abs(t1)), xp.ones_like(t0))
+    )
+
+    lanes = WorkingSet(xp)
+    lanes.put(lane=xp.arange(n_lanes, dtype=xp.int64), t=t0, t1=t1, h=h, u=u0, f=f0, nf=nf,
+              naccept=xp.zeros(n_lanes, dtype=xp.int64), active=xp.ones(n_lanes, dtype=xp.bool),
+              nonfinite=xp.zeros(n_lanes, dtype=xp.bool))
+    if not isinstance(dtmin, float):
+        lanes.put(dtmin=dtmin)
+    lanes.put_group("ctrl", options.controller.init(xp, t0) if options.adaptive else ())
+    lanes.put_group("p", problem.params)
+    
+    n_save = 0 if problem.save_times is None else problem.save_times.shape[0]
+    records = LaneRecords(xp, backend, n_lanes, n_save, u0.shape[:-1])
+    if problem.save_times is not None:
+        first = problem.save_times[0, ...] == t0
+        records.save(lanes["lane"], xp.zeros(n_lanes, dtype=xp.int64), u0, first)
+        lanes.put(ts=problem.save_times, save_idx=xp.astype(first, xp.int64))
+    tstops = problem.tstops
+    if tstops is not None:
+        lanes.put(stop_idx=xp.sum(xp.astype(direction * (tstops[:, None] - t0) <= 0, xp.int64), axis=0))
+
+    evals_per_step = stepper.rhs_per_step + (0 if stepper.fsal else 1)
+    iteration = 0
+    while lanes.size:
+        if iteration >= options.maxiters:
+            records.retire(lanes, lanes["active"], ReturnCode.MaxIters, iteration)
+            break
+        iteration += 1
+        t, u, active = lanes["t"], lanes["u"], lanes["active"]
+
+        target = lanes["t1"]
+        if tstops is not None:
+            stop_idx = lanes["stop_idx"]
+            has_stop = stop_idx < tstops.shape[0]
+            next_stop = xp.take(tstops, xp.clip(stop_idx, max=tstops.shape[0] - 1))
+            use_stop = has_stop & (direction * (next_stop - target) < 0)
+            target = xp.where(use_stop, next_stop, target)
+        remaining = direction * (target - t)
+        habs = xp.where(active, xp.abs(lanes["h"]), 0.0)
+        hit = habs >= remaining * (1 - 4 * eps)
+        habs = xp.where(hit, remaining, habs)
+        hs = direction * habs
+
+        result = stepper.step(backend, rhs, t, u, lanes["f"], hs)
+        t_new = xp.where(hit, target, t + hs)
+
+        if options.adaptive:
+            scale = options.rtol * xp.maximum(xp.abs(u), xp.abs(result.u1)) + atol
+            err = rms_norm(xp, result.error / scale)
+            finite = xp.isfinite(err)
+            err = xp.where(finite, err, math.inf)
+            accept, h_next, ctrl = options.controller.adapt(
+                xp, err, habs, lanes.group("ctrl"), stepper.error_order
+            )
+            accept = accept & active
+            lanes.put_group("ctrl", ctrl)
+            h_next = xp.where(hit & accept, xp.maximum(h_next, xp.abs(lanes["h"])), h_next)
+        else:
+            finite = xp.all(xp.isfinite(result.u1), axis=tuple(range(u.ndim - 1)))
+            accept = active & finite
+            h_next = xp.full_like(habs, options.dt)
+        if options.dtmax is not None:
+            h_next = xp.minimum(h_next, options.dtmax)
+
+        if n_save:
+            _save_passed_points(backend, stepper, lanes, records, problem, rhs, accept, t, hs, u, result,
+                                t_new, direction, n_save)
+        if problem.save_steps:
+            records.step(lanes["lane"], t, hs, t_new, u, result.u1, result.stages, accept)
+
+        u = xp.where(_expand(xp, accept, u), result.u1, u)
+        lanes.put(u=u, t=xp.where(accept, t_new, t), h=direction * h_next,
+                  naccept=lanes["naccept"] + xp.astype(accept, xp.int64),
+                  nf=lanes["nf"] + xp.where(active, evals_per_step, 0),
+                  nonfinite=~finite)
+        if stepper.fsal:
+            lanes.put(f=xp.where(_expand(xp, accept, u), result.f1, lanes["f"]))
+        else:
+            lanes.put(f=rhs(u, lanes["t"]))
+        if tstops is not None:
+            lanes.put(stop_idx=lanes["stop_idx"] + xp.astype(accept & hit & use_stop, xp.int64))
+
+        done = accept & (lanes["t"] == lanes["t1"])
+        too_small = active & ~accept & (h_next < lanes.get("dtmin", dtmin))
+        if not options.adaptive:
+            too_small = active & ~finite
+        failed_nonfinite = too_small & lanes["nonfinite"]
+        if bool(xp.any(done | too_small)):
+            records.retire(lanes, done, ReturnCode.Success, iteration)
+            records.retire(lanes, too_small & ~failed_nonfinite, ReturnCode.DtLessThanMin, iteration)
+            records.retire(lanes, failed_nonfinite, ReturnCode.Unstable, iteration)
+            active = lanes["active"] & ~(done | too_small)
+            lanes.put(active=active)
+            n_active = int(xp.sum(xp.astype(active, xp.int64)))
+            if n_active <= (1 - _COMPACT_FRACTION) * lanes.size:
+                lanes.compact(active)
+                rhs = problem.rhs_for(lanes.group("p"))
+
+    return records.result()
+
+
+def _expand(xp: Any, mask: Array, like: Array) -> Array:
+    """A per-lane mask ``(L,)`` shaped to broadcast against ``like`` ``(*shape, L)``."""
+    return xp.reshape(mask, (1,) * (like.ndim - 1) + (mask.shape[0],))
+
+
+def _lanes_last(xp: Any, atol: Any, u0: Array) -> Array:
+    """Per-component ``atol`` (state-shaped) reshaped to broadcast over lanes."""
+    array = xp.asarray(atol, dtype=u0.dtype)
+    return xp.reshape(array, (*array.shape, 1))
+
+
+def _save_passed_points(
+    backend: Any, stepper: Any, lanes: WorkingSet, records: LaneRecords, problem: LaneProblem,
+    rhs: LaneRHS, accept: Array, t: Array, hs: Array, u: Array, result: Any, t_new: Array,
+    direction: float, n_save: int,
+) -> None:
+    """Fill the save points each accepted lane stepped over, from the step's dense output."""
+    xp = backend.xp
+    ts = lanes["ts"]
+    save_idx = lanes["save_idx"]
+    while True:
+        clipped = xp.clip(save_idx, max=n_save - 1)
+        next_t = xp.squeeze(xp.take_along_axis(ts, clipped[None, ...], axis=0), axis=0)
+        due = accept & (save_idx < n_save) & (direction * (next_t - t_new) <= 0)
+        if not bool(xp.any(due)):
+            break
+        idx = xp.nonzero(due)[0]
+        sub = lambda x: xp.take(x, idx, axis=-1)  # noqa: E731
+        theta = (sub(next_t) - sub(t)) / sub(hs)
+        sub_rhs = problem.rhs_for(tuple(sub(p) for p in lanes.group("p")))
+        values = stepper.interpolate(backend, sub_rhs, sub(t), sub(hs), sub(u), sub(result.u1),
+                                     sub(result.stages), theta)
+        records.save(sub(lanes["lane"]), sub(save_idx), values, None)
+        save_idx = save_idx + xp.astype(due, xp.int64)
+        if stepper.interpolation_rhs_evals:
+            lanes.put(nf=lanes["nf"] + stepper.interpolation_rhs_evals * xp.astype(due, xp.int64))
+    lanes.put(save_idx=save_idx)

@@ -1,0 +1,62 @@
+"""Dense output of a whole solution: the per-step interpolants joined end to end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Array = Any
+
+
+class DenseOutput:
+    """Evaluate a solution anywhere in its span from its accepted steps.
+
+    Query times become lanes: each query gathers its step's data and the method's own
+    interpolant is evaluated for all queries at once.
+
+    Parameters
+    ----------
+    stepper : AbstractStepper
+        The method whose interpolant is used.
+    rhs : callable
+        The lane RHS, needed by methods whose interpolant has extra stages.
+    steps : dict
+        Accepted steps, lanes-last along the step axis (keys ``t, h, u0, u1, stages``), in
+        order of time.
+    direction : float
+        +1 forward, -1 backward.
+    """
+
+    def __init__(
+        self, backend: Any, stepper: Any, rhs: Any, steps: dict[str, Array], direction: float
+    ) -> None:
+        self._backend = backend
+        self._xp = backend.xp
+        self._stepper = stepper
+        self._rhs = rhs
+        self._steps = steps
+        self._direction = direction
+        self.t_start = steps["t"][0]
+        self.t_end = steps["t_end"][-1]
+
+    def __call__(self, t: Any) -> Array:
+        """The state at time(s) ``t``: shape ``(*shape)`` for a scalar, ``(len(t), *shape)`` else."""
+        xp, d, steps = self._xp, self._direction, self._steps
+        like = steps["t"]
+        tq = xp.asarray(t, dtype=like.dtype, device=getattr(like, "device", None))
+        scalar = tq.ndim == 0
+        tq = xp.reshape(tq, (-1,))
+        lo, hi = float(self.t_start), float(self.t_end)
+        outside = (d * (tq - lo) < 0) | (d * (tq - hi) > 0)
+        if bool(xp.any(outside)):
+            raise ValueError(f"cannot interpolate outside the solved span [{lo}, {hi}]")
+        n_steps = like.shape[0]
+        idx = xp.searchsorted(d * like, d * tq, side="right") - 1
+        idx = xp.clip(idx, min=0, max=n_steps - 1)
+        take = lambda a: xp.take(a, idx, axis=-1)  # noqa: E731
+        t0, h = take(steps["t"]), take(steps["h"])
+        theta = xp.clip((tq - t0) / h, min=0.0, max=1.0)
+        values = self._stepper.interpolate(
+            self._backend, self._rhs, t0, h, take(steps["u0"]), take(steps["u1"]), take(steps["stages"]), theta
+        )
+        values = xp.moveaxis(values, -1, 0)
+        return values[0, ...] if scalar else values

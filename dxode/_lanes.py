@@ -1,0 +1,151 @@
+"""Lane bookkeeping for the integrator: the working set and the records of what lanes produced."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ._retcode import ReturnCode
+
+Array = Any
+
+
+@dataclasses.dataclass
+class LaneResult:
+    """Per-lane outcomes in lane order, lanes first (backend arrays).
+
+    ``retcode``, ``t``, ``naccept``, ``nreject``, ``nf`` are ``(L,)``; ``u`` is ``(L, *shape)``;
+    ``saved`` is ``(L, nsave, *shape)`` (NaN at points a failed lane never reached); ``steps``
+    holds the accepted steps lanes-last and grouped by lane (keys ``lane, t, h, u0, u1,
+    stages`` and ``t_end``, the exact end time), enough for each step's dense output.
+    """
+
+    retcode: Array
+    t: Array
+    u: Array
+    naccept: Array
+    nreject: Array
+    nf: Array
+    saved: Array | None
+    steps: dict[str, Array] | None
+
+
+class WorkingSet:
+    """Named per-lane arrays (lanes on the last axis) that are compacted together."""
+
+    def __init__(self, xp: Any) -> None:
+        self._xp = xp
+        self._arrays: dict[str, Array] = {}
+        self._groups: dict[str, int] = {}
+        self.size = 0
+
+    def put(self, **arrays: Array) -> None:
+        for name, array in arrays.items():
+            self._arrays[name] = array
+            self.size = array.shape[-1] if name == "lane" else self.size
+
+    def put_group(self, prefix: str, arrays: tuple[Array, ...]) -> None:
+        self._groups[prefix] = len(arrays)
+        for i, array in enumerate(arrays):
+            self._arrays[f"{prefix}{i}"] = array
+
+    def group(self, prefix: str) -> tuple[Array, ...]:
+        return tuple(self._arrays[f"{prefix}{i}"] for i in range(self._groups[prefix]))
+
+    def __getitem__(self, name: str) -> Array:
+        return self._arrays[name]
+
+    def get(self, name: str, default: Any) -> Any:
+        return self._arrays.get(name, default)
+
+    def compact(self, keep: Array) -> None:
+        """Keep only the lanes where ``keep`` (``(L,)`` bool) is true."""
+        xp = self._xp
+        idx = xp.nonzero(keep)[0]
+        self._arrays = {name: xp.take(a, idx, axis=-1) for name, a in self._arrays.items()}
+        self.size = int(idx.shape[0])
+
+
+class LaneRecords:
+    """What lanes produce — saved points, accepted steps, final outcomes — assembled at the end.
+
+    Records are appended as lane-indexed chunks while lanes run in any order and are placed
+    into lane order once, by the backend's scatter, so the loop never writes into a big output
+    array per step.
+    """
+
+    def __init__(self, xp: Any, backend: Any, n_lanes: int, n_save: int, shape: tuple[int, ...]) -> None:
+        self._xp = xp
+        self._backend = backend
+        self._n_lanes = n_lanes
+        self._n_save = n_save
+        self._shape = shape
+        self._saves: list[tuple[Array, Array]] = []
+        self._steps: list[tuple[Array, ...]] = []
+        self._finals: list[tuple[Array, ...]] = []
+        self._retired = 0
+
+    def save(self, lane: Array, save_idx: Array, values: Array, mask: Array | None) -> None:
+        """Record ``values`` (``(*shape, k)``) as save point ``save_idx`` of lanes ``lane``."""
+        xp = self._xp
+        if mask is not None:
+            if not bool(xp.any(mask)):
+                return
+            idx = xp.nonzero(mask)[0]
+            lane, save_idx, values = (xp.take(a, idx, axis=-1) for a in (lane, save_idx, values))
+        self._saves.append((lane * self._n_save + save_idx, xp.moveaxis(values, -1, 0)))
+
+    def step(self, lane: Array, t: Array, h: Array, t_end: Array, u0: Array, u1: Array,
+             stages: Array, accept: Array) -> None:
+        """Record the accepted steps among the working set's trial steps."""
+        xp = self._xp
+        fields = (lane, t, h, t_end, u0, u1, stages)
+        if not bool(xp.all(accept)):
+            idx = xp.nonzero(accept)[0]
+            fields = tuple(xp.take(a, idx, axis=-1) for a in fields)
+        self._steps.append(fields)
+
+    def retire(self, lanes: Any, mask: Array, code: ReturnCode, attempts: int) -> None:
+        """Record the final state of the lanes where ``mask`` holds, with return code ``code``."""
+        xp = self._xp
+        if not bool(xp.any(mask)):
+            return
+        idx = xp.nonzero(mask)[0]
+        take = lambda a: xp.take(a, idx, axis=-1)  # noqa: E731
+        lane = take(lanes["lane"])
+        code_arr = xp.full(lane.shape, int(code), dtype=xp.int64)
+        naccept = take(lanes["naccept"])
+        self._finals.append((
+            lane, code_arr, take(lanes["t"]), xp.moveaxis(take(lanes["u"]), -1, 0), naccept,
+            attempts - naccept, take(lanes["nf"]),
+        ))
+        self._retired += int(idx.shape[0])
+
+    def result(self) -> LaneResult:
+        xp, backend, n = self._xp, self._backend, self._n_lanes
+        if self._retired != n:  # pragma: no cover - an integrator bug, never a user error
+            raise AssertionError(f"{n - self._retired} lanes were never retired")
+        lane, code, t, u, naccept, nreject, nf = (
+            xp.concat([chunk[i] for chunk in self._finals]) for i in range(7)
+        )
+
+        def place(values: Array) -> Array:
+            return backend.scatter_rows(lane, values, n, 0)
+
+        saved = None
+        if self._saves:
+            keys = xp.concat([k for k, _ in self._saves])
+            values = xp.concat([v for _, v in self._saves])
+            flat = backend.scatter_rows(keys, values, n * self._n_save, float("nan"))
+            saved = xp.reshape(flat, (n, self._n_save, *self._shape))
+        steps = None
+        if self._steps:
+            fields = [xp.concat([s[i] for s in self._steps], axis=-1) for i in range(7)]
+            order = xp.argsort(fields[0], stable=True)
+            fields = [xp.take(f, order, axis=-1) for f in fields]
+            steps = dict(zip(("lane", "t", "h", "t_end", "u0", "u1", "stages"), fields, strict=True))
+        return LaneResult(
+            retcode=place(code), t=place(t), u=place(u), naccept=place(naccept),
+            nreject=place(nreject), nf=place(nf), saved=saved, steps=steps,
+        )
+

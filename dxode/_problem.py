@@ -1,0 +1,62 @@
+"""ODEProblem: the vector field, initial state, time span and parameters of one IVP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import _validation
+
+__all__ = ["ODEProblem"]
+
+_UNSET: Any = object()
+
+
+class ODEProblem:
+    """The initial value problem ``du/dt = f(u, p, t)``, ``u(t0) = u0``, on ``tspan``.
+
+    Parameters
+    ----------
+    f : callable
+        ``f(u, p, t) -> du/dt``, returning an array of ``u``'s shape and dtype (or a list of
+        rows, which is stacked). Write it once with operators, indexing (``x, y, z = u``) and
+        ``numpy`` / ``autograd.numpy`` functions: it then runs on NumPy and CuPy arrays alike,
+        and in ensembles on ``(n, B)`` batches of lanes (see the docs' RHS rules).
+    u0 : array_like
+        Initial state, any shape, real float32 or float64 (integers become float64). The
+        solution keeps this dtype and array library end to end.
+    tspan : (float, float)
+        ``(t0, t1)``; ``t1 < t0`` integrates backwards.
+    p : any, optional
+        Parameters passed to ``f`` unchanged: an array, a tuple/dict of arrays, or any object.
+
+    Raises
+    ------
+    ValueError, TypeError
+        At construction, for non-finite ``u0`` or ``p``, a non-floating ``u0``, an empty or
+        non-finite ``tspan``, or a non-callable ``f``.
+    """
+
+    def __init__(self, f: Callable[..., Any], u0: Any, tspan: Any, p: Any = None) -> None:
+        if not callable(f):
+            raise TypeError(f"f must be callable as f(u, p, t), got {type(f).__name__}")
+        self.f = f
+        self.u0 = _validation.as_state_array("u0", u0)
+        self.tspan = _validation.as_tspan(tspan)
+        _validation.check_parameters_finite(p)
+        self.p = p
+
+    def remake(self, *, f: Any = _UNSET, u0: Any = _UNSET, tspan: Any = _UNSET, p: Any = _UNSET) -> ODEProblem:
+        """A copy with the given fields replaced (and validated again)."""
+        return ODEProblem(
+            self.f if f is _UNSET else f,
+            self.u0 if u0 is _UNSET else u0,
+            self.tspan if tspan is _UNSET else tspan,
+            self.p if p is _UNSET else p,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ODEProblem(f={getattr(self.f, '__name__', self.f)!s}, u0 shape={tuple(self.u0.shape)}, "
+            f"dtype={self.u0.dtype}, tspan={self.tspan})"
+        )

@@ -1,0 +1,84 @@
+"""ODESolution: what ``solve`` returns for one problem."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ._interpolation import DenseOutput
+from ._retcode import ReturnCode
+
+__all__ = ["ODESolution", "SolverStats"]
+
+Array = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverStats:
+    """Work done for one trajectory.
+
+    Attributes
+    ----------
+    nf : int
+        Right-hand-side evaluations.
+    naccept, nreject : int
+        Accepted and rejected steps.
+    """
+
+    nf: int
+    naccept: int
+    nreject: int
+
+
+class ODESolution:
+    """The solution of one ODEProblem.
+
+    Attributes
+    ----------
+    t : (nt,) array
+        Save times (the ``saveat`` times, or every accepted step when none were asked for).
+    u : (nt, *u0.shape) array
+        States at ``t``, in the problem's array library and dtype.
+    retcode : ReturnCode
+        Why the integration stopped; ``retcode.message`` says what to do about failures.
+    stats : SolverStats
+        RHS evaluations and accepted/rejected steps.
+    prob, alg
+        The problem and the algorithm instance used.
+
+    Calling the solution, ``sol(t)``, evaluates the method's dense output at a time or an
+    array of times inside the solved span (needs ``dense=True``, the default without
+    ``saveat``).
+    """
+
+    def __init__(
+        self, t: Array, u: Array, retcode: ReturnCode, stats: SolverStats, prob: Any, alg: Any,
+        dense: DenseOutput | None,
+    ) -> None:
+        self.t = t
+        self.u = u
+        self.retcode = retcode
+        self.stats = stats
+        self.prob = prob
+        self.alg = alg
+        self._dense = dense
+
+    @property
+    def success(self) -> bool:
+        """Whether the integration reached its end (or was terminated on purpose)."""
+        return self.retcode.successful
+
+    def __call__(self, t: Any) -> Array:
+        if self._dense is None:
+            raise ValueError(
+                "this solution has no dense output: solve with dense=True (the default when "
+                "saveat is not given) to evaluate sol(t)"
+            )
+        return self._dense(t)
+
+    def __repr__(self) -> str:
+        return (
+            f"ODESolution(retcode={self.retcode.name}, alg={self.alg!r}, t: {tuple(self.t.shape)}, "
+            f"u: {tuple(self.u.shape)}, nf={self.stats.nf}, naccept={self.stats.naccept}, "
+            f"nreject={self.stats.nreject})"
+        )

@@ -1,0 +1,114 @@
+"""``solve``: the front door for one problem (ensembles dispatch to their own layer)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ._integrator import LaneProblem, integrate
+from ._interpolation import DenseOutput
+from ._options import SolverOptions
+from ._problem import ODEProblem
+from ._retcode import ReturnCode
+from ._rhs import checked_first_call, single_lane_rhs
+from ._solution import ODESolution, SolverStats
+from ._timegrid import save_times, stop_times
+from .backends import backend_for
+
+__all__ = ["solve"]
+
+_OPTION_NAMES = tuple(
+    name for name in inspect.signature(SolverOptions.from_user).parameters if name not in ("cls", "alg")
+)
+
+
+def solve(
+    prob: ODEProblem, alg: Any = None, *, saveat: Any = None, dense: bool | None = None,
+    tstops: Any = None, **options: Any,
+) -> ODESolution:
+    """Solve an ODE problem.
+
+    Parameters
+    ----------
+    prob : ODEProblem
+        The problem.
+    alg : algorithm, optional
+        ``Tsit5()`` (the default), ``DP5()``, ``BS3()``, ``Vern7()``, ``RK4()``, ``Euler()``,
+        a class or a name such as ``"tsit5"``.
+    saveat : float or array_like, optional
+        Save at these times (or every ``saveat`` time units, ends included). By default every
+        accepted step is saved.
+    dense : bool, optional
+        Keep every step's interpolant so ``sol(t)`` works anywhere in the span. Defaults to
+        true without ``saveat`` and false with it.
+    tstops : array_like, optional
+        Times the integrator must step to exactly (e.g. discontinuities of ``f``).
+    rtol, atol : float
+        Relative and absolute tolerances (defaults ``1e-3`` and ``1e-6``); ``atol`` may be an
+        array with ``u0``'s shape.
+    dt : float, optional
+        The step of fixed-step methods; the first step of adaptive ones (else automatic).
+    adaptive : bool, optional
+        Adapt the step to the error estimate (default: whenever the method can).
+    controller : PIDController, optional
+        Step-size controller; ``PIController()`` by default.
+    maxiters : int
+        Maximum number of steps (accepted or rejected), default ``100_000``.
+    dtmin, dtmax : float, optional
+        Smallest and largest step sizes. ``dtmin`` defaults to ``16 * eps * max(|t0|, |t1|, 1)``.
+
+    Returns
+    -------
+    ODESolution
+        ``sol.t``, ``sol.u`` (``(len(t), *u0.shape)``), ``sol.retcode``, ``sol.stats`` and
+        ``sol(t)``.
+    """
+    if not isinstance(prob, ODEProblem):
+        raise TypeError(f"solve expects an ODEProblem, got {type(prob).__name__}")
+    unknown = sorted(set(options) - set(_OPTION_NAMES))
+    if unknown:
+        raise TypeError(
+            f"solve() got unknown option(s) {unknown}; valid options are saveat, dense, tstops, "
+            f"{', '.join(_OPTION_NAMES)}"
+        )
+    opts = SolverOptions.from_user(alg, **options)
+    backend = backend_for(prob.u0)
+    xp = backend.xp
+    u0 = prob.u0
+    t0, t1 = prob.tspan
+    direction = 1.0 if t1 > t0 else -1.0
+    grid = save_times(saveat, t0, t1)
+    stops = stop_times(tstops, t0, t1)
+    keep_dense = grid is None if dense is None else bool(dense)
+
+    def as_lane_times(values: Any) -> Any:
+        return backend.asarray(values, dtype=u0.dtype)
+
+    f0 = checked_first_call(xp, prob.f, u0, prob.p, xp.asarray(t0, dtype=u0.dtype))
+    rhs = single_lane_rhs(xp, prob.f, prob.p)
+    lane_problem = LaneProblem(
+        rhs_for=lambda params: rhs,
+        u0=xp.expand_dims(u0, axis=-1),
+        t0=as_lane_times([t0]),
+        t1=as_lane_times([t1]),
+        save_times=None if grid is None else xp.reshape(as_lane_times(grid), (-1, 1)),
+        save_steps=grid is None or keep_dense,
+        tstops=None if stops is None else as_lane_times(stops),
+        f0=xp.expand_dims(f0, axis=-1),
+    )
+    result = integrate(lane_problem, opts, backend)
+
+    steps = result.steps
+    if grid is not None:
+        t, u = as_lane_times(grid), result.saved[0, ...]
+    else:
+        assert steps is not None
+        t = xp.concat([lane_problem.t0, steps["t_end"]])
+        u = xp.concat([xp.expand_dims(u0, axis=0), xp.moveaxis(steps["u1"], -1, 0)])
+    dense_output = None
+    if keep_dense and steps is not None and steps["t"].shape[0] > 0:
+        dense_output = DenseOutput(backend, opts.alg, rhs, steps, direction)
+    stats = SolverStats(
+        nf=int(result.nf[0]), naccept=int(result.naccept[0]), nreject=int(result.nreject[0])
+    )
+    return ODESolution(t, u, ReturnCode(int(result.retcode[0])), stats, prob, opts.alg, dense_output)

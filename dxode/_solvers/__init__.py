@@ -1,0 +1,49 @@
+"""Integration methods: one file per method, looked up by instance, class or name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._base import AbstractStepper, LaneRHS, StepResult
+from ._explicit_rk import ExplicitRungeKutta
+from .bs3 import BS3
+from .dp5 import DP5
+from .euler import Euler
+from .rk4 import RK4
+from .tsit5 import Tsit5
+from .vern7 import Vern7
+
+__all__ = [
+    "ALGORITHMS",
+    "AbstractStepper",
+    "BS3",
+    "DP5",
+    "Euler",
+    "ExplicitRungeKutta",
+    "LaneRHS",
+    "RK4",
+    "StepResult",
+    "Tsit5",
+    "Vern7",
+    "get_algorithm",
+]
+
+ALGORITHMS: dict[str, type[AbstractStepper]] = {
+    cls.__name__.lower(): cls for cls in (Euler, RK4, BS3, DP5, Tsit5, Vern7)
+}
+
+
+def get_algorithm(alg: Any) -> AbstractStepper:
+    """An algorithm instance from an instance, a class, a name (``"tsit5"``) or ``None`` (Tsit5)."""
+    if alg is None:
+        return Tsit5()
+    if isinstance(alg, AbstractStepper):
+        return alg
+    if isinstance(alg, type) and issubclass(alg, AbstractStepper):
+        return alg()
+    if isinstance(alg, str):
+        try:
+            return ALGORITHMS[alg.lower()]()
+        except KeyError:
+            raise ValueError(f"unknown algorithm {alg!r}; choose one of {sorted(ALGORITHMS)}") from None
+    raise TypeError(f"alg must be an algorithm such as Tsit5(), got {alg!r}")

@@ -1,0 +1,76 @@
+"""The stepper contract: what the lane integrator needs from a method."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+Array = Any
+LaneRHS = Callable[[Array, Array], Array]
+"""``rhs(u, t) -> du/dt`` on a working set of lanes: ``u`` is ``(*shape, L)``, ``t`` is ``(L,)``."""
+
+
+class StepResult(NamedTuple):
+    """One trial step of every lane in the working set.
+
+    Attributes
+    ----------
+    u1 : (*shape, L) array
+        The proposed state at ``t + h``.
+    error : (*shape, L) array or None
+        The local error estimate (same units as ``u``); ``None`` for fixed-step methods.
+    stages : (s, *shape, L) array
+        The stage derivatives ``k``; together with ``u0``, ``u1`` and ``h`` they define the
+        step's dense output.
+    f1 : (*shape, L) array or None
+        ``f(u1, t + h)`` when the method computed it anyway (FSAL), else ``None``.
+    """
+
+    u1: Array
+    error: Array | None
+    stages: Array
+    f1: Array | None
+
+
+class AbstractStepper(abc.ABC):
+    """A one-step method advancing a working set of independent lanes.
+
+    Implementer rules
+    -----------------
+    * Touch arrays only through the backend the integrator passes (``backend.xp`` and its
+      kernels such as ``backend.combine``) and use only elementwise arithmetic across lanes
+      and in-order reductions over stages: a lane's result must never depend on the other
+      lanes, so batching cannot change it.
+    * ``step`` must not modify its inputs.
+    * ``interpolate`` must reproduce ``u0`` at ``theta = 0`` and ``u1`` at ``theta = 1``.
+    * Declare ``order``, ``error_order`` (``None`` when the method has no error estimate)
+      and ``rhs_per_step`` (new RHS evaluations per attempted step, excluding the one at the
+      start of a step when ``fsal`` is false: the integrator counts that one itself), and
+      ``interpolation_rhs_evals`` (RHS evaluations one ``interpolate`` call makes per lane).
+    """
+
+    order: int
+    error_order: int | None
+    fsal: bool
+    rhs_per_step: int
+    interpolation_rhs_evals: int = 0
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the method estimates its local error (and so supports adaptive steps)."""
+        return self.error_order is not None
+
+    @abc.abstractmethod
+    def step(self, backend: Any, rhs: LaneRHS, t: Array, u: Array, f0: Array, h: Array) -> StepResult:
+        """Attempt one step of size ``h`` (``(L,)``, signed) from ``(t, u)`` with ``f0 = f(u, t)``."""
+
+    @abc.abstractmethod
+    def interpolate(
+        self, backend: Any, rhs: LaneRHS, t0: Array, h: Array, u0: Array, u1: Array, stages: Array,
+        theta: Array,
+    ) -> Array:
+        """Dense output at ``t0 + theta * h`` (``theta`` is ``(L,)`` in ``[0, 1]``)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

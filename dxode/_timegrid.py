@@ -1,0 +1,68 @@
+"""Validated time grids: ``saveat`` save times and ``tstops``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+from .backends import backend_for
+
+
+def save_times(saveat: Any, t0: float, t1: float) -> np.ndarray | None:
+    """The save times asked for by ``saveat`` on ``[t0, t1]`` (float64, in time order).
+
+    ``saveat`` is ``None`` (no fixed grid), a positive interval ``dt`` (``t0, t0 + dt, ...``
+    and always ``t1``) or a sequence of times inside the span, strictly ordered in the
+    direction of integration.
+    """
+    if saveat is None:
+        return None
+    direction = 1.0 if t1 > t0 else -1.0
+    if np.ndim(saveat) == 0:
+        interval = float(saveat)
+        if not (math.isfinite(interval) and interval > 0):
+            raise ValueError(f"saveat as an interval must be positive and finite, got {saveat!r}")
+        span = abs(t1 - t0)
+        n = math.floor(span / interval * (1 + 1e-12))
+        times = t0 + direction * interval * np.arange(n + 1)
+        if span - n * interval > 1e-12 * span:
+            times = np.append(times, t1)
+        times[-1] = t1 if abs(times[-1] - t1) <= 1e-12 * span else times[-1]
+        return times
+    return _checked_grid("saveat", saveat, t0, t1, direction)
+
+
+def stop_times(tstops: Any, t0: float, t1: float) -> np.ndarray | None:
+    """``tstops`` validated: times the integrator must step to exactly, inside the span."""
+    if tstops is None:
+        return None
+    direction = 1.0 if t1 > t0 else -1.0
+    grid = _checked_grid("tstops", tstops, t0, t1, direction)
+    return grid if grid.size else None
+
+
+def _checked_grid(name: str, values: Any, t0: float, t1: float, direction: float) -> np.ndarray:
+    if array_api_compat.is_array_api_obj(values) and not isinstance(values, np.ndarray):
+        values = backend_for(values).to_host(values)
+    try:
+        grid = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a number or a 1-D sequence of times") from exc
+    if grid.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {grid.shape}")
+    if not np.all(np.isfinite(grid)):
+        raise ValueError(f"{name} contains non-finite times")
+    if name == "saveat" and grid.size == 0:
+        raise ValueError("saveat is empty; pass None to save every step, or at least one time")
+    lo, hi = min(t0, t1), max(t0, t1)
+    outside = grid[(grid < lo) | (grid > hi)]
+    if outside.size:
+        raise ValueError(f"{name} time {outside[0]!r} is outside tspan ({t0}, {t1})")
+    if grid.size > 1 and not np.all(direction * np.diff(grid) > 0):
+        order = "increasing" if direction > 0 else "decreasing (tspan runs backwards)"
+        raise ValueError(f"{name} times must be strictly {order}")
+    return grid
+

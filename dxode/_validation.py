@@ -1,0 +1,87 @@
+"""Checks shared by problems and solver options; every message names the argument and the fix."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+Array = Any
+
+
+def as_state_array(name: str, value: Any) -> Array:
+    """``value`` as a real floating-point array of its own library (lists become NumPy)."""
+    if array_api_compat.is_array_api_obj(value) and not isinstance(value, (int, float, complex)):
+        array = value
+    else:
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be an array or a nested sequence of numbers") from exc
+        if array.dtype.kind in "biu":
+            array = array.astype(np.float64)
+    xp = array_api_compat.array_namespace(array)
+    if not xp.isdtype(array.dtype, "real floating"):
+        raise TypeError(
+            f"{name} must have a real floating dtype (float32 or float64), got {array.dtype}; "
+            f"convert it, e.g. {name}.astype(float64)"
+        )
+    check_finite(name, array)
+    return array
+
+
+def check_finite(name: str, array: Array) -> None:
+    """Raise if a floating array holds NaN or inf."""
+    xp = array_api_compat.array_namespace(array)
+    if not bool(xp.all(xp.isfinite(array))):
+        raise ValueError(f"{name} contains non-finite values (NaN or inf)")
+
+
+def check_parameters_finite(p: Any) -> None:
+    """Raise if any numeric leaf of the parameter pytree ``p`` is non-finite."""
+    for path, leaf in _leaves("p", p):
+        if isinstance(leaf, (bool, int)):
+            continue
+        if isinstance(leaf, float):
+            if not math.isfinite(leaf):
+                raise ValueError(f"{path} is not finite ({leaf})")
+        elif array_api_compat.is_array_api_obj(leaf):
+            xp = array_api_compat.array_namespace(leaf)
+            if xp.isdtype(leaf.dtype, ("real floating", "complex floating")):
+                check_finite(path, leaf)
+
+
+def _leaves(path: str, tree: Any) -> list[tuple[str, Any]]:
+    if isinstance(tree, dict):
+        return [leaf for key, value in tree.items() for leaf in _leaves(f"{path}[{key!r}]", value)]
+    if isinstance(tree, (list, tuple)):
+        return [leaf for i, value in enumerate(tree) for leaf in _leaves(f"{path}[{i}]", value)]
+    return [(path, tree)]
+
+
+def as_tspan(tspan: Any) -> tuple[float, float]:
+    """``(t0, t1)`` as finite floats with ``t0 != t1``."""
+    try:
+        t0, t1 = (float(t) for t in tspan)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"tspan must be a pair (t0, t1) of numbers, got {tspan!r}") from exc
+    if not (math.isfinite(t0) and math.isfinite(t1)):
+        raise ValueError(f"tspan must be finite, got {(t0, t1)}")
+    if t0 == t1:
+        raise ValueError(f"tspan is empty: t0 == t1 == {t0}; give distinct start and end times")
+    return t0, t1
+
+
+def positive_float(name: str, value: Any, allow_none: bool = False) -> float | None:
+    """``value`` as a positive finite float."""
+    if value is None and allow_none:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a positive number, got {value!r}") from exc
+    if not (math.isfinite(number) and number > 0.0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    return number
