@@ -31,7 +31,7 @@ _NAMED = {"numpy": NumpyBackend, "cupy": CupyBackend}
 
 
 def get_backend(name: str | Backend) -> Backend:
-    """The backend called ``name`` (``"numpy"`` or ``"cupy"``); a :class:`Backend` passes through."""
+    """The backend named ``name`` (``"numpy"`` or ``"cupy"``); a Backend passes through."""
     if isinstance(name, Backend):
         return name
     try:

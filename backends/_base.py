@@ -33,18 +33,26 @@ class Backend(abc.ABC):
         """A NumPy copy (or view, on the CPU) of ``x``."""
         return np.asarray(x)
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 - a no-op unless the backend is asynchronous
         """Wait until queued work is done (a no-op on synchronous backends)."""
 
-    def combine(self, u: Array, h: Array, weights: Array, stages: Array) -> Array:
+    def combine(self, u: Array | None, h: Array, weights: Array, stages: Array) -> Array:
         """``u + h * sum_j weights[j] * stages[j]``: a Runge–Kutta stage combination.
+
+        With ``u=None`` the ``u +`` is left out (for error estimates).
 
         ``weights`` is ``(m, 1, ..., 1)`` and ``stages`` ``(>= m, *shape, L)``; ``h`` is ``(L,)``.
         The sum runs over ``j`` in order, elementwise per lane, so every backend gives a lane
         the same bits whatever the batch size.
         """
         m = weights.shape[0]
-        return u + h * self.xp.sum(weights * stages[:m, ...], axis=0)
+        increment = h * self.xp.sum(weights * stages[:m, ...], axis=0)
+        return increment if u is None else u + increment
+
+    def stack_rows(self, rows: Any) -> Array:
+        """An RHS that returned a list of rows, stacked along a new first axis."""
+        xp = self.xp
+        return xp.stack([xp.asarray(row) for row in rows])
 
     def scatter_rows(self, keys: Array, values: Array, n_rows: int, fill: float) -> Array:
         """Rows ``values[i]`` placed at ``out[keys[i]]`` in an ``(n_rows, ...)`` array.
@@ -64,7 +72,9 @@ class Backend(abc.ABC):
         pos = xp.clip(xp.searchsorted(sorted_keys, wanted), max=keys.shape[0] - 1)
         found = xp.take(sorted_keys, pos) == wanted
         found = xp.reshape(found, (n_rows,) + (1,) * (values.ndim - 1))
-        return xp.where(found, xp.take(sorted_values, pos, axis=0), xp.asarray(fill, dtype=values.dtype))
+        return xp.where(
+            found, xp.take(sorted_values, pos, axis=0), xp.asarray(fill, dtype=values.dtype)
+        )
 
     def __repr__(self) -> str:
         return f"<dxode backend {self.name!r}>"

@@ -21,10 +21,11 @@ class NumpyBackend(Backend):
     def xp(self) -> Any:
         return np
 
-    def combine(self, u: Array, h: Array, weights: Array, stages: Array) -> Array:
+    def combine(self, u: Array | None, h: Array, weights: Array, stages: Array) -> Array:
         m = weights.shape[0]
-        if u.size <= _SMALL:
-            return u + h * np.add.reduce(weights * stages[:m], axis=0)
+        if stages[0].size <= _SMALL:
+            increment = h * np.add.reduce(weights * stages[:m], axis=0)
+            return increment if u is None else u + increment
         # In place, term by term: no (m, *shape, L) temporary, two buffers in all.
         acc = np.multiply(stages[0], weights[0])
         term = np.empty_like(acc)
@@ -32,7 +33,10 @@ class NumpyBackend(Backend):
             np.multiply(stages[j], weights[j], out=term)
             np.add(acc, term, out=acc)
         np.multiply(acc, h, out=acc)
-        return np.add(acc, u, out=acc)
+        return acc if u is None else np.add(acc, u, out=acc)
+
+    def stack_rows(self, rows: Any) -> Array:
+        return np.asarray(rows)
 
     def scatter_rows(self, keys: Array, values: Array, n_rows: int, fill: float) -> Array:
         out = np.full((n_rows, *values.shape[1:]), fill, dtype=values.dtype)

@@ -6,22 +6,43 @@ The public surface lives here; everything else is private (``dxode._name``) exce
 
 from ._controllers import (
     AbstractController as AbstractController,
+)
+from ._controllers import (
     IController as IController,
+)
+from ._controllers import (
     PIController as PIController,
+)
+from ._controllers import (
     PIDController as PIDController,
 )
 from ._problem import ODEProblem as ODEProblem
 from ._retcode import ReturnCode as ReturnCode
-from ._solution import ODESolution as ODESolution, SolverStats as SolverStats
+from ._solution import ODESolution as ODESolution
+from ._solution import SolverStats as SolverStats
 from ._solve import solve as solve
 from ._solvers import (
     BS3 as BS3,
+)
+from ._solvers import (
     DP5 as DP5,
+)
+from ._solvers import (
     RK4 as RK4,
+)
+from ._solvers import (
     AbstractStepper as AbstractStepper,
+)
+from ._solvers import (
     Euler as Euler,
+)
+from ._solvers import (
     ExplicitRungeKutta as ExplicitRungeKutta,
+)
+from ._solvers import (
     Tsit5 as Tsit5,
+)
+from ._solvers import (
     Vern7 as Vern7,
 )
 from ._tableau import ButcherTableau as ButcherTableau

@@ -76,55 +76,72 @@ def integrate(problem: LaneProblem, options: SolverOptions, backend: Any) -> Lan
 
     rhs = problem.rhs_for(problem.params)
     f0 = problem.f0 if problem.f0 is not None else rhs(u0, t0)
-    nf = xp.ones(n_lanes, dtype=xp.int64)
+    nf_start = 1
     if options.dt is not None:
         h = xp.full(n_lanes, options.dt, dtype=dtype)
     else:
         h = initial_step(xp, rhs, t0, u0, f0, direction, t1, stepper.order, options.rtol, atol)
-        nf = nf + 1
+        nf_start += 1
     if options.dtmax is not None:
         h = xp.minimum(h, options.dtmax)
-    dtmin = options.dtmin if options.dtmin is not None else (
-        16 * eps * xp.maximum(xp.maximum(xp.abs(t0), xp.abs(t1)), xp.ones_like(t0))
+    dtmin = (
+        options.dtmin
+        if options.dtmin is not None
+        else (16 * eps * xp.maximum(xp.maximum(xp.abs(t0), xp.abs(t1)), xp.ones_like(t0)))
     )
 
     lanes = WorkingSet(xp)
-    lanes.put(lane=xp.arange(n_lanes, dtype=xp.int64), t=t0, t1=t1, h=h, u=u0, f=f0, nf=nf,
-              naccept=xp.zeros(n_lanes, dtype=xp.int64), active=xp.ones(n_lanes, dtype=xp.bool),
-              nonfinite=xp.zeros(n_lanes, dtype=xp.bool))
+    lanes.put(
+        lane=xp.arange(n_lanes, dtype=xp.int64),
+        t=t0,
+        t1=t1,
+        h=h,
+        u=u0,
+        f=f0,
+        naccept=xp.zeros(n_lanes, dtype=xp.int64),
+        active=xp.ones(n_lanes, dtype=xp.bool),
+    )
     if not isinstance(dtmin, float):
         lanes.put(dtmin=dtmin)
     lanes.put_group("ctrl", options.controller.init(xp, t0) if options.adaptive else ())
     lanes.put_group("p", problem.params)
-    
+
     n_save = 0 if problem.save_times is None else problem.save_times.shape[0]
     records = LaneRecords(xp, backend, n_lanes, n_save, u0.shape[:-1])
     if problem.save_times is not None:
         first = problem.save_times[0, ...] == t0
         records.save(lanes["lane"], xp.zeros(n_lanes, dtype=xp.int64), u0, first)
         lanes.put(ts=problem.save_times, save_idx=xp.astype(first, xp.int64))
+        if stepper.interpolation_rhs_evals:
+            lanes.put(nf_extra=xp.zeros(n_lanes, dtype=xp.int64))
     tstops = problem.tstops
     if tstops is not None:
-        lanes.put(stop_idx=xp.sum(xp.astype(direction * (tstops[:, None] - t0) <= 0, xp.int64), axis=0))
+        before = direction * (xp.reshape(tstops, (-1, 1)) - t0) <= 0
+        lanes.put(stop_idx=xp.sum(xp.astype(before, xp.int64), axis=0))
 
     evals_per_step = stepper.rhs_per_step + (0 if stepper.fsal else 1)
+    all_active = True  # no retired lane waits in the working set for compaction
     iteration = 0
     while lanes.size:
         if iteration >= options.maxiters:
-            records.retire(lanes, lanes["active"], ReturnCode.MaxIters, iteration)
+            records.retire(
+                lanes, lanes["active"], ReturnCode.MaxIters, iteration, nf_start, evals_per_step
+            )
             break
         iteration += 1
-        t, u, active = lanes["t"], lanes["u"], lanes["active"]
+        t, u = lanes["t"], lanes["u"]
 
+        # Step sizes: the controller's proposal, clipped to land exactly on the lane's target.
         target = lanes["t1"]
         if tstops is not None:
             stop_idx = lanes["stop_idx"]
-            has_stop = stop_idx < tstops.shape[0]
             next_stop = xp.take(tstops, xp.clip(stop_idx, max=tstops.shape[0] - 1))
-            use_stop = has_stop & (direction * (next_stop - target) < 0)
+            use_stop = (stop_idx < tstops.shape[0]) & (direction * (next_stop - target) < 0)
             target = xp.where(use_stop, next_stop, target)
         remaining = direction * (target - t)
-        habs = xp.where(active, xp.abs(lanes["h"]), 0.0)
+        habs = (
+            xp.abs(lanes["h"]) if all_active else xp.where(lanes["active"], xp.abs(lanes["h"]), 0.0)
+        )
         hit = habs >= remaining * (1 - 4 * eps)
         habs = xp.where(hit, remaining, habs)
         hs = direction * habs
@@ -132,57 +149,83 @@ def integrate(problem: LaneProblem, options: SolverOptions, backend: Any) -> Lan
         result = stepper.step(backend, rhs, t, u, lanes["f"], hs)
         t_new = xp.where(hit, target, t + hs)
 
+        # Accept or reject each lane; propose its next step.
         if options.adaptive:
             scale = options.rtol * xp.maximum(xp.abs(u), xp.abs(result.u1)) + atol
             err = rms_norm(xp, result.error / scale)
             finite = xp.isfinite(err)
-            err = xp.where(finite, err, math.inf)
             accept, h_next, ctrl = options.controller.adapt(
-                xp, err, habs, lanes.group("ctrl"), stepper.error_order
+                xp, xp.where(finite, err, math.inf), habs, lanes.group("ctrl"), stepper.error_order
             )
-            accept = accept & active
             lanes.put_group("ctrl", ctrl)
-            h_next = xp.where(hit & accept, xp.maximum(h_next, xp.abs(lanes["h"])), h_next)
         else:
             finite = xp.all(xp.isfinite(result.u1), axis=tuple(range(u.ndim - 1)))
-            accept = active & finite
+            accept = finite
             h_next = xp.full_like(habs, options.dt)
+        if not all_active:
+            accept = accept & lanes["active"]
         if options.dtmax is not None:
             h_next = xp.minimum(h_next, options.dtmax)
 
+        # Outputs from the accepted steps, then advance.
         if n_save:
-            _save_passed_points(backend, stepper, lanes, records, problem, rhs, accept, t, hs, u, result,
-                                t_new, direction, n_save)
+            _save_passed_points(
+                backend,
+                stepper,
+                lanes,
+                records,
+                problem,
+                rhs,
+                accept,
+                t,
+                hs,
+                u,
+                result,
+                t_new,
+                direction,
+                n_save,
+            )
         if problem.save_steps:
             records.step(lanes["lane"], t, hs, t_new, u, result.u1, result.stages, accept)
-
-        u = xp.where(_expand(xp, accept, u), result.u1, u)
-        lanes.put(u=u, t=xp.where(accept, t_new, t), h=direction * h_next,
-                  naccept=lanes["naccept"] + xp.astype(accept, xp.int64),
-                  nf=lanes["nf"] + xp.where(active, evals_per_step, 0),
-                  nonfinite=~finite)
+        accept_u = _expand(xp, accept, u)
+        u = xp.where(accept_u, result.u1, u)
+        t = xp.where(accept, t_new, t)
+        lanes.put(
+            u=u, t=t, h=direction * h_next, naccept=lanes["naccept"] + xp.astype(accept, xp.int64)
+        )
         if stepper.fsal:
-            lanes.put(f=xp.where(_expand(xp, accept, u), result.f1, lanes["f"]))
+            lanes.put(f=xp.where(accept_u, result.f1, lanes["f"]))
         else:
-            lanes.put(f=rhs(u, lanes["t"]))
+            lanes.put(f=rhs(u, t))
         if tstops is not None:
-            lanes.put(stop_idx=lanes["stop_idx"] + xp.astype(accept & hit & use_stop, xp.int64))
+            lanes.put(stop_idx=stop_idx + xp.astype(accept & hit & use_stop, xp.int64))
 
-        done = accept & (lanes["t"] == lanes["t1"])
-        too_small = active & ~accept & (h_next < lanes.get("dtmin", dtmin))
-        if not options.adaptive:
-            too_small = active & ~finite
-        failed_nonfinite = too_small & lanes["nonfinite"]
-        if bool(xp.any(done | too_small)):
-            records.retire(lanes, done, ReturnCode.Success, iteration)
-            records.retire(lanes, too_small & ~failed_nonfinite, ReturnCode.DtLessThanMin, iteration)
-            records.retire(lanes, failed_nonfinite, ReturnCode.Unstable, iteration)
-            active = lanes["active"] & ~(done | too_small)
-            lanes.put(active=active)
+        # Retire lanes that finished or failed; drop them once enough have gone.
+        done = accept & (t == lanes["t1"])
+        if options.adaptive:
+            # Written so that a NaN step size fails too.
+            failed = ~accept & ~(h_next >= lanes.get("dtmin", dtmin))
+        else:
+            failed = ~finite
+        if not all_active:
+            failed = failed & lanes["active"]
+        if bool(xp.any(done | failed)):
+            for mask, code in (
+                (done, ReturnCode.Success),
+                (failed & finite, ReturnCode.DtLessThanMin),
+                (failed & ~finite, ReturnCode.Unstable),
+            ):
+                records.retire(lanes, mask, code, iteration, nf_start, evals_per_step)
+            active = lanes["active"] & ~(done | failed)
             n_active = int(xp.sum(xp.astype(active, xp.int64)))
             if n_active <= (1 - _COMPACT_FRACTION) * lanes.size:
                 lanes.compact(active)
+                lanes.put(active=xp.ones(n_active, dtype=xp.bool))
                 rhs = problem.rhs_for(lanes.group("p"))
+                all_active = True
+            else:
+                lanes.put(active=active)
+                all_active = False
 
     return records.result()
 
@@ -199,9 +242,20 @@ def _lanes_last(xp: Any, atol: Any, u0: Array) -> Array:
 
 
 def _save_passed_points(
-    backend: Any, stepper: Any, lanes: WorkingSet, records: LaneRecords, problem: LaneProblem,
-    rhs: LaneRHS, accept: Array, t: Array, hs: Array, u: Array, result: Any, t_new: Array,
-    direction: float, n_save: int,
+    backend: Any,
+    stepper: Any,
+    lanes: WorkingSet,
+    records: LaneRecords,
+    problem: LaneProblem,
+    rhs: LaneRHS,
+    accept: Array,
+    t: Array,
+    hs: Array,
+    u: Array,
+    result: Any,
+    t_new: Array,
+    direction: float,
+    n_save: int,
 ) -> None:
     """Fill the save points each accepted lane stepped over, from the step's dense output."""
     xp = backend.xp
@@ -214,13 +268,18 @@ def _save_passed_points(
         if not bool(xp.any(due)):
             break
         idx = xp.nonzero(due)[0]
-        sub = lambda x: xp.take(x, idx, axis=-1)  # noqa: E731
+
+        def sub(x: Array, idx: Array = idx) -> Array:
+            return xp.take(x, idx, axis=-1)
+
         theta = (sub(next_t) - sub(t)) / sub(hs)
         sub_rhs = problem.rhs_for(tuple(sub(p) for p in lanes.group("p")))
-        values = stepper.interpolate(backend, sub_rhs, sub(t), sub(hs), sub(u), sub(result.u1),
-                                     sub(result.stages), theta)
+        values = stepper.interpolate(
+            backend, sub_rhs, sub(t), sub(hs), sub(u), sub(result.u1), sub(result.stages), theta
+        )
         records.save(sub(lanes["lane"]), sub(save_idx), values, None)
         save_idx = save_idx + xp.astype(due, xp.int64)
         if stepper.interpolation_rhs_evals:
-            lanes.put(nf=lanes["nf"] + stepper.interpolation_rhs_evals * xp.astype(due, xp.int64))
+            extra = stepper.interpolation_rhs_evals * xp.astype(due, xp.int64)
+            lanes.put(nf_extra=lanes["nf_extra"] + extra)
     lanes.put(save_idx=save_idx)

@@ -39,7 +39,7 @@ class DenseOutput:
         self.t_end = steps["t_end"][-1]
 
     def __call__(self, t: Any) -> Array:
-        """The state at time(s) ``t``: shape ``(*shape)`` for a scalar, ``(len(t), *shape)`` else."""
+        """The state at ``t``: ``(*shape)`` for a scalar time, ``(len(t), *shape)`` for an array."""
         xp, d, steps = self._xp, self._direction, self._steps
         like = steps["t"]
         tq = xp.asarray(t, dtype=like.dtype, device=getattr(like, "device", None))
@@ -52,11 +52,18 @@ class DenseOutput:
         n_steps = like.shape[0]
         idx = xp.searchsorted(d * like, d * tq, side="right") - 1
         idx = xp.clip(idx, min=0, max=n_steps - 1)
-        take = lambda a: xp.take(a, idx, axis=-1)  # noqa: E731
+        take = lambda a: xp.take(a, idx, axis=-1)
         t0, h = take(steps["t"]), take(steps["h"])
         theta = xp.clip((tq - t0) / h, min=0.0, max=1.0)
         values = self._stepper.interpolate(
-            self._backend, self._rhs, t0, h, take(steps["u0"]), take(steps["u1"]), take(steps["stages"]), theta
+            self._backend,
+            self._rhs,
+            t0,
+            h,
+            take(steps["u0"]),
+            take(steps["u1"]),
+            take(steps["stages"]),
+            theta,
         )
         values = xp.moveaxis(values, -1, 0)
         return values[0, ...] if scalar else values

@@ -74,7 +74,9 @@ class LaneRecords:
     array per step.
     """
 
-    def __init__(self, xp: Any, backend: Any, n_lanes: int, n_save: int, shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, xp: Any, backend: Any, n_lanes: int, n_save: int, shape: tuple[int, ...]
+    ) -> None:
         self._xp = xp
         self._backend = backend
         self._n_lanes = n_lanes
@@ -95,8 +97,17 @@ class LaneRecords:
             lane, save_idx, values = (xp.take(a, idx, axis=-1) for a in (lane, save_idx, values))
         self._saves.append((lane * self._n_save + save_idx, xp.moveaxis(values, -1, 0)))
 
-    def step(self, lane: Array, t: Array, h: Array, t_end: Array, u0: Array, u1: Array,
-             stages: Array, accept: Array) -> None:
+    def step(
+        self,
+        lane: Array,
+        t: Array,
+        h: Array,
+        t_end: Array,
+        u0: Array,
+        u1: Array,
+        stages: Array,
+        accept: Array,
+    ) -> None:
         """Record the accepted steps among the working set's trial steps."""
         xp = self._xp
         fields = (lane, t, h, t_end, u0, u1, stages)
@@ -105,20 +116,44 @@ class LaneRecords:
             fields = tuple(xp.take(a, idx, axis=-1) for a in fields)
         self._steps.append(fields)
 
-    def retire(self, lanes: Any, mask: Array, code: ReturnCode, attempts: int) -> None:
-        """Record the final state of the lanes where ``mask`` holds, with return code ``code``."""
+    def retire(
+        self,
+        lanes: Any,
+        mask: Array,
+        code: ReturnCode,
+        attempts: int,
+        nf_start: int,
+        nf_per_attempt: int,
+    ) -> None:
+        """Record the final state of the lanes where ``mask`` holds, with return code ``code``.
+
+        Every lane of the working set has made ``attempts`` step attempts, each costing
+        ``nf_per_attempt`` RHS evaluations after ``nf_start`` to start; evaluations made for
+        interpolation are in the optional lane array ``nf_extra``.
+        """
         xp = self._xp
         if not bool(xp.any(mask)):
             return
         idx = xp.nonzero(mask)[0]
-        take = lambda a: xp.take(a, idx, axis=-1)  # noqa: E731
+        take = lambda a: xp.take(a, idx, axis=-1)
         lane = take(lanes["lane"])
         code_arr = xp.full(lane.shape, int(code), dtype=xp.int64)
         naccept = take(lanes["naccept"])
-        self._finals.append((
-            lane, code_arr, take(lanes["t"]), xp.moveaxis(take(lanes["u"]), -1, 0), naccept,
-            attempts - naccept, take(lanes["nf"]),
-        ))
+        nf = xp.full(lane.shape, nf_start + nf_per_attempt * attempts, dtype=xp.int64)
+        extra = lanes.get("nf_extra", None)
+        if extra is not None:
+            nf = nf + take(extra)
+        self._finals.append(
+            (
+                lane,
+                code_arr,
+                take(lanes["t"]),
+                xp.moveaxis(take(lanes["u"]), -1, 0),
+                naccept,
+                attempts - naccept,
+                nf,
+            )
+        )
         self._retired += int(idx.shape[0])
 
     def result(self) -> LaneResult:
@@ -143,9 +178,16 @@ class LaneRecords:
             fields = [xp.concat([s[i] for s in self._steps], axis=-1) for i in range(7)]
             order = xp.argsort(fields[0], stable=True)
             fields = [xp.take(f, order, axis=-1) for f in fields]
-            steps = dict(zip(("lane", "t", "h", "t_end", "u0", "u1", "stages"), fields, strict=True))
+            steps = dict(
+                zip(("lane", "t", "h", "t_end", "u0", "u1", "stages"), fields, strict=True)
+            )
         return LaneResult(
-            retcode=place(code), t=place(t), u=place(u), naccept=place(naccept),
-            nreject=place(nreject), nf=place(nf), saved=saved, steps=steps,
+            retcode=place(code),
+            t=place(t),
+            u=place(u),
+            naccept=place(naccept),
+            nreject=place(nreject),
+            nf=place(nf),
+            saved=saved,
+            steps=steps,
         )
-

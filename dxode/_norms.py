@@ -8,7 +8,7 @@ Array = Any
 
 
 def rms_norm(xp: Any, x: Array) -> Array:
-    """Root-mean-square over the state axes of ``x`` ``(*shape, L)``: one value per lane ``(L,)``."""
+    """Root-mean-square over the state axes of ``x`` ``(*shape, L)``: one value per lane."""
     if x.ndim == 1:
         return xp.abs(x)
     axes = tuple(range(x.ndim - 1))
@@ -19,8 +19,16 @@ def rms_norm(xp: Any, x: Array) -> Array:
 
 
 def initial_step(
-    xp: Any, rhs: Any, t0: Array, u0: Array, f0: Array, direction: float, t1: Array, order: int,
-    rtol: float, atol: Any,
+    xp: Any,
+    rhs: Any,
+    t0: Array,
+    u0: Array,
+    f0: Array,
+    direction: float,
+    t1: Array,
+    order: int,
+    rtol: float,
+    atol: Any,
 ) -> Array:
     """A first step size per lane (positive ``(L,)``), Hairer, Nørsett & Wanner's heuristic.
 

@@ -33,8 +33,17 @@ class SolverOptions:
 
     @classmethod
     def from_user(
-        cls, alg: Any, *, rtol: Any = 1e-3, atol: Any = 1e-6, dt: Any = None, adaptive: Any = None,
-        controller: Any = None, maxiters: Any = 100_000, dtmin: Any = None, dtmax: Any = None,
+        cls,
+        alg: Any,
+        *,
+        rtol: Any = 1e-3,
+        atol: Any = 1e-6,
+        dt: Any = None,
+        adaptive: Any = None,
+        controller: Any = None,
+        maxiters: Any = 100_000,
+        dtmin: Any = None,
+        dtmax: Any = None,
     ) -> SolverOptions:
         stepper = get_algorithm(alg)
         if adaptive is None:
@@ -46,12 +55,15 @@ class SolverOptions:
                 f"adaptive=False with a step dt=..., or choose an adaptive method such as Tsit5()"
             )
         if not adaptive and dt is None:
-            raise ValueError(f"fixed-step integration with {stepper!r} needs a step size: pass dt=...")
+            raise ValueError(
+                f"fixed-step integration with {stepper!r} needs a step size: pass dt=..."
+            )
         if controller is None:
             controller = PIController()
         elif not isinstance(controller, AbstractController):
             raise TypeError(
-                f"controller must be a step-size controller such as PIController(), got {controller!r}"
+                "controller must be a step-size controller such as PIController(), "
+                f"got {controller!r}"
             )
         if isinstance(maxiters, bool) or not isinstance(maxiters, int) or maxiters <= 0:
             raise ValueError(f"maxiters must be a positive integer, got {maxiters!r}")

@@ -46,7 +46,9 @@ class ODEProblem:
         _validation.check_parameters_finite(p)
         self.p = p
 
-    def remake(self, *, f: Any = _UNSET, u0: Any = _UNSET, tspan: Any = _UNSET, p: Any = _UNSET) -> ODEProblem:
+    def remake(
+        self, *, f: Any = _UNSET, u0: Any = _UNSET, tspan: Any = _UNSET, p: Any = _UNSET
+    ) -> ODEProblem:
         """A copy with the given fields replaced (and validated again)."""
         return ODEProblem(
             self.f if f is _UNSET else f,
@@ -57,6 +59,6 @@ class ODEProblem:
 
     def __repr__(self) -> str:
         return (
-            f"ODEProblem(f={getattr(self.f, '__name__', self.f)!s}, u0 shape={tuple(self.u0.shape)}, "
-            f"dtype={self.u0.dtype}, tspan={self.tspan})"
+            f"ODEProblem(f={getattr(self.f, '__name__', self.f)!s}, "
+            f"u0 shape={tuple(self.u0.shape)}, dtype={self.u0.dtype}, tspan={self.tspan})"
         )

@@ -10,16 +10,16 @@ from ._solvers import LaneRHS
 Array = Any
 
 
-def as_array(xp: Any, out: Any) -> Any:
+def as_array(backend: Any, out: Any) -> Any:
     """The RHS output as an array: a list or tuple of rows is stacked along axis 0."""
     if type(out) in (list, tuple):
-        return xp.stack([xp.asarray(row) for row in out])
+        return backend.stack_rows(out)
     return out
 
 
-def checked_first_call(xp: Any, f: Callable[..., Any], u: Array, p: Any, t: Array) -> Array:
+def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t: Array) -> Array:
     """Call ``f(u, p, t)`` once and check what it returns before any integration work."""
-    out = as_array(xp, f(u, p, t))
+    out = as_array(backend, f(u, p, t))
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
         raise TypeError(
             f"f(u, p, t) must return an array (du/dt), got {type(out).__name__}; did it forget "
@@ -43,17 +43,19 @@ def checked_first_call(xp: Any, f: Callable[..., Any], u: Array, p: Any, t: Arra
     return out
 
 
-def single_lane_rhs(xp: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
+def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
     """Lane RHS for one trajectory: ``f`` sees the state without the lane axis.
 
     With more than one lane (dense output evaluated at several times of a method whose
     interpolant needs extra stages) ``f`` is called once per lane.
     """
 
+    xp = backend.xp
+
     def rhs(u: Array, t: Array) -> Array:
         if u.shape[-1] == 1:
-            return as_array(xp, f(u[..., 0], p, t[0]))[..., None]
-        columns = [as_array(xp, f(u[..., i], p, t[i])) for i in range(u.shape[-1])]
+            return as_array(backend, f(u[..., 0], p, t[0]))[..., None]
+        columns = [as_array(backend, f(u[..., i], p, t[i])) for i in range(u.shape[-1])]
         return xp.stack(columns, axis=-1)
 
     return rhs

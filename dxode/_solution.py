@@ -52,7 +52,13 @@ class ODESolution:
     """
 
     def __init__(
-        self, t: Array, u: Array, retcode: ReturnCode, stats: SolverStats, prob: Any, alg: Any,
+        self,
+        t: Array,
+        u: Array,
+        retcode: ReturnCode,
+        stats: SolverStats,
+        prob: Any,
+        alg: Any,
         dense: DenseOutput | None,
     ) -> None:
         self.t = t

@@ -18,13 +18,20 @@ from .backends import backend_for
 __all__ = ["solve"]
 
 _OPTION_NAMES = tuple(
-    name for name in inspect.signature(SolverOptions.from_user).parameters if name not in ("cls", "alg")
+    name
+    for name in inspect.signature(SolverOptions.from_user).parameters
+    if name not in ("cls", "alg")
 )
 
 
 def solve(
-    prob: ODEProblem, alg: Any = None, *, saveat: Any = None, dense: bool | None = None,
-    tstops: Any = None, **options: Any,
+    prob: ODEProblem,
+    alg: Any = None,
+    *,
+    saveat: Any = None,
+    dense: bool | None = None,
+    tstops: Any = None,
+    **options: Any,
 ) -> ODESolution:
     """Solve an ODE problem.
 
@@ -84,8 +91,8 @@ def solve(
     def as_lane_times(values: Any) -> Any:
         return backend.asarray(values, dtype=u0.dtype)
 
-    f0 = checked_first_call(xp, prob.f, u0, prob.p, xp.asarray(t0, dtype=u0.dtype))
-    rhs = single_lane_rhs(xp, prob.f, prob.p)
+    f0 = checked_first_call(backend, prob.f, u0, prob.p, xp.asarray(t0, dtype=u0.dtype))
+    rhs = single_lane_rhs(backend, prob.f, prob.p)
     lane_problem = LaneProblem(
         rhs_for=lambda params: rhs,
         u0=xp.expand_dims(u0, axis=-1),
@@ -111,4 +118,6 @@ def solve(
     stats = SolverStats(
         nf=int(result.nf[0]), naccept=int(result.naccept[0]), nreject=int(result.nreject[0])
     )
-    return ODESolution(t, u, ReturnCode(int(result.retcode[0])), stats, prob, opts.alg, dense_output)
+    return ODESolution(
+        t, u, ReturnCode(int(result.retcode[0])), stats, prob, opts.alg, dense_output
+    )

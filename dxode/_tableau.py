@@ -76,8 +76,15 @@ class ButcherTableau:
         convert = object.__setattr__
         if self.interpolant is None:
             raise ValueError("a tableau needs its dense-output 'interpolant'")
-        for name, ndim in [("c", 1), ("a", 2), ("b", 1), ("b_error", 1), ("interpolant", 2),
-                           ("c_extra", 1), ("a_extra", 2)]:
+        for name, ndim in [
+            ("c", 1),
+            ("a", 2),
+            ("b", 1),
+            ("b_error", 1),
+            ("interpolant", 2),
+            ("c_extra", 1),
+            ("a_extra", 2),
+        ]:
             convert(self, name, _as_float_array(name, getattr(self, name), ndim))
         self._check()
         s = self.c.shape[0]
@@ -110,7 +117,13 @@ class ButcherTableau:
         e = 0 if self.c_extra is None else self.c_extra.shape[0]
         if self.a_extra is not None:
             if self.a_extra.shape != (e, s + e):
-                raise ValueError(f"'a_extra' must have shape ({e}, {s + e}), got {self.a_extra.shape}")
+                raise ValueError(
+                    f"'a_extra' must have shape ({e}, {s + e}), got {self.a_extra.shape}"
+                )
+            if np.any(np.triu(self.a_extra, k=s) != 0.0):
+                raise ValueError(
+                    "extra stage i may only use the main stages and extra stages before it"
+                )
             if not np.allclose(self.a_extra.sum(axis=1), self.c_extra, rtol=0.0, atol=_TOL):
                 raise ValueError("each row of 'a_extra' must sum to the matching 'c_extra'")
         if self.interpolant.shape[0] != s + e:

@@ -60,9 +60,8 @@ def _checked_grid(name: str, values: Any, t0: float, t1: float, direction: float
     lo, hi = min(t0, t1), max(t0, t1)
     outside = grid[(grid < lo) | (grid > hi)]
     if outside.size:
-        raise ValueError(f"{name} time {outside[0]!r} is outside tspan ({t0}, {t1})")
+        raise ValueError(f"{name} time {float(outside[0])} is outside tspan ({t0}, {t1})")
     if grid.size > 1 and not np.all(direction * np.diff(grid) > 0):
         order = "increasing" if direction > 0 else "decreasing (tspan runs backwards)"
         raise ValueError(f"{name} times must be strictly {order}")
     return grid
-

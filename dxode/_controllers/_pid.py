@@ -78,8 +78,9 @@ class PIDController(AbstractController):
         if self.beta3 != 0.0:
             factor = factor * prev2 ** (-self.beta3 / k)
         accept = error_norm <= 1.0
-        factor = xp.where(accept, factor, xp.minimum(factor, self.safety))
+        # After a rejection the step must shrink: cap the factor at the safety factor.
         factor = xp.clip(factor, min=self.factor_min, max=self.factor_max)
+        factor = xp.where(accept, factor, xp.minimum(factor, self.safety))
         if self.beta2 != 0.0 or self.beta3 != 0.0:
             memory = (xp.where(accept, e, prev1), xp.where(accept, prev1, prev2))
         return accept, h * factor, memory

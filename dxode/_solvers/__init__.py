@@ -15,13 +15,13 @@ from .vern7 import Vern7
 
 __all__ = [
     "ALGORITHMS",
-    "AbstractStepper",
     "BS3",
     "DP5",
+    "RK4",
+    "AbstractStepper",
     "Euler",
     "ExplicitRungeKutta",
     "LaneRHS",
-    "RK4",
     "StepResult",
     "Tsit5",
     "Vern7",
@@ -45,5 +45,7 @@ def get_algorithm(alg: Any) -> AbstractStepper:
         try:
             return ALGORITHMS[alg.lower()]()
         except KeyError:
-            raise ValueError(f"unknown algorithm {alg!r}; choose one of {sorted(ALGORITHMS)}") from None
+            raise ValueError(
+                f"unknown algorithm {alg!r}; choose one of {sorted(ALGORITHMS)}"
+            ) from None
     raise TypeError(f"alg must be an algorithm such as Tsit5(), got {alg!r}")

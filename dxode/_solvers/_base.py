@@ -62,12 +62,21 @@ class AbstractStepper(abc.ABC):
         return self.error_order is not None
 
     @abc.abstractmethod
-    def step(self, backend: Any, rhs: LaneRHS, t: Array, u: Array, f0: Array, h: Array) -> StepResult:
-        """Attempt one step of size ``h`` (``(L,)``, signed) from ``(t, u)`` with ``f0 = f(u, t)``."""
+    def step(
+        self, backend: Any, rhs: LaneRHS, t: Array, u: Array, f0: Array, h: Array
+    ) -> StepResult:
+        """Attempt a step of size ``h`` (``(L,)``, signed) from ``(t, u)``; ``f0 = f(u, t)``."""
 
     @abc.abstractmethod
     def interpolate(
-        self, backend: Any, rhs: LaneRHS, t0: Array, h: Array, u0: Array, u1: Array, stages: Array,
+        self,
+        backend: Any,
+        rhs: LaneRHS,
+        t0: Array,
+        h: Array,
+        u0: Array,
+        u1: Array,
+        stages: Array,
         theta: Array,
     ) -> Array:
         """Dense output at ``t0 + theta * h`` (``theta`` is ``(L,)`` in ``[0, 1]``)."""

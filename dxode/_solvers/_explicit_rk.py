@@ -48,7 +48,9 @@ class ExplicitRungeKutta(AbstractStepper):
             coefs = self._coefficients[key] = _Coefficients(self.tableau, xp, like)
         return coefs
 
-    def step(self, backend: Any, rhs: LaneRHS, t: Array, u: Array, f0: Array, h: Array) -> StepResult:
+    def step(
+        self, backend: Any, rhs: LaneRHS, t: Array, u: Array, f0: Array, h: Array
+    ) -> StepResult:
         tab = self.tableau
         xp = backend.xp
         co = self._coefs(xp, u)
@@ -62,11 +64,18 @@ class ExplicitRungeKutta(AbstractStepper):
             u1, f1 = y, stages[-1, ...]
         else:
             u1, f1 = backend.combine(u, h, co.b, stages), None
-        error = None if co.e is None else backend.combine(xp.zeros_like(u), h, co.e, stages)
+        error = None if co.e is None else backend.combine(None, h, co.e, stages)
         return StepResult(u1, error, stages, f1)
 
     def interpolate(
-        self, backend: Any, rhs: LaneRHS, t0: Array, h: Array, u0: Array, u1: Array, stages: Array,
+        self,
+        backend: Any,
+        rhs: LaneRHS,
+        t0: Array,
+        h: Array,
+        u0: Array,
+        u1: Array,
+        stages: Array,
         theta: Array,
     ) -> Array:
         tab = self.tableau
@@ -81,7 +90,13 @@ class ExplicitRungeKutta(AbstractStepper):
         return xp.where(theta == 1, u1, out)
 
     def _with_extra_stages(
-        self, backend: Any, rhs: LaneRHS, co: _Coefficients, t0: Array, h: Array, u0: Array,
+        self,
+        backend: Any,
+        rhs: LaneRHS,
+        co: _Coefficients,
+        t0: Array,
+        h: Array,
+        u0: Array,
         stages: Array,
     ) -> Array:
         tab = self.tableau
@@ -119,9 +134,11 @@ class _Coefficients:
         self.a = [None] + [column(tab.a[i, :i]) for i in range(1, s)]
         self.b = column(tab.b)
         self.e = None if tab.b_error is None else column(tab.b_error)
-        self.a_extra = [] if tab.a_extra is None else [
-            column(tab.a_extra[i, : s + i]) for i in range(tab.a_extra.shape[0])
-        ]
+        self.a_extra = (
+            []
+            if tab.a_extra is None
+            else [column(tab.a_extra[i, : s + i]) for i in range(tab.a_extra.shape[0])]
+        )
         p = tab.interpolant
         self.p_degree = p.shape[1]
         self.p = xp.reshape(

@@ -1,0 +1,203 @@
+"""Test problems with known solutions: analytic ones, DETEST, the Arenstorf orbit."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A nonstiff test problem: ``f(u, p, t)`` written once for every backend."""
+
+    name: str
+    f: Callable[..., Any]
+    u0: tuple[float, ...]
+    tspan: tuple[float, float]
+    p: Any = None
+    exact: Callable[[float], np.ndarray] | None = None
+
+
+# ---- analytic problems ------------------------------------------------------------------
+
+
+def decay(u, p, t):
+    return -p * u
+
+
+def oscillator(u, p, t):
+    x, v = u
+    return [v, -x]
+
+
+DECAY = Reference(
+    "decay",
+    decay,
+    (1.0, 2.0, -0.5),
+    (0.0, 2.0),
+    p=1.5,
+    exact=lambda t: np.array([1.0, 2.0, -0.5]) * math.exp(-1.5 * t),
+)
+OSCILLATOR = Reference(
+    "oscillator",
+    oscillator,
+    (1.0, 0.0),
+    (0.0, 2.0),
+    exact=lambda t: np.array([math.cos(t), -math.sin(t)]),
+)
+
+
+# ---- the Arenstorf orbit (Hairer, Nørsett & Wanner, Solving ODEs I, Sec. II.0) -------------
+
+ARENSTORF_PERIOD = 17.0652165601579625588917206249
+_MU = 0.012277471
+
+
+def arenstorf(u, p, t):
+    y1, y2, v1, v2 = u
+    mu, mup = _MU, 1.0 - _MU
+    d1 = ((y1 + mu) ** 2 + y2**2) ** 1.5
+    d2 = ((y1 - mup) ** 2 + y2**2) ** 1.5
+    return [
+        v1,
+        v2,
+        y1 + 2 * v2 - mup * (y1 + mu) / d1 - mu * (y1 - mup) / d2,
+        y2 - 2 * v1 - mup * y2 / d1 - mu * y2 / d2,
+    ]
+
+
+ARENSTORF = Reference(
+    "arenstorf",
+    arenstorf,
+    (0.994, 0.0, 0.0, -2.00158510637908252240537862224),
+    (0.0, ARENSTORF_PERIOD),
+    # The orbit is periodic: after one period it is back at its start.
+    exact=lambda t: np.array([0.994, 0.0, 0.0, -2.00158510637908252240537862224]),
+)
+
+
+# ---- DETEST nonstiff problems (Hull, Enright, Fellen & Sedgwick, SIAM J. Numer. Anal. 1972) --
+
+
+def a1(u, p, t):
+    return -u
+
+
+def a2(u, p, t):
+    return -0.5 * u**3
+
+
+def a3(u, p, t):
+    return u * np.cos(t)
+
+
+def a4(u, p, t):
+    return 0.25 * u * (1 - u / 20)
+
+
+def a5(u, p, t):
+    return (u - t) / (u + t)
+
+
+def b1(u, p, t):
+    y1, y2 = u
+    return [2 * (y1 - y1 * y2), -(y2 - y1 * y2)]
+
+
+def b2(u, p, t):
+    y1, y2, y3 = u
+    return [-y1 + y2, y1 - 2 * y2 + y3, y2 - y3]
+
+
+def b3(u, p, t):
+    y1, y2, _ = u
+    return [-y1, y1 - y2**2, y2**2]
+
+
+def b4(u, p, t):
+    y1, y2, y3 = u
+    r = (y1**2 + y2**2) ** 0.5
+    return [-y2 - y1 * y3 / r, y1 - y2 * y3 / r, y1 / r]
+
+
+def b5(u, p, t):
+    y1, y2, y3 = u
+    return [y2 * y3, -y1 * y3, -0.51 * y1 * y2]
+
+
+def c1(u, p, t):
+    # A 10-component linear chain: y1' = -y1, yi' = y(i-1) - yi, y10' = y9.
+    xp = array_api_compat.array_namespace(u)
+    return xp.concat([-u[:1], u[:-2] - u[1:-1], u[-2:-1]])
+
+
+def _orbit(eps):
+    def d(u, p, t):
+        y1, y2, y3, y4 = u
+        r3 = (y1**2 + y2**2) ** 1.5
+        return [y3, y4, -y1 / r3, -y2 / r3]
+
+    u0 = (1 - eps, 0.0, 0.0, math.sqrt((1 + eps) / (1 - eps)))
+    return d, u0
+
+
+def e2(u, p, t):
+    # Van der Pol with mu = 1.
+    y1, y2 = u
+    return [y2, (1 - y1**2) * y2 - y1]
+
+
+def e3(u, p, t):
+    # Duffing-type forced oscillator.
+    y1, y2 = u
+    return [y2, y1**3 / 6 - y1 + 2 * np.sin(2.78535 * t)]
+
+
+D1, D1_U0 = _orbit(0.1)
+D5, D5_U0 = _orbit(0.9)
+
+DETEST = [
+    Reference("A1", a1, (1.0,), (0.0, 20.0)),
+    Reference("A2", a2, (1.0,), (0.0, 20.0)),
+    Reference("A3", a3, (1.0,), (0.0, 20.0)),
+    Reference("A4", a4, (1.0,), (0.0, 20.0)),
+    Reference("A5", a5, (4.0,), (0.0, 20.0)),
+    Reference("B1", b1, (1.0, 3.0), (0.0, 20.0)),
+    Reference("B2", b2, (2.0, 0.0, 1.0), (0.0, 20.0)),
+    Reference("B3", b3, (1.0, 0.0, 0.0), (0.0, 20.0)),
+    Reference("B4", b4, (3.0, 0.0, 0.0), (0.0, 20.0)),
+    Reference("B5", b5, (0.0, 1.0, 1.0), (0.0, 20.0)),
+    Reference("C1", c1, (1.0,) + (0.0,) * 9, (0.0, 20.0)),
+    Reference("D1", D1, D1_U0, (0.0, 20.0)),
+    Reference("D5", D5, D5_U0, (0.0, 20.0)),
+    Reference("E2", e2, (2.0, 0.0), (0.0, 20.0)),
+    Reference("E3", e3, (0.0, 0.0), (0.0, 20.0)),
+]
+
+
+def scipy_reference(problem: Reference, times: np.ndarray) -> np.ndarray:
+    """SciPy's DOP853 at rtol = atol = 1e-13: ``(len(times), n)``."""
+    return _scipy(problem, times, "DOP853", 1e-13)
+
+
+def scipy_rk45(problem: Reference, times: np.ndarray, tol: float) -> np.ndarray:
+    """SciPy's RK45 (a peer of the same order) at rtol = atol = ``tol``."""
+    return _scipy(problem, times, "RK45", tol)
+
+
+def _scipy(problem: Reference, times: np.ndarray, method: str, tol: float) -> np.ndarray:
+    from scipy.integrate import solve_ivp
+
+    def f(t, u):
+        return np.asarray(problem.f(u, problem.p, t), dtype=float)
+
+    sol = solve_ivp(
+        f, problem.tspan, np.array(problem.u0), method=method, t_eval=times, rtol=tol, atol=tol
+    )
+    assert sol.success
+    return sol.y.T

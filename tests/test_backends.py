@@ -1,0 +1,87 @@
+"""Every method × backend × dtype: the core runs on NumPy, array_api_strict and CuPy alike."""
+
+from __future__ import annotations
+
+import math
+
+import array_api_compat
+import numpy as np
+import pytest
+
+import dxode
+
+from conftest import to_numpy
+from problems import oscillator
+
+ADAPTIVE = [dxode.BS3, dxode.DP5, dxode.Tsit5, dxode.Vern7]
+FIXED = [dxode.Euler, dxode.RK4]
+
+
+def _problem(xp, dtype_name):
+    dtype = getattr(xp, dtype_name)
+    return dxode.ODEProblem(oscillator, xp.asarray([1.0, 0.0], dtype=dtype), (0.0, 2.0))
+
+
+def _check_result(xp, sol, dtype_name, tol):
+    assert array_api_compat.array_namespace(sol.u) is array_api_compat.array_namespace(
+        xp.asarray([0.0])
+    )
+    assert sol.u.dtype == getattr(xp, dtype_name)
+    assert sol.t.dtype == getattr(xp, dtype_name)
+    assert sol.retcode == dxode.ReturnCode.Success
+    end = to_numpy(sol.u[-1, ...])
+    np.testing.assert_allclose(end, [math.cos(2.0), -math.sin(2.0)], atol=tol)
+
+
+@pytest.mark.parametrize("alg", ADAPTIVE, ids=lambda a: a.__name__)
+def test_adaptive_methods(xp, dtype_name, alg):
+    tol = 1e-6 if dtype_name == "float64" else 1e-4
+    sol = dxode.solve(_problem(xp, dtype_name), alg(), rtol=tol, atol=tol)
+    _check_result(xp, sol, dtype_name, 50 * tol)
+    dense = sol(xp.asarray([0.5, 1.5], dtype=getattr(xp, dtype_name)))
+    assert dense.dtype == getattr(xp, dtype_name)
+    np.testing.assert_allclose(to_numpy(dense)[:, 0], np.cos([0.5, 1.5]), atol=50 * tol)
+
+
+@pytest.mark.parametrize("alg", FIXED, ids=lambda a: a.__name__)
+def test_fixed_step_methods(xp, dtype_name, alg):
+    dt = 1e-3 if alg is dxode.Euler else 1e-2
+    sol = dxode.solve(_problem(xp, dtype_name), alg(), dt=dt)
+    tol = 5e-3 if alg is dxode.Euler else (1e-6 if dtype_name == "float64" else 1e-4)
+    _check_result(xp, sol, dtype_name, tol)
+
+
+def test_saveat_and_float32_time_grid(xp, dtype_name):
+    sol = dxode.solve(_problem(xp, dtype_name), dxode.Tsit5(), saveat=0.5, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(sol.t), [0.0, 0.5, 1.0, 1.5, 2.0])
+    assert sol.u.shape == (5, 2)
+    np.testing.assert_allclose(to_numpy(sol.u)[:, 0], np.cos(to_numpy(sol.t)), atol=1e-3)
+
+
+def test_matrix_state_keeps_its_shape(xp):
+    # One lane with a matrix state: f sees the whole (2, 3) array.
+    def f(u, p, t):
+        return -u
+
+    u0 = xp.reshape(xp.arange(6, dtype=xp.float64) + 1.0, (2, 3))
+    sol = dxode.solve(dxode.ODEProblem(f, u0, (0.0, 1.0)), rtol=1e-8, atol=1e-8)
+    assert sol.u.shape[1:] == (2, 3)
+    np.testing.assert_allclose(to_numpy(sol.u[-1, ...]), to_numpy(u0) * math.exp(-1.0), rtol=1e-6)
+
+
+def test_import_dxode_does_not_import_cupy_or_dask():
+    import subprocess
+    import sys
+
+    code = "import sys, dxode, dxode.backends; print('cupy' in sys.modules, 'dask' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_backend_lookup():
+    from dxode.backends import NumpyBackend, backend_for, get_backend
+
+    assert isinstance(get_backend("numpy"), NumpyBackend)
+    assert backend_for(np.zeros(2)) is get_backend("numpy")
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        get_backend("tpu")

@@ -1,0 +1,152 @@
+"""Bad input fails before any work with a message naming the problem; failures get retcodes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import dxode
+from dxode import ReturnCode
+
+from problems import decay, oscillator
+
+
+def _prob(**overrides):
+    kwargs = {"f": oscillator, "u0": [1.0, 0.0], "tspan": (0.0, 1.0), "p": None} | overrides
+    return dxode.ODEProblem(kwargs["f"], kwargs["u0"], kwargs["tspan"], kwargs["p"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "match"),
+    [
+        ({"u0": [1.0, math.nan]}, ValueError, "u0 contains non-finite"),
+        ({"u0": [1.0, math.inf]}, ValueError, "u0 contains non-finite"),
+        ({"u0": ["a", "b"]}, TypeError, "real floating dtype"),
+        ({"u0": [1 + 2j]}, TypeError, "real floating dtype"),
+        ({"p": (1.0, math.nan)}, ValueError, r"p\[1\] is not finite"),
+        ({"p": {"k": np.array([1.0, np.inf])}}, ValueError, r"p\['k'\] contains non-finite"),
+        ({"tspan": (0.0, 0.0)}, ValueError, "tspan is empty"),
+        ({"tspan": (0.0, math.inf)}, ValueError, "tspan must be finite"),
+        ({"tspan": (0.0,)}, ValueError, "tspan must be a pair"),
+        ({"f": 3.0}, TypeError, "f must be callable"),
+    ],
+)
+def test_problem_validation(overrides, error, match):
+    with pytest.raises(error, match=match):
+        _prob(**overrides)
+
+
+def test_integer_u0_becomes_float64():
+    assert _prob(u0=[1, 0]).u0.dtype == np.float64
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"rtol": 0.0}, ValueError, "rtol must be positive"),
+        ({"rtol": -1e-3}, ValueError, "rtol must be positive"),
+        ({"atol": 0.0}, ValueError, "atol must be positive"),
+        ({"atol": [1e-6, -1.0]}, ValueError, "atol must be positive"),
+        ({"dt": -0.1}, ValueError, "dt must be positive"),
+        ({"maxiters": 0}, ValueError, "maxiters must be a positive integer"),
+        ({"saveat": [0.5, 2.0]}, ValueError, r"saveat time 2.0 is outside tspan"),
+        ({"saveat": [0.5, 0.2]}, ValueError, "strictly increasing"),
+        ({"saveat": []}, ValueError, "saveat is empty"),
+        ({"saveat": -1.0}, ValueError, "saveat as an interval must be positive"),
+        ({"tstops": [3.0]}, ValueError, "tstops time 3.0 is outside tspan"),
+        ({"bogus": 1}, TypeError, r"unknown option\(s\) \['bogus'\]"),
+        ({"controller": "pi"}, TypeError, "controller must be a step-size controller"),
+    ],
+)
+def test_option_validation(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        dxode.solve(_prob(), dxode.Tsit5(), **kwargs)
+
+
+def test_algorithm_lookup_errors():
+    with pytest.raises(ValueError, match="unknown algorithm 'rk99'"):
+        dxode.solve(_prob(), "rk99")
+    with pytest.raises(ValueError, match="needs a step size: pass dt"):
+        dxode.solve(_prob(), dxode.RK4())
+    with pytest.raises(ValueError, match="cannot take adaptive steps"):
+        dxode.solve(_prob(), dxode.Euler(), dt=0.1, adaptive=True)
+    assert dxode.solve(_prob(), "DP5").alg.__class__ is dxode.DP5
+    assert dxode.solve(_prob(), dxode.Vern7).alg.__class__ is dxode.Vern7
+
+
+@pytest.mark.parametrize(
+    ("f", "error", "match"),
+    [
+        (lambda u, p, t: None, TypeError, "must return an array"),
+        (lambda u, p, t: [u[0]], ValueError, r"returned shape \(1,\) for a state of shape \(2,\)"),
+        (
+            lambda u, p, t: np.asarray(u, dtype=np.float64),
+            TypeError,
+            "returned dtype float64 for a float32",
+        ),
+        (lambda u, p, t: np.asarray(u, dtype=object), TypeError, "use `autograd.numpy`"),
+    ],
+)
+def test_rhs_output_is_checked_before_integrating(f, error, match):
+    prob = dxode.ODEProblem(f, np.array([1.0, 0.0], dtype=np.float32), (0.0, 1.0))
+    with pytest.raises(error, match=match):
+        dxode.solve(prob)
+
+
+def test_maxiters_retcode():
+    sol = dxode.solve(_prob(tspan=(0.0, 100.0)), dxode.Tsit5(), maxiters=10)
+    assert sol.retcode == ReturnCode.MaxIters
+    assert not sol.success
+    assert sol.stats.naccept + sol.stats.nreject == 10
+    assert "maxiters" in sol.retcode.message
+
+
+def test_blowup_gives_dt_less_than_min():
+    # u' = u^2, u(0) = 1 blows up at t = 1.
+    prob = dxode.ODEProblem(lambda u, p, t: u * u, [1.0], (0.0, 2.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), rtol=1e-6, atol=1e-6)
+    assert sol.retcode == ReturnCode.DtLessThanMin
+    assert float(sol.t[-1]) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_nan_rhs_gives_unstable():
+    def f(u, p, t):
+        return -u + (np.nan if t > 0.5 else 0.0)
+
+    sol = dxode.solve(dxode.ODEProblem(f, [1.0], (0.0, 1.0)), dxode.Tsit5())
+    assert sol.retcode == ReturnCode.Unstable
+    assert float(sol.t[-1]) <= 0.5
+    assert np.all(np.isfinite(sol.u))
+
+
+def test_nan_in_fixed_step_gives_unstable():
+    def f(u, p, t):
+        return -u + (np.nan if t > 0.5 else 0.0)
+
+    sol = dxode.solve(dxode.ODEProblem(f, [1.0], (0.0, 1.0)), dxode.RK4(), dt=0.1)
+    assert sol.retcode == ReturnCode.Unstable
+
+
+def test_saveat_points_after_a_failure_are_nan():
+    prob = dxode.ODEProblem(lambda u, p, t: u * u, [1.0], (0.0, 2.0))
+    sol = dxode.solve(prob, saveat=[0.0, 0.5, 1.5])
+    assert sol.retcode == ReturnCode.DtLessThanMin
+    assert np.isfinite(sol.u[1, 0]) and np.isnan(sol.u[2, 0])
+
+
+def test_dense_output_errors():
+    sol = dxode.solve(dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0), saveat=0.5)
+    with pytest.raises(ValueError, match="no dense output"):
+        sol(0.25)
+    dense = dxode.solve(dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0))
+    with pytest.raises(ValueError, match="outside the solved span"):
+        dense(1.5)
+
+
+def test_retcode_messages_are_actionable():
+    for code in ReturnCode:
+        assert len(code.message) > 20
+    assert ReturnCode.Success.successful and ReturnCode.Terminated.successful
+    assert not ReturnCode.Unstable.successful
