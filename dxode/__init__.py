@@ -16,6 +16,21 @@ from ._controllers import (
 from ._controllers import (
     PIDController as PIDController,
 )
+from ._ensemble_algorithms import (
+    AbstractEnsembleAlgorithm as AbstractEnsembleAlgorithm,
+    EnsembleArray as EnsembleArray,
+    EnsembleSerial as EnsembleSerial,
+)
+from ._ensemble_problem import (
+    BatchContext as BatchContext,
+    EnsembleProblem as EnsembleProblem,
+    TrajectoryContext as TrajectoryContext,
+)
+from ._ensemble_solution import (
+    EnsembleSolution as EnsembleSolution,
+    EnsembleStats as EnsembleStats,
+    EnsembleSummary as EnsembleSummary,
+)
 from ._problem import ODEProblem as ODEProblem
 from ._retcode import ReturnCode as ReturnCode
 from ._solution import ODESolution as ODESolution
@@ -51,6 +66,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BS3",
+    "AbstractEnsembleAlgorithm",
+    "BatchContext",
+    "EnsembleArray",
+    "EnsembleProblem",
+    "EnsembleSerial",
+    "EnsembleSolution",
+    "EnsembleStats",
+    "EnsembleSummary",
+    "TrajectoryContext",
     "DP5",
     "RK4",
     "AbstractController",

@@ -61,8 +61,15 @@ class LaneProblem:
     f0: Array | None = None
 
 
-def integrate(problem: LaneProblem, options: SolverOptions, backend: Any) -> LaneResult:
-    """Integrate every lane of ``problem`` to its end time (or failure)."""
+def integrate(
+    problem: LaneProblem, options: SolverOptions, backend: Any, lockstep: bool = False
+) -> LaneResult:
+    """Integrate every lane of ``problem`` to its end time (or failure).
+
+    With ``lockstep`` all lanes share one step size, controlled by the RMS of their error
+    norms (the behaviour of array-based ensembles elsewhere, kept for comparison): a lane
+    then no longer controls its own error.
+    """
     xp = backend.xp
     stepper = options.alg
     u0 = problem.u0
@@ -82,6 +89,8 @@ def integrate(problem: LaneProblem, options: SolverOptions, backend: Any) -> Lan
     else:
         h = initial_step(xp, rhs, t0, u0, f0, direction, t1, stepper.order, options.rtol, atol)
         nf_start += 1
+        if lockstep:
+            h = xp.zeros_like(h) + xp.min(h)
     if options.dtmax is not None:
         h = xp.minimum(h, options.dtmax)
     dtmin = (
@@ -153,6 +162,8 @@ def integrate(problem: LaneProblem, options: SolverOptions, backend: Any) -> Lan
         if options.adaptive:
             scale = options.rtol * xp.maximum(xp.abs(u), xp.abs(result.u1)) + atol
             err = rms_norm(xp, result.error / scale)
+            if lockstep:
+                err = _shared_error(xp, err, None if all_active else lanes["active"])
             finite = xp.isfinite(err)
             accept, h_next, ctrl = options.controller.adapt(
                 xp, xp.where(finite, err, math.inf), habs, lanes.group("ctrl"), stepper.error_order
@@ -228,6 +239,13 @@ def integrate(problem: LaneProblem, options: SolverOptions, backend: Any) -> Lan
                 all_active = False
 
     return records.result()
+
+
+def _shared_error(xp: Any, err: Array, active: Array | None) -> Array:
+    """Every lane gets the RMS of the (active) lanes' error norms."""
+    squares = err * err if active is None else xp.where(active, err * err, 0.0)
+    count = err.shape[0] if active is None else xp.sum(xp.astype(active, err.dtype))
+    return xp.zeros_like(err) + xp.sqrt(xp.sum(squares) / count)
 
 
 def _expand(xp: Any, mask: Array, like: Array) -> Array:

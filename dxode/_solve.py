@@ -5,6 +5,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from ._ensemble_problem import EnsembleProblem
+from ._ensemble_solution import EnsembleSolution
+from ._ensemble_solve import solve_ensemble
 from ._integrator import LaneProblem, integrate
 from ._interpolation import DenseOutput
 from ._options import SolverOptions
@@ -25,20 +28,25 @@ _OPTION_NAMES = tuple(
 
 
 def solve(
-    prob: ODEProblem,
+    prob: ODEProblem | EnsembleProblem,
     alg: Any = None,
+    ensemble_alg: Any = None,
     *,
     saveat: Any = None,
     dense: bool | None = None,
     tstops: Any = None,
+    trajectories: int | None = None,
+    batch_size: int | None = None,
+    seed: int | None = None,
     **options: Any,
-) -> ODESolution:
-    """Solve an ODE problem.
+) -> ODESolution | EnsembleSolution:
+    """Solve an ODE problem, or an ensemble of them.
 
     Parameters
     ----------
-    prob : ODEProblem
-        The problem.
+    prob : ODEProblem or EnsembleProblem
+        The problem. For an :class:`EnsembleProblem`, ``trajectories`` is required and the
+        result is an :class:`EnsembleSolution`.
     alg : algorithm, optional
         ``Tsit5()`` (the default), ``DP5()``, ``BS3()``, ``Vern7()``, ``RK4()``, ``Euler()``,
         a class or a name such as ``"tsit5"``.
@@ -50,6 +58,15 @@ def solve(
         true without ``saveat`` and false with it.
     tstops : array_like, optional
         Times the integrator must step to exactly (e.g. discontinuities of ``f``).
+    ensemble_alg : EnsembleArray or EnsembleSerial, optional
+        Ensembles only: how batches are computed (default ``EnsembleArray()``).
+    trajectories : int
+        Ensembles only: how many trajectories.
+    batch_size : int, optional
+        Ensembles only: trajectories per batch (default 10,000 on NumPy, 10^6 on CuPy).
+    seed : int, optional
+        Ensembles only: the master seed of the per-trajectory random streams (fresh entropy
+        by default, recorded as ``sim.seed``).
     rtol, atol : float
         Relative and absolute tolerances (defaults ``1e-3`` and ``1e-6``); ``atol`` may be an
         array with ``u0``'s shape.
@@ -66,18 +83,34 @@ def solve(
 
     Returns
     -------
-    ODESolution
+    ODESolution or EnsembleSolution
         ``sol.t``, ``sol.u`` (``(len(t), *u0.shape)``), ``sol.retcode``, ``sol.stats`` and
-        ``sol(t)``.
+        ``sol(t)``; for ensembles ``sim.u`` is ``(trajectories, len(t), *u0.shape)``.
+
+    Notes
+    -----
+    For an ensemble without ``saveat``, each trajectory's start and end are saved. Dense
+    output of ensembles (``dense=True``) keeps every step of every trajectory: use it for
+    small ensembles only.
     """
-    if not isinstance(prob, ODEProblem):
-        raise TypeError(f"solve expects an ODEProblem, got {type(prob).__name__}")
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
         raise TypeError(
             f"solve() got unknown option(s) {unknown}; valid options are saveat, dense, tstops, "
             f"{', '.join(_OPTION_NAMES)}"
         )
+    if isinstance(prob, EnsembleProblem):
+        if trajectories is None:
+            raise TypeError("solving an EnsembleProblem needs trajectories=N")
+        return solve_ensemble(prob, alg, ensemble_alg, trajectories=trajectories,
+                              batch_size=batch_size, saveat=saveat, dense=dense, tstops=tstops,
+                              seed=seed, options=options)
+    if not isinstance(prob, ODEProblem):
+        raise TypeError(f"solve expects an ODEProblem or EnsembleProblem, got {type(prob).__name__}")
+    for name, value in (("ensemble_alg", ensemble_alg), ("trajectories", trajectories),
+                        ("batch_size", batch_size), ("seed", seed)):
+        if value is not None:
+            raise TypeError(f"{name} applies to an EnsembleProblem, not to a single ODEProblem")
     opts = SolverOptions.from_user(alg, **options)
     backend = backend_for(prob.u0)
     xp = backend.xp
