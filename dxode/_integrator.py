@@ -120,7 +120,12 @@ def integrate(
     if problem.save_times is not None:
         first = problem.save_times[0, ...] == t0
         records.save(lanes["lane"], xp.zeros(n_lanes, dtype=xp.int64), u0, first)
-        lanes.put(ts=problem.save_times, save_idx=xp.astype(first, xp.int64))
+        # A sentinel row past the last save time: a lane that saved everything never saves again.
+        sentinel = xp.full((1, n_lanes), direction * math.inf, dtype=dtype)
+        ts = xp.concat([problem.save_times, sentinel])
+        save_idx = xp.astype(first, xp.int64)
+        next_save = xp.squeeze(xp.take_along_axis(ts, save_idx[None, ...], axis=0), axis=0)
+        lanes.put(ts=ts, save_idx=save_idx, next_save=next_save)
         if stepper.interpolation_rhs_evals:
             lanes.put(nf_extra=xp.zeros(n_lanes, dtype=xp.int64))
     tstops = problem.tstops
@@ -181,20 +186,7 @@ def integrate(
         # Outputs from the accepted steps, then advance.
         if n_save:
             _save_passed_points(
-                backend,
-                stepper,
-                lanes,
-                records,
-                problem,
-                rhs,
-                accept,
-                t,
-                hs,
-                u,
-                result,
-                t_new,
-                direction,
-                n_save,
+                backend, stepper, lanes, records, problem, accept, t, hs, u, result, t_new, direction
             )
         if problem.save_steps:
             records.step(lanes["lane"], t, hs, t_new, u, result.u1, result.stages, accept)
@@ -265,7 +257,6 @@ def _save_passed_points(
     lanes: WorkingSet,
     records: LaneRecords,
     problem: LaneProblem,
-    rhs: LaneRHS,
     accept: Array,
     t: Array,
     hs: Array,
@@ -273,31 +264,37 @@ def _save_passed_points(
     result: Any,
     t_new: Array,
     direction: float,
-    n_save: int,
 ) -> None:
-    """Fill the save points each accepted lane stepped over, from the step's dense output."""
+    """Fill the save points each accepted lane stepped over, from the step's dense output.
+
+    Each lane keeps its next save time (``inf`` past the last), so a step that passes no save
+    point costs three elementwise operations.
+    """
     xp = backend.xp
-    ts = lanes["ts"]
+    next_save = lanes["next_save"]
+    due = accept & (direction * (next_save - t_new) <= 0)
+    if not bool(xp.any(due)):
+        return
     save_idx = lanes["save_idx"]
     while True:
-        clipped = xp.clip(save_idx, max=n_save - 1)
-        next_t = xp.squeeze(xp.take_along_axis(ts, clipped[None, ...], axis=0), axis=0)
-        due = accept & (save_idx < n_save) & (direction * (next_t - t_new) <= 0)
-        if not bool(xp.any(due)):
-            break
         idx = xp.nonzero(due)[0]
 
         def sub(x: Array, idx: Array = idx) -> Array:
             return xp.take(x, idx, axis=-1)
 
-        theta = (sub(next_t) - sub(t)) / sub(hs)
+        theta = (sub(next_save) - sub(t)) / sub(hs)
         sub_rhs = problem.rhs_for(tuple(sub(p) for p in lanes.group("p")))
         values = stepper.interpolate(
             backend, sub_rhs, sub(t), sub(hs), sub(u), sub(result.u1), sub(result.stages), theta
         )
         records.save(sub(lanes["lane"]), sub(save_idx), values, None)
-        save_idx = save_idx + xp.astype(due, xp.int64)
         if stepper.interpolation_rhs_evals:
             extra = stepper.interpolation_rhs_evals * xp.astype(due, xp.int64)
             lanes.put(nf_extra=lanes["nf_extra"] + extra)
-    lanes.put(save_idx=save_idx)
+        save_idx = save_idx + xp.astype(due, xp.int64)
+        following = xp.squeeze(xp.take_along_axis(lanes["ts"], save_idx[None, ...], axis=0), axis=0)
+        next_save = xp.where(due, following, next_save)
+        due = due & (direction * (next_save - t_new) <= 0)
+        if not bool(xp.any(due)):
+            break
+    lanes.put(save_idx=save_idx, next_save=next_save)
