@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -36,23 +37,39 @@ class Backend(abc.ABC):
     def synchronize(self) -> None:  # noqa: B027 - a no-op unless the backend is asynchronous
         """Wait until queued work is done (a no-op on synchronous backends)."""
 
+    def ignore_fp_errors(self) -> Any:
+        """A context in which overflow or invalid operations pass silently.
+
+        Lanes that blow up are handled by return codes, so the library's floating-point
+        warnings would only be noise. A no-op for libraries that do not warn.
+        """
+        return contextlib.nullcontext()
+
     def combine(self, u: Array | None, h: Array, weights: Array, stages: Array) -> Array:
         """``u + h * sum_j weights[j] * stages[j]``: a Runge–Kutta stage combination.
 
         With ``u=None`` the ``u +`` is left out (for error estimates).
 
-        ``weights`` is ``(m, 1, ..., 1)`` and ``stages`` ``(>= m, *shape, L)``; ``h`` is ``(L,)``.
+        ``weights`` is ``(m, 1, ..., 1)`` (or ``(m, 1, ..., L)``, per lane) and ``stages``
+        ``(>= m, *shape, L)``; ``h`` is ``(L,)``.
         The sum runs over ``j`` in order, elementwise per lane, so every backend gives a lane
         the same bits whatever the batch size.
         """
+        xp = self.xp
         m = weights.shape[0]
-        increment = h * self.xp.sum(weights * stages[:m, ...], axis=0)
+        # A cumulative sum adds in order (a plain sum may add pairwise, in an order that
+        # depends on the array's shape).
+        increment = h * xp.cumulative_sum(weights * stages[:m, ...], axis=0)[-1, ...]
         return increment if u is None else u + increment
 
-    def stack_rows(self, rows: Any) -> Array:
-        """An RHS that returned a list of rows, stacked along a new first axis."""
+    def stack_rows(self, rows: Any, out: Array | None = None) -> Array:
+        """An RHS that returned a list of rows, stacked along a new first axis (into ``out``)."""
         xp = self.xp
-        return xp.stack([xp.asarray(row) for row in rows])
+        stacked = xp.stack([xp.asarray(row) for row in rows])
+        if out is None:
+            return stacked
+        out[...] = stacked
+        return out
 
     def scatter_rows(self, keys: Array, values: Array, n_rows: int, fill: float) -> Array:
         """Rows ``values[i]`` placed at ``out[keys[i]]`` in an ``(n_rows, ...)`` array.

@@ -18,17 +18,29 @@ from ._controllers import (
 )
 from ._ensemble_algorithms import (
     AbstractEnsembleAlgorithm as AbstractEnsembleAlgorithm,
+)
+from ._ensemble_algorithms import (
     EnsembleArray as EnsembleArray,
+)
+from ._ensemble_algorithms import (
     EnsembleSerial as EnsembleSerial,
 )
 from ._ensemble_problem import (
     BatchContext as BatchContext,
+)
+from ._ensemble_problem import (
     EnsembleProblem as EnsembleProblem,
+)
+from ._ensemble_problem import (
     TrajectoryContext as TrajectoryContext,
 )
 from ._ensemble_solution import (
     EnsembleSolution as EnsembleSolution,
+)
+from ._ensemble_solution import (
     EnsembleStats as EnsembleStats,
+)
+from ._ensemble_solution import (
     EnsembleSummary as EnsembleSummary,
 )
 from ._problem import ODEProblem as ODEProblem
@@ -66,20 +78,19 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BS3",
+    "DP5",
+    "RK4",
+    "AbstractController",
     "AbstractEnsembleAlgorithm",
+    "AbstractStepper",
     "BatchContext",
+    "ButcherTableau",
     "EnsembleArray",
     "EnsembleProblem",
     "EnsembleSerial",
     "EnsembleSolution",
     "EnsembleStats",
     "EnsembleSummary",
-    "TrajectoryContext",
-    "DP5",
-    "RK4",
-    "AbstractController",
-    "AbstractStepper",
-    "ButcherTableau",
     "Euler",
     "ExplicitRungeKutta",
     "IController",
@@ -89,6 +100,7 @@ __all__ = [
     "PIDController",
     "ReturnCode",
     "SolverStats",
+    "TrajectoryContext",
     "Tsit5",
     "Vern7",
     "__version__",

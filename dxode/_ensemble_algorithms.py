@@ -1,7 +1,7 @@
 """Ensemble algorithms: how the batches of an ensemble are computed.
 
 Every algorithm splits the trajectories into batches and turns each batch into a
-:class:`~dxode._ensemble_batch.BatchResult`; ``output_func`` (with reruns) runs per batch,
+``BatchResult``; ``output_func`` (with reruns) runs per batch,
 ``reduction`` folds batch results in order and may stop early. ``EnsembleArray`` solves a
 batch as one vectorized lane program; ``EnsembleSerial`` solves its trajectories one by one
 (the reference every other algorithm must agree with).
@@ -34,23 +34,26 @@ class AbstractEnsembleAlgorithm(abc.ABC):
     default_batch_size: int = 10_000
 
     @abc.abstractmethod
-    def run_batch(self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec,
-                  repeat: np.ndarray) -> BatchResult:
+    def run_batch(
+        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+    ) -> BatchResult:
         """Solve the trajectories ``indices`` (attempt ``repeat`` of each) as one batch."""
 
     def backend_name(self) -> str | None:
         """The backend batches compute on (``None``: that of ``prob.u0``)."""
         return None
 
-    def solve_batches(self, eprob: EnsembleProblem, batches: list[np.ndarray],
-                      spec: BatchSpec) -> Iterator[BatchResult]:
+    def solve_batches(
+        self, eprob: EnsembleProblem, batches: list[np.ndarray], spec: BatchSpec
+    ) -> Iterator[BatchResult]:
         """Batch results in order (lazily, so a converged reduction stops the work)."""
         for indices in batches:
             yield finish_batch(self, eprob, indices, spec)
 
 
-def finish_batch(alg: AbstractEnsembleAlgorithm, eprob: EnsembleProblem, indices: np.ndarray,
-                 spec: BatchSpec) -> BatchResult:
+def finish_batch(
+    alg: AbstractEnsembleAlgorithm, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec
+) -> BatchResult:
     """Solve a batch, then apply ``output_func`` with its reruns."""
     result = alg.run_batch(eprob, indices, spec, np.zeros_like(indices))
     if eprob.output_func is None:
@@ -62,8 +65,9 @@ def finish_batch(alg: AbstractEnsembleAlgorithm, eprob: EnsembleProblem, indices
     for _ in range(_MAX_RERUNS):
         rerun = []
         for pos_in_current, pos in enumerate(pending):
-            value, again = eprob.output_func(_trajectory_solution(current, pos_in_current, eprob, spec),
-                                             int(indices[pos]))
+            value, again = eprob.output_func(
+                _trajectory_solution(current, pos_in_current, eprob, spec), int(indices[pos])
+            )
             values[pos] = value
             if again:
                 rerun.append(pos)
@@ -85,12 +89,20 @@ def _copy_lane(into: BatchResult, pos: int, source: BatchResult, source_pos: int
         getattr(into, name)[pos] = getattr(source, name)[source_pos]
 
 
-def _trajectory_solution(batch: BatchResult, pos: int, eprob: EnsembleProblem,
-                         spec: BatchSpec) -> ODESolution:
+def _trajectory_solution(
+    batch: BatchResult, pos: int, eprob: EnsembleProblem, spec: BatchSpec
+) -> ODESolution:
     t = batch.t if batch.t.ndim == 1 else batch.t[pos, ...]
     stats = SolverStats(int(batch.nf[pos]), int(batch.naccept[pos]), int(batch.nreject[pos]))
-    return ODESolution(t, batch.u[pos, ...], ReturnCode(int(batch.retcode[pos])), stats,
-                       eprob.prob, spec.options.alg, None)
+    return ODESolution(
+        t,
+        batch.u[pos, ...],
+        ReturnCode(int(batch.retcode[pos])),
+        stats,
+        eprob.prob,
+        spec.options.alg,
+        None,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +133,9 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
     def default_batch_size(self) -> int:  # type: ignore[override]
         return 1_000_000 if self.backend == "cupy" else 10_000
 
-    def run_batch(self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec,
-                  repeat: np.ndarray) -> BatchResult:
+    def run_batch(
+        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+    ) -> BatchResult:
         return solve_batch(eprob, indices, spec, repeat)
 
 
@@ -130,18 +143,28 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
 class EnsembleSerial(AbstractEnsembleAlgorithm):
     """One ordinary ``solve`` per trajectory: slow, simple, and the reference for the others."""
 
-    def run_batch(self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec,
-                  repeat: np.ndarray) -> BatchResult:
+    def run_batch(
+        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+    ) -> BatchResult:
         from ._solve import solve
 
         if spec.dense:
-            raise ValueError("EnsembleSerial keeps no dense output; use EnsembleArray for dense=True")
+            raise ValueError(
+                "EnsembleSerial keeps no dense output; use EnsembleArray for dense=True"
+            )
         sols = []
         for i, r in zip(indices, repeat, strict=True):
             prob = trajectory_problem(eprob, int(i), int(r), spec.seed)
             saveat = spec.saveat if spec.saveat is not None else list(prob.tspan)
-            sols.append(solve(prob, spec.options.alg, saveat=saveat, tstops=spec.tstops,
-                              **_option_kwargs(spec)))
+            sols.append(
+                solve(
+                    prob,
+                    spec.options.alg,
+                    saveat=saveat,
+                    tstops=spec.tstops,
+                    **_option_kwargs(spec),
+                )
+            )
         xp = _namespace(sols[0].u)
         times = [s.t for s in sols]
         shared = all(bool(xp.all(t == times[0])) for t in times)
@@ -163,24 +186,34 @@ def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: in
     if eprob.batch_func is not None:
         from ._ensemble_problem import BatchContext
 
-        data = eprob.batch_func(eprob.prob, BatchContext(np.array([index]), np.array([repeat]), seed))
+        data = eprob.batch_func(
+            eprob.prob, BatchContext(np.array([index]), np.array([repeat]), seed)
+        )
         row = 0
     else:
         data, row = eprob.arrays, index
     changes = {}
     if "u0" in data:
-        changes["u0"] = data["u0"][row]
+        changes["u0"] = data["u0"][row, ...]
     if "tspan" in data:
         changes["tspan"] = tuple(float(x) for x in np.asarray(data["tspan"][row]))
     if "p" in data:
-        changes["p"] = _pytree.map_leaves(lambda leaf: leaf[row], data["p"])
+        changes["p"] = _pytree.map_leaves(lambda leaf: leaf[row, ...], data["p"])
     return eprob.prob.remake(**changes)
 
 
 def _option_kwargs(spec: BatchSpec) -> dict[str, Any]:
     o = spec.options
-    return {"rtol": o.rtol, "atol": o.atol, "dt": o.dt, "adaptive": o.adaptive,
-            "controller": o.controller, "maxiters": o.maxiters, "dtmin": o.dtmin, "dtmax": o.dtmax}
+    return {
+        "rtol": o.rtol,
+        "atol": o.atol,
+        "dt": o.dt,
+        "adaptive": o.adaptive,
+        "controller": o.controller,
+        "maxiters": o.maxiters,
+        "dtmin": o.dtmin,
+        "dtmax": o.dtmax,
+    }
 
 
 def _namespace(x: Any) -> Any:

@@ -1,4 +1,4 @@
-"""One batch of an ensemble: build its lanes, run the lane integrator, collect per-trajectory results.
+"""One batch of an ensemble: build its lanes, run the lane integrator, collect the results.
 
 ``solve_batch`` is the unit of work of every ensemble algorithm: ``EnsembleArray`` calls it
 batch after batch, and a Dask task calls the very same function on a worker.
@@ -84,7 +84,9 @@ def solve_batch(
     t0, t1 = lanes.t0, lanes.t1
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
     grid = _lane_save_grid(spec.saveat, t0, t1, shared_span)
-    tstops = stop_times(spec.tstops, float(t0[0]), float(t1[0])) if spec.tstops is not None else None
+    tstops = (
+        stop_times(spec.tstops, float(t0[0]), float(t1[0])) if spec.tstops is not None else None
+    )
 
     f = eprob.prob.f
     p_leaves = _pytree.leaves(lanes.p)
@@ -92,14 +94,19 @@ def solve_batch(
     def p_for(lane_leaves: tuple[Array, ...]) -> Any:
         """The batch's ``p`` with its per-lane leaves replaced (after lane compaction)."""
         it = iter(lane_leaves)
-        new = [next(it) if is_lane else leaf for leaf, is_lane in zip(p_leaves, lanes.lane_leaf, strict=True)]
+        new = [
+            next(it) if is_lane else leaf
+            for leaf, is_lane in zip(p_leaves, lanes.lane_leaf, strict=True)
+        ]
         return _pytree.rebuild(lanes.p, new)
 
     def rhs_for(lane_leaves: tuple[Array, ...]) -> Any:
         p = p_for(lane_leaves)
-        return lambda u, t: as_array(backend, f(u, p, t))
+        return lambda u, t, out=None: as_array(backend, f(u, p, t), out=out)
 
-    lane_params = tuple(leaf for leaf, is_lane in zip(p_leaves, lanes.lane_leaf, strict=True) if is_lane)
+    lane_params = tuple(
+        leaf for leaf, is_lane in zip(p_leaves, lanes.lane_leaf, strict=True) if is_lane
+    )
     t0_b = backend.asarray(t0, dtype=dtype)
     f0 = checked_first_call(backend, f, lanes.u0, p_for(lane_params), t0_b)
     problem = LaneProblem(
@@ -125,8 +132,15 @@ def solve_batch(
         nreject=backend.to_host(result.nreject).astype(np.int64),
     )
     if spec.dense:
-        out.dense = _DenseData(backend, spec.options.alg, f, result.steps, p_for, lane_params,
-                               1.0 if t1[0] > t0[0] else -1.0)
+        out.dense = _DenseData(
+            backend,
+            spec.options.alg,
+            f,
+            result.steps,
+            p_for,
+            lane_params,
+            1.0 if t1[0] > t0[0] else -1.0,
+        )
     return out
 
 
@@ -160,7 +174,8 @@ def _build_lanes(
     if eprob.prob_func is not None:
         return _lanes_from_problems(
             [eprob.trajectory(int(i), int(r), seed) for i, r in zip(indices, repeat, strict=True)],
-            prob, backend,
+            prob,
+            backend,
         )
     if eprob.batch_func is not None:
         data = eprob.batch_func(prob, BatchContext(indices, repeat, seed))
@@ -200,15 +215,23 @@ def _lanes_from_arrays(
         u0 = xp.asarray(u0, copy=True)
     if "tspan" in data:
         spans = np.asarray(_host(rows(data["tspan"])), dtype=np.float64)
-        if spans.shape != (n, 2) or not np.all(np.isfinite(spans)) or np.any(spans[:, 0] == spans[:, 1]):
-            raise ValueError("per-trajectory tspan must be a finite (trajectories, 2) array with t0 != t1")
+        if (
+            spans.shape != (n, 2)
+            or not np.all(np.isfinite(spans))
+            or np.any(spans[:, 0] == spans[:, 1])
+        ):
+            raise ValueError(
+                "per-trajectory tspan must be a finite (trajectories, 2) array with t0 != t1"
+            )
         t0, t1 = spans[:, 0].copy(), spans[:, 1].copy()
     else:
         t0, t1 = np.full(n, prob.tspan[0]), np.full(n, prob.tspan[1])
     _check_direction(t0, t1)
     if "p" in data:
-        leaves = [xp.moveaxis(_as_lane_param(rows(leaf), backend, dtype), 0, -1)
-                  for leaf in _pytree.leaves(data["p"])]
+        leaves = [
+            xp.moveaxis(_as_lane_param(rows(leaf), backend, dtype), 0, -1)
+            for leaf in _pytree.leaves(data["p"])
+        ]
         for leaf in leaves:
             _check_finite_lanes("p", xp, leaf)
         return _Lanes(u0, t0, t1, _pytree.rebuild(data["p"], leaves), [True] * len(leaves))
@@ -227,10 +250,13 @@ def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: 
                 f"(put the differences in p or u0)"
             )
         if tuple(traj.u0.shape) != tuple(prob.u0.shape):
-            raise ValueError(f"trajectory {i} has u0 shape {tuple(traj.u0.shape)}, expected "
-                             f"{tuple(prob.u0.shape)}")
-    u0 = xp.stack([backend.asarray(_to_backend_input(t.u0, backend), dtype=dtype) for t in problems],
-                  axis=-1)
+            raise ValueError(
+                f"trajectory {i} has u0 shape {tuple(traj.u0.shape)}, expected "
+                f"{tuple(prob.u0.shape)}"
+            )
+    u0 = xp.stack(
+        [backend.asarray(_to_backend_input(t.u0, backend), dtype=dtype) for t in problems], axis=-1
+    )
     t0 = np.array([t.tspan[0] for t in problems])
     t1 = np.array([t.tspan[1] for t in problems])
     _check_direction(t0, t1)
@@ -241,7 +267,9 @@ def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: 
         if _pytree.structure(traj.p) != base_structure:
             raise ValueError(f"trajectory {i}'s p has a different structure than prob.p")
         per_traj.append(_pytree.leaves(traj.p))
-    lane_leaf = [any(leaves[k] is not base for leaves in per_traj) for k, base in enumerate(base_leaves)]
+    lane_leaf = [
+        any(leaves[k] is not base for leaves in per_traj) for k, base in enumerate(base_leaves)
+    ]
     new_leaves = []
     for k, base in enumerate(base_leaves):
         if lane_leaf[k]:
@@ -288,7 +316,9 @@ def _host(x: Any) -> np.ndarray:
 def _check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
     forward = t1 > t0
     if not (np.all(forward) or not np.any(forward)):
-        raise ValueError("all trajectories of an ensemble must integrate in the same time direction")
+        raise ValueError(
+            "all trajectories of an ensemble must integrate in the same time direction"
+        )
 
 
 def _check_finite_lanes(name: str, xp: Any, x: Array) -> None:

@@ -62,17 +62,17 @@ class BatchContext:
 
 
 class EnsembleProblem:
-    """Many trajectories of one model, solved with ``solve(eprob, alg, ensemble_alg, trajectories=N)``.
+    """Many trajectories of one model: ``solve(eprob, alg, ensemble_alg, trajectories=N)``.
 
     Trajectory ``i`` is described, in order of preference for speed, by
 
     * arrays (no Python call per trajectory): ``u0`` of shape ``(N, *prob.u0.shape)``, ``p``
       a pytree whose leaves have a leading axis ``N``, and/or ``tspan`` of shape ``(N, 2)``;
-    * ``batch_func(prob, ctx) -> dict``: given a :class:`BatchContext`, returns any of
+    * ``batch_func(prob, ctx) -> dict``: given a ``BatchContext``, returns any of
       ``u0``, ``p``, ``tspan`` for the batch's trajectories, trajectories first;
     * ``prob_func``: either the classic ``prob_func(prob, i, repeat) -> ODEProblem`` of
       DifferentialEquations.jl or the context form ``prob_func(prob, ctx)`` with a
-      :class:`TrajectoryContext` (index, repeat, per-trajectory random generator);
+      ``TrajectoryContext`` (index, repeat, per-trajectory random generator);
     * nothing: every trajectory is ``prob`` itself.
 
     Inside a batch the right-hand side sees lanes last: states ``(n, B)``, per-trajectory
@@ -84,8 +84,10 @@ class EnsembleProblem:
     ----------
     prob : ODEProblem
         The model and the default trajectory.
-    prob_func, batch_func : callable, optional
-        Build trajectories, per trajectory or per batch (see above; give at most one).
+    prob_func : callable, optional
+        Builds one trajectory (see above).
+    batch_func : callable, optional
+        Builds a batch of trajectories (see above); give at most one way to build them.
     output_func : callable, optional
         ``output_func(sol, i) -> (value, rerun)`` turns trajectory ``i``'s ODESolution into
         the value kept; ``rerun=True`` solves the trajectory again with ``repeat + 1``.
@@ -95,8 +97,12 @@ class EnsembleProblem:
         ``converged`` is true no further batches are solved.
     u_init : any, optional
         The initial accumulator of ``reduction``.
-    u0, p, tspan : arrays, optional
-        Per-trajectory data, trajectories first (see above).
+    u0 : array, optional
+        Per-trajectory initial states ``(N, *prob.u0.shape)``.
+    p : pytree of arrays, optional
+        Per-trajectory parameters, each leaf with a leading axis ``N``.
+    tspan : array, optional
+        Per-trajectory time spans ``(N, 2)``.
     """
 
     def __init__(
@@ -114,14 +120,27 @@ class EnsembleProblem:
     ) -> None:
         if not isinstance(prob, ODEProblem):
             raise TypeError(f"EnsembleProblem needs an ODEProblem, got {type(prob).__name__}")
-        for name, func in (("prob_func", prob_func), ("output_func", output_func),
-                           ("reduction", reduction), ("batch_func", batch_func)):
+        for name, func in (
+            ("prob_func", prob_func),
+            ("output_func", output_func),
+            ("reduction", reduction),
+            ("batch_func", batch_func),
+        ):
             if func is not None and not callable(func):
                 raise TypeError(f"{name} must be callable, got {type(func).__name__}")
-        given = [name for name, v in (("prob_func", prob_func), ("batch_func", batch_func),
-                                      ("arrays (u0/p/tspan)", _any_given(u0, p, tspan))) if v]
+        given = [
+            name
+            for name, v in (
+                ("prob_func", prob_func),
+                ("batch_func", batch_func),
+                ("arrays (u0/p/tspan)", _any_given(u0, p, tspan)),
+            )
+            if v
+        ]
         if len(given) > 1:
-            raise ValueError(f"give at most one way to build trajectories, got {' and '.join(given)}")
+            raise ValueError(
+                f"give at most one way to build trajectories, got {' and '.join(given)}"
+            )
         self.prob = prob
         self.prob_func = prob_func
         self.output_func = output_func
@@ -149,8 +168,15 @@ class EnsembleProblem:
         return prob
 
     def __repr__(self) -> str:
-        how = ("prob_func" if self.prob_func else "batch_func" if self.batch_func
-               else f"arrays {sorted(self.arrays)}" if self.arrays else "identical trajectories")
+        how = (
+            "prob_func"
+            if self.prob_func
+            else "batch_func"
+            if self.batch_func
+            else f"arrays {sorted(self.arrays)}"
+            if self.arrays
+            else "identical trajectories"
+        )
         return f"EnsembleProblem({self.prob!r}, built from {how})"
 
 
@@ -176,8 +202,10 @@ def _leading_length(arrays: dict[str, Any]) -> int | None:
     """The number of trajectories the per-trajectory arrays describe (all must agree)."""
     from ._pytree import leaves
 
-    lengths = {name: {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves(value)}
-               for name, value in arrays.items()}
+    lengths = {
+        name: {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves(value)}
+        for name, value in arrays.items()
+    }
     found = set().union(*lengths.values()) if lengths else set()
     if -1 in found:
         raise ValueError("per-trajectory arrays need a leading trajectory axis; got a scalar leaf")

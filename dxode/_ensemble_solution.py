@@ -1,4 +1,4 @@
-"""EnsembleSolution: the trajectories of an ensemble, their return codes, statistics and summaries."""
+"""EnsembleSolution: an ensemble's trajectories, return codes, statistics and summaries."""
 
 from __future__ import annotations
 
@@ -52,7 +52,10 @@ class EnsembleSummary:
 
 
 class EnsembleSolution:
-    """The result of solving an :class:`~dxode.EnsembleProblem`.
+    """The result of solving an ``EnsembleProblem``.
+
+    ``sim[i]`` is trajectory ``i`` as an ``ODESolution`` (with dense output when solved
+    with ``dense=True``); ``len(sim)`` is the number of trajectories.
 
     Attributes
     ----------
@@ -65,19 +68,24 @@ class EnsembleSolution:
         Save times ``(nsave,)``, or ``(trajectories, nsave)`` when trajectories have their own
         time spans.
     retcodes : (trajectories,) int array
-        Each trajectory's :class:`ReturnCode`; failures never stop the others.
+        Each trajectory's ``ReturnCode``; failures never stop the others.
     stats : EnsembleStats
         RHS evaluations and accepted/rejected steps per trajectory.
     converged : bool or None
         Whether the reduction reported convergence (``None`` without a reduction).
-
-    ``sim[i]`` is trajectory ``i`` as an :class:`ODESolution` (with dense output when solved
-    with ``dense=True``); ``len(sim)`` is the number of trajectories.
     """
 
     def __init__(
-        self, *, t: Array, u: Any, retcodes: np.ndarray, stats: EnsembleStats, eprob: Any,
-        alg: Any, converged: bool | None = None, dense: list[Any] | None = None,
+        self,
+        *,
+        t: Array,
+        u: Any,
+        retcodes: np.ndarray,
+        stats: EnsembleStats,
+        eprob: Any,
+        alg: Any,
+        converged: bool | None = None,
+        dense: list[Any] | None = None,
         seed: int | None = None,
     ) -> None:
         self.t = t
@@ -96,13 +104,18 @@ class EnsembleSolution:
     @property
     def success(self) -> bool:
         """Whether every trajectory succeeded."""
-        return bool(np.all((self.retcodes == ReturnCode.Success) | (self.retcodes == ReturnCode.Terminated)))
+        return bool(
+            np.all((self.retcodes == ReturnCode.Success) | (self.retcodes == ReturnCode.Terminated))
+        )
 
     def failures(self) -> dict[str, int]:
         """How many trajectories ended with each unsuccessful return code."""
         codes, counts = np.unique(self.retcodes, return_counts=True)
-        return {ReturnCode(int(c)).name: int(k) for c, k in zip(codes, counts, strict=True)
-                if not ReturnCode(int(c)).successful}
+        return {
+            ReturnCode(int(c)).name: int(k)
+            for c, k in zip(codes, counts, strict=True)
+            if not ReturnCode(int(c)).successful
+        }
 
     def to_host(self) -> np.ndarray:
         """``u`` as a NumPy array on the host."""
@@ -114,13 +127,24 @@ class EnsembleSolution:
             raise IndexError(f"trajectory {i} out of range for {n} trajectories")
         i %= n
         if not _is_array(self.u) or self.u.ndim < 2:
-            raise TypeError("sim[i] needs the saved states; this ensemble kept output_func values "
-                            "or a reduction instead")
+            raise TypeError(
+                "sim[i] needs the saved states; this ensemble kept output_func values "
+                "or a reduction instead"
+            )
         t = self.t if self.t.ndim == 1 else self.t[i, ...]
-        stats = SolverStats(int(self.stats.nf[i]), int(self.stats.naccept[i]), int(self.stats.nreject[i]))
+        stats = SolverStats(
+            int(self.stats.nf[i]), int(self.stats.naccept[i]), int(self.stats.nreject[i])
+        )
         dense = self._dense_output(i) if self._dense is not None else None
-        return ODESolution(t, self.u[i, ...], ReturnCode(int(self.retcodes[i])), stats,
-                           self.eprob.prob, self.alg, dense)
+        return ODESolution(
+            t,
+            self.u[i, ...],
+            ReturnCode(int(self.retcodes[i])),
+            stats,
+            self.eprob.prob,
+            self.alg,
+            dense,
+        )
 
     def _dense_output(self, i: int) -> DenseOutput | None:
         for batch in self._dense:
@@ -136,8 +160,9 @@ class EnsembleSolution:
         u = self._successful_host()
         t = _host(self.t if self.t.ndim == 1 else self.t[0, ...])
         qs = {float(q): np.quantile(u, q, axis=0) for q in quantiles}
-        return EnsembleSummary(t=t, mean=u.mean(axis=0), var=u.var(axis=0), quantiles=qs,
-                               count=int(u.shape[0]))
+        return EnsembleSummary(
+            t=t, mean=u.mean(axis=0), var=u.var(axis=0), quantiles=qs, count=int(u.shape[0])
+        )
 
     def mean(self) -> np.ndarray:
         """Mean over successful trajectories, ``(nsave, *shape)``."""
@@ -159,8 +184,13 @@ class EnsembleSolution:
             raise ValueError("no trajectory succeeded, so there is nothing to summarize")
         return self.to_host()[ok]
 
-    def plot(self, component: int = 0, quantiles: tuple[float, float] = (0.05, 0.95), ax: Any = None,
-             label: str | None = None) -> Any:
+    def plot(
+        self,
+        component: int = 0,
+        quantiles: tuple[float, float] = (0.05, 0.95),
+        ax: Any = None,
+        label: str | None = None,
+    ) -> Any:
         """Draw the mean of one state component with a quantile band (needs matplotlib).
 
         Returns the matplotlib Axes.
@@ -174,7 +204,9 @@ class EnsembleSolution:
         mean = s.mean.reshape(len(s.t), -1)[:, component]
         ax = plt.gca() if ax is None else ax
         name = label or f"u[{component}]"
-        ax.fill_between(s.t, lo, hi, alpha=0.3, label=f"{name}: {quantiles[0]:g}–{quantiles[1]:g} quantiles")
+        ax.fill_between(
+            s.t, lo, hi, alpha=0.3, label=f"{name}: {quantiles[0]:g}–{quantiles[1]:g} quantiles"
+        )
         ax.plot(s.t, mean, label=f"{name}: mean of {s.count}")
         ax.set_xlabel("t")
         ax.legend()
@@ -182,8 +214,10 @@ class EnsembleSolution:
 
     def __repr__(self) -> str:
         shape = tuple(self.u.shape) if _is_array(self.u) else type(self.u).__name__
-        return (f"EnsembleSolution({len(self)} trajectories, u: {shape}, failures={self.failures()}, "
-                f"steps={self.stats.total_steps}, nf={self.stats.total_nf})")
+        return (
+            f"EnsembleSolution({len(self)} trajectories, u: {shape}, failures={self.failures()}, "
+            f"steps={self.stats.total_steps}, nf={self.stats.total_nf})"
+        )
 
 
 def _is_array(x: Any) -> bool:

@@ -18,15 +18,32 @@ __all__ = ["solve_ensemble"]
 
 
 def solve_ensemble(
-    eprob: EnsembleProblem, alg: Any, ensemble_alg: Any, *, trajectories: Any, batch_size: Any,
-    saveat: Any, dense: bool | None, tstops: Any, seed: Any, options: dict[str, Any],
+    eprob: EnsembleProblem,
+    alg: Any,
+    ensemble_alg: Any,
+    *,
+    trajectories: Any,
+    batch_size: Any,
+    saveat: Any,
+    dense: bool | None,
+    tstops: Any,
+    seed: Any,
+    options: dict[str, Any],
 ) -> EnsembleSolution:
-    """Solve ``trajectories`` trajectories of ``eprob`` (see :func:`dxode.solve`)."""
+    """Solve ``trajectories`` trajectories of ``eprob`` (see ``solve``)."""
+    if isinstance(alg, AbstractEnsembleAlgorithm) and ensemble_alg is None:
+        alg, ensemble_alg = None, alg  # solve(eprob, EnsembleSerial(), ...) is unambiguous
     ensemble_alg = _ensemble_algorithm(ensemble_alg)
     n = _positive_int("trajectories", trajectories)
     if eprob.n_arrays is not None and n > eprob.n_arrays:
-        raise ValueError(f"trajectories={n} but the per-trajectory arrays hold only {eprob.n_arrays}")
-    size = ensemble_alg.default_batch_size if batch_size is None else _positive_int("batch_size", batch_size)
+        raise ValueError(
+            f"trajectories={n} but the per-trajectory arrays hold only {eprob.n_arrays}"
+        )
+    size = (
+        ensemble_alg.default_batch_size
+        if batch_size is None
+        else _positive_int("batch_size", batch_size)
+    )
     opts = SolverOptions.from_user(alg, **options)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**63)
@@ -36,10 +53,18 @@ def solve_ensemble(
         # Validate the grids now, before any work (per-trajectory spans are checked per batch).
         save_times(saveat, *eprob.prob.tspan)
         stop_times(tstops, *eprob.prob.tspan)
-    spec = BatchSpec(options=opts, saveat=saveat, dense=bool(dense), tstops=tstops,
-                     backend=ensemble_alg.backend_name(), seed=int(seed),
-                     lockstep=bool(getattr(ensemble_alg, "lockstep", False)))
-    batches = [np.arange(start, min(start + size, n), dtype=np.int64) for start in range(0, n, size)]
+    spec = BatchSpec(
+        options=opts,
+        saveat=saveat,
+        dense=bool(dense),
+        tstops=tstops,
+        backend=ensemble_alg.backend_name(),
+        seed=int(seed),
+        lockstep=bool(getattr(ensemble_alg, "lockstep", False)),
+    )
+    batches = [
+        np.arange(start, min(start + size, n), dtype=np.int64) for start in range(0, n, size)
+    ]
     return assemble(eprob, ensemble_alg.solve_batches(eprob, batches, spec), opts.alg, int(seed))
 
 
@@ -61,11 +86,19 @@ def assemble(eprob: EnsembleProblem, results: Any, alg: Any, seed: int) -> Ensem
         u = _stack_values([v for b in done for v in b.values])
     else:
         u = _concat([b.u for b in done])
-    stats = EnsembleStats(*(np.concatenate([getattr(b, k) for b in done]) for k in ("nf", "naccept", "nreject")))
+    stats = EnsembleStats(
+        *(np.concatenate([getattr(b, k) for b in done]) for k in ("nf", "naccept", "nreject"))
+    )
     return EnsembleSolution(
-        t=_times(done), u=u, retcodes=np.concatenate([b.retcode for b in done]), stats=stats,
-        eprob=eprob, alg=alg, converged=converged,
-        dense=[b for b in done if b.dense is not None] or None, seed=seed,
+        t=_times(done),
+        u=u,
+        retcodes=np.concatenate([b.retcode for b in done]),
+        stats=stats,
+        eprob=eprob,
+        alg=alg,
+        converged=converged,
+        dense=[b for b in done if b.dense is not None] or None,
+        seed=seed,
     )
 
 
@@ -74,7 +107,9 @@ def _times(done: list[BatchResult]) -> Any:
     xp = array_api_compat.array_namespace(first)
     if all(b.t.ndim == 1 and bool(xp.all(b.t == first)) for b in done):
         return first
-    per_lane = [b.t if b.t.ndim == 2 else xp.broadcast_to(b.t, (len(b.indices), b.t.shape[0])) for b in done]
+    per_lane = [
+        b.t if b.t.ndim == 2 else xp.broadcast_to(b.t, (len(b.indices), b.t.shape[0])) for b in done
+    ]
     return xp.concat(per_lane)
 
 

@@ -168,9 +168,11 @@ class LaneRecords:
             return backend.scatter_rows(lane, values, n, 0)
 
         saved = None
-        if self._saves:
-            keys = xp.concat([k for k, _ in self._saves])
-            values = xp.concat([v for _, v in self._saves])
+        if self._n_save:
+            # Lanes that failed early leave some save points unwritten: those hold NaN.
+            empty = xp.zeros((0, *self._shape), dtype=u.dtype)
+            keys = xp.concat([k for k, _ in self._saves] or [xp.zeros(0, dtype=xp.int64)])
+            values = xp.concat([v for _, v in self._saves] or [empty])
             flat = backend.scatter_rows(keys, values, n * self._n_save, float("nan"))
             saved = xp.reshape(flat, (n, self._n_save, *self._shape))
         steps = None

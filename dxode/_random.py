@@ -18,7 +18,9 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 
 def trajectory_rng(seed: int, index: int, repeat: int = 0) -> np.random.Generator:
     """The random generator of trajectory ``index`` (its ``repeat``-th attempt)."""
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index, repeat))))
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(index, repeat)))
+    )
 
 
 def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:

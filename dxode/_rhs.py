@@ -10,11 +10,15 @@ from ._solvers import LaneRHS
 Array = Any
 
 
-def as_array(backend: Any, out: Any) -> Any:
-    """The RHS output as an array: a list or tuple of rows is stacked along axis 0."""
-    if type(out) in (list, tuple):
-        return backend.stack_rows(out)
-    return out
+def as_array(backend: Any, value: Any, out: Array | None = None) -> Any:
+    """The RHS output as an array: a list or tuple of rows is stacked along axis 0.
+
+    Stacked rows go straight into ``out`` when given (saving a copy); an array is returned
+    as it is, and the caller copies it where it belongs.
+    """
+    if type(value) in (list, tuple):
+        return backend.stack_rows(value, out=out)
+    return value
 
 
 def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t: Array) -> Array:
@@ -52,9 +56,11 @@ def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
 
     xp = backend.xp
 
-    def rhs(u: Array, t: Array) -> Array:
+    def rhs(u: Array, t: Array, out: Array | None = None) -> Array:
         if u.shape[-1] == 1:
-            return as_array(backend, f(u[..., 0], p, t[0]))[..., None]
+            view = None if out is None else out[..., 0]
+            value = as_array(backend, f(u[..., 0], p, t[0]), out=view)
+            return out if value is view and out is not None else value[..., None]
         columns = [as_array(backend, f(u[..., i], p, t[i])) for i in range(u.shape[-1])]
         return xp.stack(columns, axis=-1)
 

@@ -21,8 +21,10 @@ class SolverStats:
     ----------
     nf : int
         Right-hand-side evaluations.
-    naccept, nreject : int
-        Accepted and rejected steps.
+    naccept : int
+        Accepted steps.
+    nreject : int
+        Rejected steps.
     """
 
     nf: int
@@ -32,6 +34,10 @@ class SolverStats:
 
 class ODESolution:
     """The solution of one ODEProblem.
+
+    Calling the solution, ``sol(t)``, evaluates the method's dense output at a time or an
+    array of times inside the solved span (needs ``dense=True``, the default without
+    ``saveat``).
 
     Attributes
     ----------
@@ -43,12 +49,10 @@ class ODESolution:
         Why the integration stopped; ``retcode.message`` says what to do about failures.
     stats : SolverStats
         RHS evaluations and accepted/rejected steps.
-    prob, alg
-        The problem and the algorithm instance used.
-
-    Calling the solution, ``sol(t)``, evaluates the method's dense output at a time or an
-    array of times inside the solved span (needs ``dense=True``, the default without
-    ``saveat``).
+    prob : ODEProblem
+        The problem solved.
+    alg : AbstractStepper
+        The algorithm instance used.
     """
 
     def __init__(

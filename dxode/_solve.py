@@ -45,8 +45,8 @@ def solve(
     Parameters
     ----------
     prob : ODEProblem or EnsembleProblem
-        The problem. For an :class:`EnsembleProblem`, ``trajectories`` is required and the
-        result is an :class:`EnsembleSolution`.
+        The problem. For an ``EnsembleProblem``, ``trajectories`` is required and the
+        result is an ``EnsembleSolution``.
     alg : algorithm, optional
         ``Tsit5()`` (the default), ``DP5()``, ``BS3()``, ``Vern7()``, ``RK4()``, ``Euler()``,
         a class or a name such as ``"tsit5"``.
@@ -67,9 +67,13 @@ def solve(
     seed : int, optional
         Ensembles only: the master seed of the per-trajectory random streams (fresh entropy
         by default, recorded as ``sim.seed``).
-    rtol, atol : float
-        Relative and absolute tolerances (defaults ``1e-3`` and ``1e-6``); ``atol`` may be an
-        array with ``u0``'s shape.
+
+    Other Parameters
+    ----------------
+    rtol : float
+        Relative tolerance (default ``1e-3``).
+    atol : float or array
+        Absolute tolerance (default ``1e-6``), or an array with ``u0``'s shape.
     dt : float, optional
         The step of fixed-step methods; the first step of adaptive ones (else automatic).
     adaptive : bool, optional
@@ -78,8 +82,10 @@ def solve(
         Step-size controller; ``PIController()`` by default.
     maxiters : int
         Maximum number of steps (accepted or rejected), default ``100_000``.
-    dtmin, dtmax : float, optional
-        Smallest and largest step sizes. ``dtmin`` defaults to ``16 * eps * max(|t0|, |t1|, 1)``.
+    dtmin : float, optional
+        Smallest step size; defaults to ``16 * eps * max(|t0|, |t1|, 1)``.
+    dtmax : float, optional
+        Largest step size.
 
     Returns
     -------
@@ -102,13 +108,28 @@ def solve(
     if isinstance(prob, EnsembleProblem):
         if trajectories is None:
             raise TypeError("solving an EnsembleProblem needs trajectories=N")
-        return solve_ensemble(prob, alg, ensemble_alg, trajectories=trajectories,
-                              batch_size=batch_size, saveat=saveat, dense=dense, tstops=tstops,
-                              seed=seed, options=options)
+        return solve_ensemble(
+            prob,
+            alg,
+            ensemble_alg,
+            trajectories=trajectories,
+            batch_size=batch_size,
+            saveat=saveat,
+            dense=dense,
+            tstops=tstops,
+            seed=seed,
+            options=options,
+        )
     if not isinstance(prob, ODEProblem):
-        raise TypeError(f"solve expects an ODEProblem or EnsembleProblem, got {type(prob).__name__}")
-    for name, value in (("ensemble_alg", ensemble_alg), ("trajectories", trajectories),
-                        ("batch_size", batch_size), ("seed", seed)):
+        raise TypeError(
+            f"solve expects an ODEProblem or EnsembleProblem, got {type(prob).__name__}"
+        )
+    for name, value in (
+        ("ensemble_alg", ensemble_alg),
+        ("trajectories", trajectories),
+        ("batch_size", batch_size),
+        ("seed", seed),
+    ):
         if value is not None:
             raise TypeError(f"{name} applies to an EnsembleProblem, not to a single ODEProblem")
     opts = SolverOptions.from_user(alg, **options)

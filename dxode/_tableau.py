@@ -50,12 +50,19 @@ class ButcherTableau:
         Sums to zero. ``None`` for fixed-step methods.
     error_order : int, optional
         Order of the embedded solution (needed with ``b_error``).
-    c_extra, a_extra : (e,), (e, s + e) arrays, optional
-        Extra stages needed only by the interpolant (as in Verner's methods),
+    c_extra : (e,) array, optional
+        Times of the extra stages needed only by the interpolant (as in Verner's methods),
         computed lazily for the steps that are interpolated.
+    a_extra : (e, s + e) array, optional
+        Coefficients of the extra stages (each may use the main and earlier extra stages).
 
-    Derived attributes (never given by hand): ``stages`` and ``fsal`` (the last stage
-    is ``f(u1, t0 + h)`` and can start the next step).
+    Attributes
+    ----------
+    stages : int
+        Number of stages ``s`` (derived, never given by hand).
+    fsal : bool
+        Whether the last stage is ``f(u1, t0 + h)`` and can start the next step (first
+        same as last; derived, never given by hand).
     """
 
     c: NDArray[np.float64]

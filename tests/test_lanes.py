@@ -41,7 +41,7 @@ def _solve_batch(xp, params, t1, saveat, **options):
     backend = backend_for(xp.asarray([0.0]))
     u0 = xp.asarray(np.tile([[1.0], [0.0], [0.0]], (1, n)))
     lanes = LaneProblem(
-        rhs_for=lambda p: lambda u, t: lane_lorenz(u, t, p),
+        rhs_for=lambda p: lambda u, t, out=None: lane_lorenz(u, t, p),
         u0=u0,
         t0=xp.zeros(n, dtype=xp.float64),
         t1=xp.asarray(t1, dtype=xp.float64),

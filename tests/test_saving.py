@@ -135,3 +135,25 @@ def test_remake():
     )
     with pytest.raises(ValueError, match="non-finite"):
         prob.remake(u0=[math.nan])
+
+
+def test_fixed_steps_that_divide_the_span_leave_no_sliver():
+    prob = dxode.ODEProblem(decay, [1.0], (0.0, 50.0), 1.0)
+    assert dxode.solve(prob, dxode.RK4(), dt=0.01).stats.naccept == 5000
+
+
+def test_failure_before_the_first_save_point_gives_nan_not_a_crash():
+    prob = dxode.ODEProblem(decay, [1.0], (0.0, 100.0), 1.0)
+    sol = dxode.solve(prob, saveat=[50.0], maxiters=10)
+    assert sol.retcode == dxode.ReturnCode.MaxIters
+    assert sol.u.shape == (1, 1) and np.isnan(sol.u[0, 0])
+
+
+@pytest.mark.parametrize("alg", [dxode.Vern7, dxode.Tsit5, dxode.BS3])
+def test_dense_output_at_many_times_equals_one_at_a_time_bitwise(alg):
+    # Scalar states and 16-stage interpolants included: sums run in order, never pairwise.
+    sol = dxode.solve(dxode.ODEProblem(decay, [1.0], (0.0, 2.0), 1.0), alg(), rtol=1e-8)
+    times = np.linspace(0.05, 1.95, 13)
+    together = sol(times)
+    for i, t in enumerate(times):
+        np.testing.assert_array_equal(together[i], sol(t))

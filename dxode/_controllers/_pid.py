@@ -15,26 +15,35 @@ __all__ = ["IController", "PIController", "PIDController"]
 class PIDController(AbstractController):
     r"""The general PID step-size controller.
 
-    With :math:`e_n` the tolerance-scaled error norm of the current step, :math:`e_{n-1}`,
-    :math:`e_{n-2}` those of the last accepted steps and :math:`k` the error estimate's
+    With $e_n$ the tolerance-scaled error norm of the current step, $e_{n-1}$,
+    $e_{n-2}$ those of the last accepted steps and $k$ the error estimate's
     order plus one, the next step is
 
-    .. math:: h_{n+1} = h_n \cdot \mathrm{clip}\big(s\, e_n^{-\beta_1/k}\, e_{n-1}^{-\beta_2/k}\,
-              e_{n-2}^{-\beta_3/k},\ f_{\min},\ f_{\max}\big)
+    $$
+    h_{n+1} = h_n \cdot \mathrm{clip}\big(s\, e_n^{-\beta_1/k}\, e_{n-1}^{-\beta_2/k}\,
+    e_{n-2}^{-\beta_3/k},\ f_{\min},\ f_{\max}\big)
+    $$
 
-    A step is accepted when :math:`e_n \le 1`; after a rejection the factor is at most 1 and
+    A step is accepted when $e_n \le 1$; after a rejection the factor is at most 1 and
     the history is left unchanged.
 
     Parameters
     ----------
-    beta1, beta2, beta3 : float
-        Filter coefficients. Presets from the literature (as tabulated in OrdinaryDiffEq.jl):
-        integral ``(1, 0, 0)``; PI34 ``(0.7, -0.4, 0)`` (the default, Gustafsson's PI);
-        PI42 ``(0.6, -0.2, 0)``; PI33 ``(2/3, -1/3, 0)``.
+    beta1 : float
+        Weight of the current error (default 0.7). Presets from the literature (as tabulated
+        in OrdinaryDiffEq.jl), as ``(beta1, beta2, beta3)``: integral ``(1, 0, 0)``; PI34
+        ``(0.7, -0.4, 0)`` (the default, Gustafsson's PI); PI42 ``(0.6, -0.2, 0)``; PI33
+        ``(2/3, -1/3, 0)``.
+    beta2 : float
+        Weight of the previous accepted step's error (default -0.4).
+    beta3 : float
+        Weight of the error two accepted steps back (default 0.0).
     safety : float
-        Safety factor :math:`s` in ``(0, 1]``, default 0.9.
-    factor_min, factor_max : float
-        Limits on the step-size ratio per step (shrink at most 5×, grow at most 10× by default).
+        Safety factor $s$ in ``(0, 1]``, default 0.9.
+    factor_min : float
+        Smallest step-size ratio per step (default 0.2: shrink at most 5×).
+    factor_max : float
+        Largest step-size ratio per step (default 10: grow at most 10×).
 
     References
     ----------

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 Array = Any
-LaneRHS = Callable[[Array, Array], Array]
-"""``rhs(u, t) -> du/dt`` on a working set of lanes: ``u`` is ``(*shape, L)``, ``t`` is ``(L,)``."""
+LaneRHS = Callable[..., Array]
+"""``rhs(u, t, out=None) -> du/dt`` on a working set of lanes: ``u`` is ``(*shape, L)``, ``t``
+is ``(L,)``. It may write into ``out`` (and then returns ``out``) or return a new array."""
 
 
 class StepResult(NamedTuple):

@@ -1,4 +1,4 @@
-"""The explicit Runge–Kutta engine: one implementation driven by a :class:`ButcherTableau`."""
+"""The explicit Runge–Kutta engine: one implementation driven by a ``ButcherTableau``."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class ExplicitRungeKutta(AbstractStepper):
         y = u
         for i in range(1, tab.stages):
             y = backend.combine(u, h, co.a[i], stages)
-            stages[i, ...] = rhs(y, t + float(tab.c[i]) * h)
+            _evaluate_into(rhs, y, t + float(tab.c[i]) * h, stages, i)
         if tab.fsal:
             u1, f1 = y, stages[-1, ...]
         else:
@@ -83,11 +83,12 @@ class ExplicitRungeKutta(AbstractStepper):
         co = self._coefs(xp, u0)
         if tab.c_extra is not None:
             stages = self._with_extra_stages(backend, rhs, co, t0, h, u0, stages)
-        powers = xp.stack([theta ** (j + 1) for j in range(co.p_degree)])  # (d, L)
-        weights = xp.sum(co.p * powers, axis=1)  # (s + e, L)
-        weights = xp.reshape(weights, (weights.shape[0],) + (1,) * (u0.ndim - 1) + (-1,))
-        out = u0 + h * xp.sum(weights * stages, axis=0)
-        return xp.where(theta == 1, u1, out)
+        # w_i(theta) = sum_j P[i, j] theta^(j+1), by Horner's rule: (s + e, L).
+        weights = co.p[-1]
+        for column in reversed(co.p[:-1]):
+            weights = weights * theta + column
+        weights = xp.reshape(weights * theta, (weights.shape[0],) + (1,) * (u0.ndim - 1) + (-1,))
+        return xp.where(theta == 1, u1, backend.combine(u0, h, weights, stages))
 
     def _with_extra_stages(
         self,
@@ -107,8 +108,16 @@ class ExplicitRungeKutta(AbstractStepper):
         full[:s, ...] = stages
         for i in range(e):
             y = backend.combine(u0, h, co.a_extra[i], full)
-            full[s + i, ...] = rhs(y, t0 + float(tab.c_extra[i]) * h)
+            _evaluate_into(rhs, y, t0 + float(tab.c_extra[i]) * h, full, s + i)
         return full
+
+
+def _evaluate_into(rhs: LaneRHS, u: Array, t: Array, stages: Array, i: int) -> None:
+    """``stages[i] = rhs(u, t)``, letting the RHS write in place when it can."""
+    view = stages[i, ...]
+    value = rhs(u, t, out=view)
+    if value is not view:
+        stages[i, ...] = value
 
 
 def _device(xp: Any, x: Array) -> Any:
@@ -139,9 +148,8 @@ class _Coefficients:
             if tab.a_extra is None
             else [column(tab.a_extra[i, : s + i]) for i in range(tab.a_extra.shape[0])]
         )
-        p = tab.interpolant
-        self.p_degree = p.shape[1]
-        self.p = xp.reshape(
-            xp.asarray([float(v) for v in p.ravel()], dtype=like.dtype, device=dev),
-            (p.shape[0], p.shape[1], 1),
-        )
+        # The interpolant's coefficient columns, (s + e, 1) each, lowest power first.
+        self.p = [
+            xp.reshape(xp.asarray([float(v) for v in col], dtype=like.dtype, device=dev), (-1, 1))
+            for col in tab.interpolant.T
+        ]

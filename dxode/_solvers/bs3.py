@@ -42,7 +42,7 @@ class BS3(ExplicitRungeKutta):
 
     References
     ----------
-    .. [1] P. Bogacki and L. F. Shampine, "A 3(2) pair of Runge–Kutta formulas",
+    1. P. Bogacki and L. F. Shampine, "A 3(2) pair of Runge–Kutta formulas",
        Applied Mathematics Letters 2(4), 321–325, 1989.
     """
 

@@ -48,13 +48,13 @@ class DP5(ExplicitRungeKutta):
 
     The workhorse of non-stiff solvers (``ode45``, ``RK45``, ``dopri5``): use it at moderate
     tolerances (``rtol`` about 1e-3 to 1e-8), or to match results from those codes;
-    :class:`Tsit5` is usually a little more efficient at the same accuracy.
+    ``Tsit5`` is usually a little more efficient at the same accuracy.
 
     References
     ----------
-    .. [1] J. R. Dormand and P. J. Prince, "A family of embedded Runge–Kutta formulae",
+    1. J. R. Dormand and P. J. Prince, "A family of embedded Runge–Kutta formulae",
        Journal of Computational and Applied Mathematics 6(1), 19–26, 1980.
-    .. [2] L. F. Shampine, "Some practical Runge–Kutta formulas", Mathematics of
+    2. L. F. Shampine, "Some practical Runge–Kutta formulas", Mathematics of
        Computation 46(173), 135–150, 1986.
     """
 

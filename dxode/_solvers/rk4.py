@@ -36,13 +36,13 @@ class RK4(ExplicitRungeKutta):
 
     Use it when a fixed, known step is wanted (e.g. to compare against textbook results or
     when the step is dictated by the data); for anything else an adaptive pair such as
-    :class:`Tsit5` or :class:`DP5` is both safer and cheaper.
+    ``Tsit5`` or ``DP5`` is both safer and cheaper.
 
     References
     ----------
-    .. [1] W. Kutta, "Beitrag zur näherungsweisen Integration totaler
+    1. W. Kutta, "Beitrag zur näherungsweisen Integration totaler
        Differentialgleichungen", Zeitschrift für Mathematik und Physik 46, 435–453, 1901.
-    .. [2] M. Zennaro, "Natural continuous extensions of Runge–Kutta methods",
+    2. M. Zennaro, "Natural continuous extensions of Runge–Kutta methods",
        Mathematics of Computation 46(173), 119–133, 1986.
     """
 

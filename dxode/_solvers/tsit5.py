@@ -81,11 +81,11 @@ class Tsit5(ExplicitRungeKutta):
     own quartic interpolant.
 
     The recommended default for non-stiff problems at moderate tolerances (``rtol`` about
-    1e-3 to 1e-8); for tighter tolerances prefer :class:`Vern7`.
+    1e-3 to 1e-8); for tighter tolerances prefer ``Vern7``.
 
     References
     ----------
-    .. [1] Ch. Tsitouras, "Runge–Kutta pairs of order 5(4) satisfying only the first column
+    1. Ch. Tsitouras, "Runge–Kutta pairs of order 5(4) satisfying only the first column
        simplifying assumption", Computers & Mathematics with Applications 62(2), 770–775,
        2011.
     """

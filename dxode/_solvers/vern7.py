@@ -30,11 +30,11 @@ class Vern7(ExplicitRungeKutta):
 
     Use it for smooth non-stiff problems at tight tolerances (``rtol`` about 1e-7 to 1e-13),
     where it takes far fewer steps than the fifth-order pairs; at loose tolerances prefer
-    :class:`Tsit5`.
+    ``Tsit5``.
 
     References
     ----------
-    .. [1] J. H. Verner, "Numerically optimal Runge–Kutta pairs with interpolants",
+    1. J. H. Verner, "Numerically optimal Runge–Kutta pairs with interpolants",
        Numerical Algorithms 53(2–3), 383–396, 2010.
     """
 

@@ -1,0 +1,48 @@
+"""The ``dxode`` command line: ``main(argv)`` and ``python -m dxode``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dxode.__main__ import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_writes_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    output = tmp_path / "x.png"
+    assert main(["demo", "--output", output]) == 0
+    assert output.read_bytes()[:8] == PNG_MAGIC
+    out = capsys.readouterr().out
+    assert "Success" in out
+    assert "RHS evals" in out
+    assert "sol(5.0)" in out
+
+
+def test_demo_without_matplotlib_names_the_plot_extra(tmp_path, capsys, monkeypatch):
+    # A None entry in sys.modules makes the import raise ImportError.
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)
+    output = tmp_path / "x.png"
+    assert main(["demo", "--output", output]) != 0
+    assert not output.exists()
+    assert 'pip install "dxode[plot]"' in capsys.readouterr().err
+
+
+def test_module_help_runs():
+    result = subprocess.run(
+        [sys.executable, "-m", "dxode", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "demo" in result.stdout
+
+
+def test_missing_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+    assert "COMMAND" in capsys.readouterr().err

@@ -1,0 +1,390 @@
+"""Ensembles: every way of building trajectories, every algorithm, and per-lane independence."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import dxode
+from dxode import EnsembleArray, EnsembleProblem, EnsembleSerial, ReturnCode
+
+from conftest import to_numpy
+
+P0 = (10.0, 28.0, 8.0 / 3.0)
+
+
+def lorenz(u, p, t):
+    # Indexing rather than unpacking: array_api_strict forbids iterating 2-D arrays.
+    sigma, rho, beta = (p[i, ...] if hasattr(p, "shape") else p[i] for i in range(3))
+    x, y, z = u[0, ...], u[1, ...], u[2, ...]
+    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+
+def _prob(xp=np, dtype="float64", tspan=(0.0, 3.0)):
+    return dxode.ODEProblem(
+        lorenz, xp.asarray([1.0, 0.0, 0.0], dtype=getattr(xp, dtype)), tspan, P0
+    )
+
+
+def _scaled_params(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.array(P0) * (1 + 0.1 * (rng.random((n, 3)) - 0.5))
+
+
+def classic_prob_func(prob, i, repeat):
+    return prob.remake(p=tuple(_scaled_params(i + 1)[i]))
+
+
+def context_prob_func(prob, ctx):
+    return prob.remake(p=tuple(np.array(P0) * (1 + 0.1 * (ctx.rng.random(3) - 0.5))))
+
+
+SOLVE = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
+
+
+def test_array_batches_equal_serial_solves_bitwise(xp):
+    eprob = EnsembleProblem(_prob(xp), p=xp.asarray(_scaled_params(30)))
+    array = dxode.solve(
+        eprob, dxode.Tsit5(), EnsembleArray(), trajectories=30, batch_size=8, **SOLVE
+    )
+    serial = dxode.solve(eprob, dxode.Tsit5(), EnsembleSerial(), trajectories=30, **SOLVE)
+    np.testing.assert_array_equal(to_numpy(array.u), to_numpy(serial.u))
+    np.testing.assert_array_equal(array.stats.nf, serial.stats.nf)
+    assert array.u.shape == (30, 4, 3)
+    np.testing.assert_allclose(to_numpy(array.t), [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 64])
+def test_results_do_not_depend_on_batch_size(batch_size):
+    eprob = EnsembleProblem(_prob(), prob_func=context_prob_func)
+    reference = dxode.solve(eprob, trajectories=40, batch_size=40, seed=11, **SOLVE)
+    other = dxode.solve(eprob, trajectories=40, batch_size=batch_size, seed=11, **SOLVE)
+    np.testing.assert_array_equal(other.u, reference.u)
+    assert other.seed == 11
+
+
+def test_the_three_construction_paths_agree():
+    params = _scaled_params(12)
+    by_array = dxode.solve(EnsembleProblem(_prob(), p=params), trajectories=12, **SOLVE)
+    by_classic = dxode.solve(
+        EnsembleProblem(_prob(), prob_func=lambda prob, i, repeat: prob.remake(p=tuple(params[i]))),
+        trajectories=12,
+        **SOLVE,
+    )
+    by_batch = dxode.solve(
+        EnsembleProblem(_prob(), batch_func=lambda prob, ctx: {"p": params[ctx.indices]}),
+        trajectories=12,
+        batch_size=5,
+        **SOLVE,
+    )
+    np.testing.assert_array_equal(by_classic.u, by_array.u)
+    np.testing.assert_array_equal(by_batch.u, by_array.u)
+
+
+def test_context_rng_depends_only_on_seed_and_index():
+    seen = {}
+
+    def prob_func(prob, ctx):
+        seen.setdefault(ctx.index, []).append(ctx.rng.random())
+        return prob
+
+    eprob = EnsembleProblem(_prob(), prob_func=prob_func)
+    dxode.solve(eprob, EnsembleSerial(), trajectories=5, seed=3, saveat=[3.0])
+    dxode.solve(eprob, trajectories=5, batch_size=2, seed=3, saveat=[3.0])
+    assert all(len(v) == 2 and v[0] == v[1] for v in seen.values())
+    assert len({v[0] for v in seen.values()}) == 5
+
+
+def test_batch_context_uniforms_are_batch_independent():
+    draws = {}
+
+    def batch_func(prob, ctx):
+        u = ctx.uniform(3)
+        for i, row in zip(ctx.indices, u, strict=True):
+            draws.setdefault(int(i), []).append(row)
+        return {"p": np.array(P0) * (1 + 0.1 * (u - 0.5))}
+
+    eprob = EnsembleProblem(_prob(), batch_func=batch_func)
+    a = dxode.solve(eprob, trajectories=9, batch_size=9, seed=5, **SOLVE)
+    b = dxode.solve(eprob, trajectories=9, batch_size=4, seed=5, **SOLVE)
+    np.testing.assert_array_equal(a.u, b.u)
+    assert all(np.array_equal(*rows) for rows in draws.values())
+
+
+def test_output_func_with_reruns():
+    attempts = []
+
+    def prob_func(prob, ctx):
+        attempts.append((ctx.index, ctx.repeat))
+        return prob.remake(u0=[1.0 + ctx.repeat, 0.0, 0.0])
+
+    def output_func(sol, i):
+        first_x = float(sol.u[0, 0])
+        return first_x, (i % 2 == 0 and first_x < 2.0)  # rerun even trajectories once
+
+    eprob = EnsembleProblem(_prob(), prob_func=prob_func, output_func=output_func)
+    sim = dxode.solve(eprob, trajectories=6, batch_size=4, **SOLVE)
+    assert sim.u.tolist() == [2.0, 1.0, 2.0, 1.0, 2.0, 1.0]
+    assert sorted(a for a in attempts if a[1] == 1) == [(0, 1), (2, 1), (4, 1)]
+
+
+def test_reduction_stops_early_once_converged():
+    calls = []
+
+    def reduction(acc, values, indices):
+        calls.append(indices.tolist())
+        total, count = acc
+        total = total + values[:, -1, 0].sum()
+        return (total, count + len(indices)), count + len(indices) >= 20
+
+    eprob = EnsembleProblem(_prob(), p=_scaled_params(100), reduction=reduction, u_init=(0.0, 0))
+    sim = dxode.solve(eprob, trajectories=100, batch_size=8, **SOLVE)
+    assert len(calls) == 3 and sim.converged is True
+    assert sim.u[1] == 24 and len(sim) == 24
+    full = dxode.solve(EnsembleProblem(_prob(), p=_scaled_params(100)), trajectories=24, **SOLVE)
+    assert sim.u[0] == pytest.approx(float(full.u[:, -1, 0].sum()), rel=1e-12)
+
+
+def test_per_trajectory_tspan():
+    spans = np.array([[0.0, 1.0], [0.0, 2.5], [0.0, 0.5]])
+    eprob = EnsembleProblem(_prob(), tspan=spans)
+    sim = dxode.solve(eprob, trajectories=3, rtol=1e-8, atol=1e-8)
+    np.testing.assert_array_equal(sim.t, spans)
+    for i in range(3):
+        alone = dxode.solve(
+            _prob(tspan=tuple(spans[i])), saveat=list(spans[i]), rtol=1e-8, atol=1e-8
+        )
+        np.testing.assert_array_equal(sim.u[i], alone.u)
+    shared = dxode.solve(eprob, trajectories=3, saveat=[0.25, 0.5], rtol=1e-8, atol=1e-8)
+    assert shared.u.shape == (3, 2, 3)
+    with pytest.raises(ValueError, match="inside every trajectory's tspan"):
+        dxode.solve(eprob, trajectories=3, saveat=[0.25, 0.75])
+    with pytest.raises(ValueError, match="interval needs one shared tspan"):
+        dxode.solve(eprob, trajectories=3, saveat=0.1)
+
+
+def test_a_failing_trajectory_gets_its_own_retcode():
+    params = _scaled_params(5)
+    params[1, 0] = 1e300  # overflows to inf/NaN at once
+    eprob = EnsembleProblem(_prob(), p=params)
+    for alg in (EnsembleArray(), EnsembleSerial()):
+        sim = dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=5, **SOLVE)
+        assert sim.retcodes[1] in (ReturnCode.Unstable, ReturnCode.DtLessThanMin)
+        assert all(sim.retcodes[i] == ReturnCode.Success for i in (0, 2, 3, 4))
+        assert not sim.success and sum(sim.failures().values()) == 1
+        assert np.all(np.isfinite(sim.u[[0, 2, 3, 4]]))
+
+
+def test_float32_ensembles_stay_float32(xp):
+    eprob = EnsembleProblem(_prob(xp, "float32"), p=xp.asarray(_scaled_params(6)))
+    sim = dxode.solve(eprob, trajectories=6, saveat=1.0, rtol=1e-4, atol=1e-4)
+    assert sim.u.dtype == xp.float32 and sim.t.dtype == xp.float32
+    single = dxode.solve(_prob(xp, "float32"), saveat=1.0, rtol=1e-4, atol=1e-4)
+    assert single.u.dtype == xp.float32
+
+
+def test_diffeqgpu_lorenz_example():
+    # DiffEqGPU docs: Lorenz with 10,000 random parameter sets p = rand(3) .* p, saveat 1.0.
+    rng = np.random.default_rng(1)
+    params = rng.random((10_000, 3)) * np.array(P0)
+    eprob = EnsembleProblem(dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 10.0), P0), p=params)
+    sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=10_000, saveat=1.0, rtol=1e-6, atol=1e-6)
+    assert sim.success and sim.u.shape == (10_000, 11, 3)
+    for i in (0, 4321, 9999):
+        alone = dxode.solve(
+            dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 10.0), tuple(params[i])),
+            saveat=1.0,
+            rtol=1e-6,
+            atol=1e-6,
+        )
+        np.testing.assert_array_equal(sim.u[i], alone.u)
+
+
+def test_diffeqflux_data_parallel_example():
+    # DiffEqFlux docs: du/dt = 1.01*u*p, 100 trajectories with u0 = 0.5 + i/100 * u0, saveat 0.1.
+    u0, p = 3.0, 1.0
+    prob = dxode.ODEProblem(lambda u, p, t: 1.01 * u * p[0], [u0], (0.0, 1.0), [p])
+    eprob = EnsembleProblem(
+        prob, prob_func=lambda prob, i, repeat: prob.remake(u0=[0.5 + (i + 1) / 100 * u0])
+    )
+    sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=100, saveat=0.1, rtol=1e-8, atol=1e-8)
+    t = np.linspace(0, 1, 11)
+    exact = (0.5 + np.arange(1, 101)[:, None] / 100 * u0) * np.exp(1.01 * p * t)[None, :]
+    np.testing.assert_allclose(sim.u[:, :, 0], exact, rtol=1e-6)
+
+
+def test_within_ode_batching_is_one_system():
+    # A neural-ODE RHS on an (n, B) matrix of independent columns: one system, one step size.
+    rng = np.random.default_rng(0)
+    w1, b1, w2, b2 = (
+        rng.normal(size=(16, 2)),
+        rng.normal(size=(16, 1)),
+        rng.normal(size=(2, 16)),
+        rng.normal(size=(2, 1)),
+    )
+
+    def mlp(u, p, t):
+        w1, b1, w2, b2 = p
+        return 0.1 * (w2 @ np.tanh(w1 @ u + b1) + b2)
+
+    u0 = rng.normal(size=(2, 50))
+    sol = dxode.solve(
+        dxode.ODEProblem(mlp, u0, (0.0, 1.0), (w1, b1, w2, b2)), saveat=[1.0], rtol=1e-8, atol=1e-8
+    )
+    assert sol.u.shape == (1, 2, 50)
+    column = dxode.solve(
+        dxode.ODEProblem(mlp, u0[:, :1], (0.0, 1.0), (w1, b1, w2, b2)),
+        saveat=[1.0],
+        rtol=1e-8,
+        atol=1e-8,
+    )
+    np.testing.assert_allclose(sol.u[0, :, :1], column.u[0], rtol=1e-6, atol=1e-8)
+
+
+def test_shared_parameters_reach_the_rhs_unchanged():
+    weights = np.array([[0.0, 1.0], [-1.0, 0.0]])
+
+    def linear(u, p, t):
+        return p["A"] @ u
+
+    prob = dxode.ODEProblem(linear, [1.0, 0.0], (0.0, 1.0), {"A": weights})
+    eprob = EnsembleProblem(prob, u0=np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0]]))
+    sim = dxode.solve(eprob, trajectories=3, saveat=[1.0], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(sim.u[2, 0], [2 * math.cos(1), -2 * math.sin(1)], rtol=1e-8)
+
+
+def test_lockstep_shares_one_step_size():
+    params = _scaled_params(8, seed=2)
+    params[0, 1] = 0.5  # a quiet trajectory
+    eprob = EnsembleProblem(_prob(), p=params)
+    free = dxode.solve(eprob, EnsembleArray(), trajectories=8, **SOLVE)
+    locked = dxode.solve(eprob, EnsembleArray(lockstep=True), trajectories=8, **SOLVE)
+    assert len(set(locked.stats.naccept.tolist())) == 1
+    assert free.stats.naccept[0] < locked.stats.naccept[0]
+    assert free.stats.total_nf < locked.stats.total_nf
+
+
+def test_dense_ensembles_interpolate_each_trajectory():
+    params = _scaled_params(4)
+    sim = dxode.solve(
+        EnsembleProblem(_prob(), p=params), trajectories=4, dense=True, rtol=1e-8, atol=1e-8
+    )
+    alone = dxode.solve(_prob().remake(p=tuple(params[2])), rtol=1e-8, atol=1e-8)
+    np.testing.assert_array_equal(sim[2](np.array([0.3, 1.7])), alone(np.array([0.3, 1.7])))
+
+
+def test_indexing_summaries_and_plot(tmp_path):
+    sim = dxode.solve(EnsembleProblem(_prob(), p=_scaled_params(50)), trajectories=50, **SOLVE)
+    one = sim[3]
+    assert isinstance(one, dxode.ODESolution) and one.retcode == ReturnCode.Success
+    np.testing.assert_array_equal(one.u, sim.u[3])
+    assert sim[-1].stats.nf == sim.stats.nf[-1]
+    summary = sim.summary(quantiles=(0.1, 0.9))
+    np.testing.assert_allclose(summary.mean, sim.u.mean(axis=0))
+    np.testing.assert_allclose(summary.var, sim.u.var(axis=0))
+    np.testing.assert_allclose(summary.quantiles[0.9], np.quantile(sim.u, 0.9, axis=0))
+    assert summary.count == 50 and len(sim) == 50
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ax = sim.plot(component=2)
+    plt.savefig(tmp_path / "band.png")
+    assert (tmp_path / "band.png").stat().st_size > 1000 and ax.get_xlabel() == "t"
+    plt.close("all")
+    with pytest.raises(IndexError):
+        sim[50]
+
+
+@pytest.mark.parametrize(
+    ("make", "kwargs", "error", "match"),
+    [
+        (lambda: EnsembleProblem(_prob()), {}, TypeError, "needs trajectories=N"),
+        (
+            lambda: EnsembleProblem(_prob()),
+            {"trajectories": 0},
+            ValueError,
+            "trajectories must be a positive",
+        ),
+        (
+            lambda: EnsembleProblem(_prob()),
+            {"trajectories": 3, "batch_size": -1},
+            ValueError,
+            "batch_size",
+        ),
+        (
+            lambda: EnsembleProblem(_prob(), p=_scaled_params(3)),
+            {"trajectories": 5},
+            ValueError,
+            "hold only 3",
+        ),
+        (
+            lambda: EnsembleProblem(_prob(), prob_func=lambda prob, i, r: 3),
+            {"trajectories": 2},
+            TypeError,
+            "must return an ODEProblem",
+        ),
+        (
+            lambda: EnsembleProblem(
+                _prob(), prob_func=lambda prob, i, r: prob.remake(f=lambda u, p, t: u)
+            ),
+            {"trajectories": 2},
+            ValueError,
+            "changed f",
+        ),
+        (
+            lambda: EnsembleProblem(_prob(), u0=np.ones((3, 2))),
+            {"trajectories": 3},
+            ValueError,
+            r"u0 must have shape \(trajectories, \*\(3,\)\)",
+        ),
+        (
+            lambda: EnsembleProblem(_prob(), tspan=np.array([[0.0, 1.0], [1.0, 0.0]])),
+            {"trajectories": 2},
+            ValueError,
+            "same time direction",
+        ),
+        (
+            lambda: EnsembleProblem(_prob()),
+            {"trajectories": 2, "seed": -3},
+            ValueError,
+            "seed must be",
+        ),
+        (
+            lambda: EnsembleProblem(_prob()),
+            {"trajectories": 2, "ensemble_alg": "gpu"},
+            TypeError,
+            "ensemble_alg must be",
+        ),
+    ],
+)
+def test_bad_ensemble_input(make, kwargs, error, match):
+    kwargs = {"saveat": 1.0} | kwargs
+    ensemble_alg = kwargs.pop("ensemble_alg", None)
+    with pytest.raises(error, match=match):
+        dxode.solve(make(), dxode.Tsit5(), ensemble_alg, **kwargs)
+
+
+def test_construction_errors():
+    with pytest.raises(TypeError, match="prob_func must take"):
+        EnsembleProblem(_prob(), prob_func=lambda prob: prob)
+    with pytest.raises(ValueError, match="at most one way"):
+        EnsembleProblem(_prob(), prob_func=classic_prob_func, p=_scaled_params(2))
+    with pytest.raises(ValueError, match="disagree on the number of trajectories"):
+        EnsembleProblem(_prob(), p=_scaled_params(2), u0=np.ones((3, 3)))
+    with pytest.raises(TypeError, match="ensemble_alg applies to an EnsembleProblem"):
+        dxode.solve(_prob(), dxode.Tsit5(), EnsembleArray())
+
+
+@pytest.mark.parametrize("alg", [dxode.Vern7, dxode.DP5, dxode.BS3])
+def test_scalar_states_are_bitwise_batch_independent(alg):
+    # One-component states: no reduction may switch to pairwise summation at batch size 1.
+    prob = dxode.ODEProblem(lambda u, p, t: -p * u + 0.1 * t, [1.0], (0.0, 2.0), 1.0)
+    rates = np.linspace(0.5, 3.0, 16)
+    sim = dxode.solve(EnsembleProblem(prob, p=rates), alg(), trajectories=16, saveat=0.5, rtol=1e-9)
+    for i in (0, 7, 15):
+        alone = dxode.solve(prob.remake(p=float(rates[i])), alg(), saveat=0.5, rtol=1e-9)
+        np.testing.assert_array_equal(sim.u[i], alone.u)
