@@ -4,6 +4,7 @@ The public surface lives here; everything else is private (``dxode._name``) exce
 ``dxode.backends`` subpackage.
 """
 
+from ._cluster import local_cluster as local_cluster
 from ._controllers import (
     AbstractController as AbstractController,
 )
@@ -25,6 +26,7 @@ from ._ensemble_algorithms import (
 from ._ensemble_algorithms import (
     EnsembleSerial as EnsembleSerial,
 )
+from ._ensemble_dask import EnsembleDask as EnsembleDask
 from ._ensemble_problem import (
     BatchContext as BatchContext,
 )
@@ -86,6 +88,7 @@ __all__ = [
     "BatchContext",
     "ButcherTableau",
     "EnsembleArray",
+    "EnsembleDask",
     "EnsembleProblem",
     "EnsembleSerial",
     "EnsembleSolution",
@@ -104,5 +107,6 @@ __all__ = [
     "Tsit5",
     "Vern7",
     "__version__",
+    "local_cluster",
     "solve",
 ]

@@ -29,9 +29,21 @@ _MAX_RERUNS = 100
 
 
 class AbstractEnsembleAlgorithm(abc.ABC):
-    """How to compute batches. Subclasses implement ``solve_batches``."""
+    """How to compute the batches of an ensemble. Subclasses implement ``run_batch``; those
+    that schedule batches themselves (``EnsembleDask``) override ``run``."""
 
     default_batch_size: int = 10_000
+
+    def batch_size_for(self, trajectories: int) -> int:
+        """The batch size used when the caller gives none."""
+        return min(trajectories, self.default_batch_size)
+
+    def run(self, eprob: EnsembleProblem, batches: list[np.ndarray], spec: BatchSpec) -> Any:
+        """Solve all batches and assemble the EnsembleSolution."""
+        from ._ensemble_assemble import assemble
+
+        results = self.solve_batches(eprob, batches, spec)
+        return assemble(eprob, results, spec.options.alg, spec.seed)
 
     @abc.abstractmethod
     def run_batch(

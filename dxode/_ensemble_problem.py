@@ -97,6 +97,10 @@ class EnsembleProblem:
         ``converged`` is true no further batches are solved.
     u_init : any, optional
         The initial accumulator of ``reduction``.
+    combine : callable, optional
+        ``combine(acc_a, acc_b) -> acc`` merges two accumulators (associative). With it,
+        ``EnsembleDask`` reduces each batch on its worker and combines the partial results on
+        the workers, so only reduced values travel.
     u0 : array, optional
         Per-trajectory initial states ``(N, *prob.u0.shape)``.
     p : pytree of arrays, optional
@@ -113,6 +117,7 @@ class EnsembleProblem:
         reduction: Callable[[Any, Any, np.ndarray], tuple[Any, bool]] | None = None,
         u_init: Any = None,
         *,
+        combine: Callable[[Any, Any], Any] | None = None,
         batch_func: Callable[[ODEProblem, BatchContext], dict[str, Any]] | None = None,
         u0: Any = None,
         p: Any = None,
@@ -121,6 +126,7 @@ class EnsembleProblem:
         if not isinstance(prob, ODEProblem):
             raise TypeError(f"EnsembleProblem needs an ODEProblem, got {type(prob).__name__}")
         for name, func in (
+            ("combine", combine),
             ("prob_func", prob_func),
             ("output_func", output_func),
             ("reduction", reduction),
@@ -146,6 +152,9 @@ class EnsembleProblem:
         self.output_func = output_func
         self.reduction = reduction
         self.u_init = u_init
+        if combine is not None and reduction is None:
+            raise ValueError("combine merges reduction results: give a reduction too")
+        self.combine = combine
         self.batch_func = batch_func
         self.arrays = {k: v for k, v in (("u0", u0), ("p", p), ("tspan", tspan)) if v is not None}
         self._context_form = prob_func is not None and _takes_context(prob_func)

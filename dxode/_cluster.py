@@ -1,0 +1,75 @@
+"""``local_cluster``: the right local Dask cluster (CPU worker processes, or one per GPU)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["local_cluster"]
+
+
+def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwargs: Any) -> Any:
+    """Start a local Dask cluster suited to dxode ensembles (use it as a context manager).
+
+    Parameters
+    ----------
+    gpus : bool or "auto"
+        ``False``: CPU worker processes with one thread each (NumPy batches are single
+        threaded, so processes, not threads, use the cores). ``True``: dask-cuda's
+        ``LocalCUDACluster``, one worker per GPU, each pinned to its GPU through
+        ``CUDA_VISIBLE_DEVICES``. ``"auto"``: GPUs when CuPy sees any, else CPUs.
+    n_workers : int, optional
+        Worker count; by default one per core (CPU) or per GPU.
+    **kwargs
+        Passed on to ``LocalCluster`` / ``LocalCUDACluster``.
+
+    Returns
+    -------
+    distributed.LocalCluster or dask_cuda.LocalCUDACluster
+
+    Examples
+    --------
+    >>> with dxode.local_cluster() as cluster, distributed.Client(cluster) as client:
+    ...     sim = dxode.solve(eprob, dxode.Tsit5(), client, trajectories=10**6, saveat=1.0)
+
+    On several nodes, start ``dask scheduler`` on one and ``dask worker`` (CPU) or
+    ``dask cuda worker`` (GPU) on the others, and pass ``Client("tcp://scheduler:8786")``;
+    on a batch system use dask-jobqueue (see the HPC guide).
+    """
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError('local_cluster needs Dask: pip install "dxode[dask]"') from exc
+    if gpus == "auto":
+        from .backends import cupy_available
+
+        gpus = cupy_available()
+    if gpus:
+        return _cuda_cluster(n_workers, kwargs)
+    kwargs.setdefault("threads_per_worker", 1)
+    kwargs.setdefault("processes", True)
+    kwargs.setdefault("dashboard_address", ":0")  # any free port: clusters may run side by side
+    return distributed.LocalCluster(n_workers=n_workers or os.cpu_count() or 1, **kwargs)
+
+
+def _cuda_cluster(n_workers: int | None, kwargs: dict[str, Any]) -> Any:
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError as exc:
+        raise ImportError(
+            "a GPU cluster needs dask-cuda with its CUDA extra: pip install "
+            '"dask-cuda[cu12]" (or [cu13]); it pins its own Dask version, so install it '
+            'together with dxode: pip install "dxode[gpu]"'
+        ) from exc
+    if n_workers is not None:
+        kwargs.setdefault("n_workers", n_workers)
+    kwargs.setdefault("dashboard_address", ":0")  # any free port: clusters may run side by side
+    try:
+        return LocalCUDACluster(**kwargs)
+    except Exception as exc:  # NVML and CUDA errors come in many types
+        if "nvml" in repr(exc).lower() or "cuda" in repr(exc).lower():
+            raise RuntimeError(
+                f"no usable NVIDIA GPU for a CUDA cluster ({exc}); use local_cluster(gpus=False) "
+                f"for CPU workers, or run on a machine with GPUs and drivers"
+            ) from exc
+        raise

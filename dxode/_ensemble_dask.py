@@ -1,0 +1,362 @@
+"""EnsembleDask: batches of an ensemble as Dask tasks, from a laptop to an HPC cluster.
+
+Each batch is one task that runs the same function a local ``EnsembleArray`` batch runs
+(``finish_batch``), on the worker's backend. Batches are independent, so the scheduler
+balances them freely; when a worker dies, Dask recomputes its tasks elsewhere and the result
+is the same. Dask is imported only here, when an ``EnsembleDask`` runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+
+from ._ensemble_algorithms import AbstractEnsembleAlgorithm, EnsembleArray, finish_batch
+from ._ensemble_assemble import assemble
+from ._ensemble_batch import BatchResult, BatchSpec
+from ._ensemble_problem import EnsembleProblem
+from ._ensemble_solution import EnsembleSolution, EnsembleStats
+from .backends import backend_for
+
+__all__ = ["EnsembleDask"]
+
+_BATCHES_PER_WORKER = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleDask(AbstractEnsembleAlgorithm):
+    """Solve the batches of an ensemble as tasks on a Dask cluster.
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        The cluster to use. By default the current Dask client; if there is none, a
+        ``LocalCluster`` of worker processes is started for the call and closed afterwards.
+        ``solve(eprob, alg, client, ...)`` is shorthand for ``EnsembleDask(client)``.
+    backend : {"numpy", "cupy"}, optional
+        The backend each worker computes on (``"cupy"`` on a dask-cuda cluster uses each
+        worker's own GPU). By default the array library of ``prob.u0``.
+    batch_size : int, optional
+        Trajectories per task. By default about four tasks per worker thread (so the
+        scheduler can balance uneven batches), at most 10,000 per task on NumPy.
+    output : {"memory", "dask", "zarr"}
+        Where the saved states go. ``"memory"``: gathered into host memory (``sim.u`` a
+        NumPy array). ``"dask"``: kept on the workers as a ``dask.array`` with one chunk per
+        batch, for further Dask work (compute it with the cluster's client, e.g.
+        ``sim.u.mean(axis=0).compute(scheduler=client)``, or with that client as default).
+        ``"zarr"``: written by the workers into a Zarr array at ``store``, for ensembles
+        larger than the driver's memory (``sim.u`` then reads it lazily as a
+        ``dask.array``). Return codes and statistics always come back.
+    store : str or zarr store, optional
+        Where ``output="zarr"`` writes (a path every worker can reach).
+    progress : bool, optional
+        Show a progress bar over batches (needs ``tqdm``). By default only when standard
+        error is a terminal.
+
+    Notes
+    -----
+    ``output_func`` runs on the workers. A ``reduction`` runs on the workers too when the
+    EnsembleProblem has a ``combine``: each task reduces its own batch and the partial
+    results are combined pairwise on the workers, as a tree in batch order, so only reduced
+    values travel and the result does not depend on the number of workers. Without
+    ``combine``, batch values travel to the driver, which folds them in order and stops early
+    once the reduction reports convergence.
+    """
+
+    client: Any = None
+    backend: str | None = None
+    batch_size: int | None = None
+    output: Literal["memory", "dask", "zarr"] = "memory"
+    store: Any = None
+    progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.output not in ("memory", "dask", "zarr"):
+            raise ValueError(f"output must be 'memory', 'dask' or 'zarr', got {self.output!r}")
+        if self.output == "zarr" and self.store is None:
+            raise ValueError(
+                "output='zarr' needs store=<path or zarr store> that workers can reach"
+            )
+
+    def backend_name(self) -> str | None:
+        return self.backend
+
+    def batch_size_for(self, trajectories: int) -> int:
+        if self.batch_size is not None:
+            return self.batch_size
+        threads = _thread_count(self.client)
+        cap = 1_000_000 if self.backend == "cupy" else 10_000
+        return max(1, min(cap, math.ceil(trajectories / (_BATCHES_PER_WORKER * threads))))
+
+    def run_batch(
+        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+    ) -> BatchResult:
+        return EnsembleArray(self.backend, spec.lockstep).run_batch(eprob, indices, spec, repeat)
+
+    def run(self, eprob: EnsembleProblem, batches: list[np.ndarray], spec: BatchSpec) -> Any:
+        if spec.dense:
+            raise ValueError("dense output is not kept by EnsembleDask; use EnsembleArray")
+        with _client_for(self.client) as client:
+            return _Run(self, client, eprob, batches, spec).solve()
+
+
+class _Run:
+    """One EnsembleDask solve: submit the batch tasks, then collect in the requested form."""
+
+    def __init__(
+        self,
+        alg: EnsembleDask,
+        client: Any,
+        eprob: EnsembleProblem,
+        batches: list[np.ndarray],
+        spec: BatchSpec,
+    ) -> None:
+        self.alg, self.client, self.eprob, self.batches, self.spec = (
+            alg,
+            client,
+            eprob,
+            batches,
+            spec,
+        )
+        self.token = uuid.uuid4().hex[:12]
+
+    def solve(self) -> EnsembleSolution:
+        eprob_future = self.client.scatter(self.eprob, broadcast=True, hash=False)
+        target = self._zarr_target() if self.alg.output == "zarr" else None
+        reduce_on_workers = self.eprob.reduction is not None and self.eprob.combine is not None
+        futures = [
+            self.client.submit(
+                _dask_task,
+                eprob_future,
+                indices,
+                self.spec,
+                self.alg.backend,
+                target,
+                reduce_on_workers,
+                key=f"dxode-batch-{self.token}-{k}",
+                retries=2,
+            )
+            for k, indices in enumerate(self.batches)
+        ]
+        if reduce_on_workers:
+            return self._tree_reduce(futures)
+        if self.alg.output == "memory":
+            results = _in_order(self.client, futures, self._progress())
+            return assemble(self.eprob, results, self.spec.options.alg, self.spec.seed)
+        return self._distributed(futures, target)
+
+    def _progress(self) -> bool:
+        return self.alg.progress if self.alg.progress is not None else sys.stderr.isatty()
+
+    def _zarr_target(self) -> dict[str, Any]:
+        import zarr
+
+        shape, dtype = _output_layout(self.eprob, self.spec, sum(len(b) for b in self.batches))
+        chunk = len(self.batches[0])
+        zarr.open_array(
+            self.alg.store,
+            mode="w",
+            shape=shape,
+            dtype=dtype,
+            chunks=(chunk, *shape[1:]),
+            fill_value=float("nan"),
+        )
+        return {"store": self.alg.store}
+
+    def _distributed(self, futures: list[Any], target: dict[str, Any] | None) -> EnsembleSolution:
+        """Outputs stay on the workers (a dask.array) or in Zarr; metadata comes back."""
+        import dask
+        import dask.array as da
+
+        metas = [
+            self.client.submit(_metadata, f, key=f"dxode-meta-{self.token}-{k}")
+            for k, f in enumerate(futures)
+        ]
+        done = list(_in_order(self.client, metas, self._progress()))
+        shape, dtype = _output_layout(self.eprob, self.spec, sum(len(b) for b in self.batches))
+        if target is not None:
+            u = da.from_zarr(target["store"])
+        else:
+            u = da.concatenate(
+                [
+                    da.from_delayed(
+                        dask.delayed(_saved_states)(f), shape=(len(b), *shape[1:]), dtype=dtype
+                    )
+                    for f, b in zip(futures, self.batches, strict=True)
+                ]
+            )
+        sim = assemble(self.eprob, done, self.spec.options.alg, self.spec.seed)
+        sim.u = u
+        sim._futures = futures  # keep the workers' results alive as long as the solution
+        return sim
+
+    def _tree_reduce(self, futures: list[Any]) -> EnsembleSolution:
+        """Combine per-batch partial reductions pairwise on the workers, in batch order."""
+        combine = self.eprob.combine
+        level = [
+            self.client.submit(_partial, f, key=f"dxode-partial-{self.token}-{k}")
+            for k, f in enumerate(futures)
+        ]
+        depth = 0
+        while len(level) > 1:
+            pairs = [level[i : i + 2] for i in range(0, len(level), 2)]
+            level = [
+                self.client.submit(combine, *pair, key=f"dxode-combine-{self.token}-{depth}-{i}")
+                if len(pair) == 2
+                else pair[0]
+                for i, pair in enumerate(pairs)
+            ]
+            depth += 1
+        metas = [
+            self.client.submit(_metadata, f, key=f"dxode-meta-{self.token}-{k}")
+            for k, f in enumerate(futures)
+        ]
+        done = list(_in_order(self.client, metas, self._progress()))
+        acc = level[0].result()
+        stats = EnsembleStats(
+            *(np.concatenate([getattr(b, k) for b in done]) for k in ("nf", "naccept", "nreject"))
+        )
+        return EnsembleSolution(
+            t=done[0].t,
+            u=acc,
+            retcodes=np.concatenate([b.retcode for b in done]),
+            stats=stats,
+            eprob=self.eprob,
+            alg=self.spec.options.alg,
+            converged=None,
+            seed=self.spec.seed,
+        )
+
+
+def _dask_task(
+    eprob: EnsembleProblem,
+    indices: np.ndarray,
+    spec: BatchSpec,
+    backend: str | None,
+    target: dict[str, Any] | None,
+    reduce_here: bool,
+) -> BatchResult:
+    """One batch on a worker: solve, apply output_func, then keep only what must travel."""
+    result = finish_batch(EnsembleArray(backend, spec.lockstep), eprob, indices, spec)
+    result.t = _host(result.t)
+    if result.u is not None:
+        result.u = _host(result.u)
+    if reduce_here:
+        values = result.values if eprob.output_func is not None else result.u
+        from ._ensemble_assemble import _stack_values
+
+        result.values = eprob.reduction(eprob.u_init, _stack_values(values), result.indices)[0]
+        result.u = None
+    if target is not None:
+        import zarr
+
+        array = zarr.open_array(target["store"], mode="r+")
+        array[int(indices[0]) : int(indices[-1]) + 1] = result.u
+        result.u = None
+    return result
+
+
+def _metadata(result: BatchResult) -> BatchResult:
+    """The batch's small part: indices, times, return codes and statistics."""
+    return dataclasses.replace(result, u=None, values=None)
+
+
+def _saved_states(result: BatchResult) -> np.ndarray:
+    return result.u
+
+
+def _partial(result: BatchResult) -> Any:
+    return result.values
+
+
+def _host(x: Any) -> np.ndarray:
+    return x if isinstance(x, np.ndarray) else backend_for(x).to_host(x)
+
+
+def _output_layout(eprob: EnsembleProblem, spec: BatchSpec, n: int) -> tuple[tuple[int, ...], Any]:
+    """Shape ``(N, nsave, *shape)`` and dtype of the saved states, known before solving."""
+    from ._timegrid import save_times
+
+    if spec.saveat is None or "tspan" in eprob.arrays or eprob.batch_func is not None:
+        n_save = 2 if spec.saveat is None else len(np.atleast_1d(spec.saveat))
+    else:
+        n_save = len(save_times(spec.saveat, *eprob.prob.tspan))
+    dtype = np.dtype(str(eprob.prob.u0.dtype).split(".")[-1])
+    return (n, n_save, *tuple(eprob.prob.u0.shape)), dtype
+
+
+def _in_order(client: Any, futures: list[Any], progress: bool) -> Iterator[BatchResult]:
+    """Batch results in submission order, as they complete; cancels the rest if abandoned."""
+    from distributed import as_completed
+
+    bar = _progress_bar(len(futures)) if progress else None
+    ready: dict[int, Any] = {}
+    position = {f.key: k for k, f in enumerate(futures)}
+    next_k = 0
+    try:
+        for future in as_completed(futures, loop=client.loop):
+            ready[position[future.key]] = future
+            if bar is not None:
+                bar.update(1)
+            while next_k in ready:
+                yield ready.pop(next_k).result()
+                futures[next_k] = None  # release the worker's copy once folded
+                next_k += 1
+    finally:
+        if bar is not None:
+            bar.close()
+        pending = [f for f in futures if f is not None and not f.done()]
+        if pending:
+            client.cancel(pending)
+
+
+def _progress_bar(total: int) -> Any:
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        print("dxode: progress needs tqdm (pip install tqdm); continuing without", file=sys.stderr)
+        return None
+    return tqdm(total=total, desc="dxode batches", unit="batch")
+
+
+def _thread_count(client: Any) -> int:
+    """Worker threads of ``client`` (or of the default client, or this machine's cores)."""
+    if client is None:
+        with contextlib.suppress(ImportError, ValueError):
+            from distributed import default_client
+
+            client = default_client()
+    if client is not None:
+        return max(1, sum(client.nthreads().values()))
+    return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def _client_for(client: Any) -> Iterator[Any]:
+    """The given client, the current default client, or an embedded LocalCluster's."""
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError(
+            'EnsembleDask needs Dask: pip install "dxode[dask]" (dask[array] and distributed)'
+        ) from exc
+    if client is None:
+        try:
+            client = distributed.default_client()
+        except ValueError:  # no client yet
+            client = None
+    if client is not None:
+        yield client
+        return
+    from ._cluster import local_cluster
+
+    with local_cluster() as cluster, distributed.Client(cluster) as embedded:
+        yield embedded

@@ -1,0 +1,252 @@
+"""EnsembleDask on real LocalClusters of worker processes: results, outputs, faults, TLS."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import dxode  # noqa: E402
+from dxode import EnsembleDask, EnsembleProblem  # noqa: E402
+
+P0 = (10.0, 28.0, 8.0 / 3.0)
+SOLVE = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
+N = 64
+
+
+def lorenz(u, p, t):
+    x, y, z = u
+    sigma, rho, beta = p
+    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+
+def _params(n=N, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.array(P0) * (1 + 0.1 * (rng.random((n, 3)) - 0.5))
+
+
+def _eprob(**kwargs):
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 3.0), P0)
+    return EnsembleProblem(prob, p=_params(), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        dxode.local_cluster(n_workers=2) as cluster,
+        distributed.Client(cluster, set_as_default=False) as c,
+    ):
+        yield c
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return dxode.solve(_eprob(), dxode.Tsit5(), trajectories=N, **SOLVE)
+
+
+@pytest.mark.parametrize("batch_size", [None, 5, 64])
+def test_dask_equals_array_for_any_batch_size(client, reference, batch_size):
+    sim = dxode.solve(
+        _eprob(),
+        dxode.Tsit5(),
+        EnsembleDask(client),
+        trajectories=N,
+        batch_size=batch_size,
+        **SOLVE,
+    )
+    np.testing.assert_array_equal(sim.u, reference.u)
+    np.testing.assert_array_equal(sim.stats.nf, reference.stats.nf)
+    assert isinstance(sim.u, np.ndarray)
+
+
+def test_a_client_is_shorthand_and_worker_count_does_not_matter(client, reference):
+    sim = dxode.solve(_eprob(), dxode.Tsit5(), client, trajectories=N, batch_size=8, **SOLVE)
+    np.testing.assert_array_equal(sim.u, reference.u)
+    with (
+        dxode.local_cluster(n_workers=1) as one,
+        distributed.Client(one, set_as_default=False) as c1,
+    ):
+        single = dxode.solve(_eprob(), dxode.Tsit5(), c1, trajectories=N, batch_size=8, **SOLVE)
+    np.testing.assert_array_equal(single.u, reference.u)
+
+
+def test_default_client_then_embedded_cluster(reference):
+    with dxode.local_cluster(n_workers=1) as cluster, distributed.Client(cluster) as default:
+        sim = dxode.solve(_eprob(), dxode.Tsit5(), EnsembleDask(), trajectories=N, **SOLVE)
+        assert default.has_what()  # the default client's workers did the work
+    np.testing.assert_array_equal(sim.u, reference.u)
+    # No client at all: an embedded LocalCluster is started for the call and closed after.
+    embedded = dxode.solve(_eprob(), dxode.Tsit5(), EnsembleDask(), trajectories=N, **SOLVE)
+    np.testing.assert_array_equal(embedded.u, reference.u)
+    with pytest.raises(ValueError):
+        distributed.default_client()
+
+
+def test_lazy_dask_array_output(client, reference):
+    import dask.array as da
+
+    sim = dxode.solve(
+        _eprob(),
+        dxode.Tsit5(),
+        EnsembleDask(client, output="dask"),
+        trajectories=N,
+        batch_size=16,
+        **SOLVE,
+    )
+    assert isinstance(sim.u, da.Array)
+    assert sim.u.chunks[0] == (16, 16, 16, 16)
+    # The chunks live on the cluster's workers: compute with its client.
+    np.testing.assert_array_equal(sim.u.compute(scheduler=client), reference.u)
+    np.testing.assert_array_equal(sim.retcodes, reference.retcodes)
+    # Downstream Dask work on the distributed result: the mean over trajectories.
+    mean = sim.u.mean(axis=0).compute(scheduler=client)
+    np.testing.assert_allclose(mean, reference.u.mean(axis=0))
+
+
+def test_zarr_output(client, reference, tmp_path):
+    import zarr
+
+    store = str(tmp_path / "ensemble.zarr")
+    sim = dxode.solve(
+        _eprob(),
+        dxode.Tsit5(),
+        EnsembleDask(client, output="zarr", store=store),
+        trajectories=N,
+        batch_size=16,
+        **SOLVE,
+    )
+    np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], reference.u)
+    np.testing.assert_array_equal(np.asarray(sim.u), reference.u)
+
+
+def test_output_func_runs_on_the_workers(client):
+    def output_func(sol, i):
+        return (os.getpid(), float(sol.u[-1, 0])), False
+
+    sim = dxode.solve(
+        _eprob(output_func=output_func),
+        dxode.Tsit5(),
+        client,
+        trajectories=N,
+        batch_size=8,
+        **SOLVE,
+    )
+    pids = {pid for pid, _ in sim.u}
+    assert os.getpid() not in pids
+    assert pids <= set(client.run(os.getpid).values())
+
+
+def test_reduction_tree_on_workers(client, reference):
+    def reduction(acc, values, indices):
+        return acc + np.sum(values[:, -1, :], axis=0), False
+
+    def combine(a, b):
+        return a + b
+
+    eprob = _eprob(reduction=reduction, combine=combine, u_init=np.zeros(3))
+    sim = dxode.solve(eprob, dxode.Tsit5(), client, trajectories=N, batch_size=5, **SOLVE)
+    np.testing.assert_allclose(sim.u, reference.u[:, -1, :].sum(axis=0), rtol=1e-12)
+    assert sim.converged is None and len(sim) == N
+    again = dxode.solve(eprob, dxode.Tsit5(), client, trajectories=N, batch_size=5, **SOLVE)
+    np.testing.assert_array_equal(again.u, sim.u)  # a fixed tree: the same bits every time
+
+
+def test_reduction_on_the_driver_stops_early(client):
+    def reduction(acc, values, indices):
+        return acc + len(indices), acc + len(indices) >= 16
+
+    sim = dxode.solve(
+        _eprob(reduction=reduction, u_init=0),
+        dxode.Tsit5(),
+        client,
+        trajectories=N,
+        batch_size=4,
+        **SOLVE,
+    )
+    assert sim.converged is True and sim.u == 16 and len(sim) == 16
+
+
+def _suicidal_prob_func(marker):
+    def prob_func(prob, i, repeat):
+        if i == 37 and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)  # the worker process dies mid-ensemble
+        return prob.remake(p=tuple(_params()[i]))
+
+    return prob_func
+
+
+@pytest.mark.slow
+def test_a_dying_worker_loses_nothing(tmp_path, reference):
+    eprob = EnsembleProblem(_eprob().prob, prob_func=_suicidal_prob_func(str(tmp_path / "died")))
+    with (
+        dxode.local_cluster(n_workers=2) as cluster,
+        distributed.Client(cluster, set_as_default=False) as c,
+    ):
+        sim = dxode.solve(eprob, dxode.Tsit5(), c, trajectories=N, batch_size=4, **SOLVE)
+    assert (tmp_path / "died").exists()
+    np.testing.assert_array_equal(sim.u, reference.u)
+    assert sim.success
+
+
+def test_failing_trajectories_keep_their_retcodes(client):
+    params = _params()
+    params[3, 0] = 1e300
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 3.0), P0)
+    sim = dxode.solve(
+        EnsembleProblem(prob, p=params),
+        dxode.Tsit5(),
+        client,
+        trajectories=N,
+        batch_size=8,
+        **SOLVE,
+    )
+    assert not dxode.ReturnCode(int(sim.retcodes[3])).successful
+    assert np.sum(sim.retcodes != 0) == 1
+
+
+def test_progress_bar(client, capsys):
+    dxode.solve(
+        _eprob(),
+        dxode.Tsit5(),
+        EnsembleDask(client, progress=True),
+        trajectories=N,
+        batch_size=16,
+        **SOLVE,
+    )
+    assert "dxode batches" in capsys.readouterr().err
+
+
+def test_tls_secured_cluster(reference):
+    security = distributed.Security.temporary()
+    with (
+        dxode.local_cluster(n_workers=1, security=security, protocol="tls") as cluster,
+        distributed.Client(cluster, security=security, set_as_default=False) as c,
+    ):
+        assert c.scheduler.address.startswith("tls://")
+        sim = dxode.solve(_eprob(), dxode.Tsit5(), c, trajectories=N, batch_size=32, **SOLVE)
+    np.testing.assert_array_equal(sim.u, reference.u)
+
+
+def test_bad_dask_options():
+    with pytest.raises(ValueError, match="output must be"):
+        EnsembleDask(output="disk")
+    with pytest.raises(ValueError, match="needs store"):
+        EnsembleDask(output="zarr")
+    with pytest.raises(ValueError, match="combine merges reduction"):
+        _eprob(combine=lambda a, b: a)
+
+
+def test_cuda_cluster_errors_are_clear():
+    try:
+        import dask_cuda  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="dask-cuda"):
+            dxode.local_cluster(gpus=True)
+    else:  # pragma: no cover - only where dask-cuda is installed
+        if not dxode.backends.cupy_available():
+            with pytest.raises(RuntimeError, match="no usable NVIDIA GPU"):
+                dxode.local_cluster(gpus=True)
