@@ -43,7 +43,7 @@ class AbstractEnsembleAlgorithm(abc.ABC):
         from ._ensemble_assemble import assemble
 
         results = self.solve_batches(eprob, batches, spec)
-        return assemble(eprob, results, spec.options.alg, spec.seed)
+        return assemble(eprob, results, spec.options.alg, spec.seed, sum(len(b) for b in batches))
 
     @abc.abstractmethod
     def run_batch(

@@ -14,27 +14,38 @@ from ._ensemble_solution import EnsembleSolution, EnsembleStats
 
 
 def assemble(
-    eprob: EnsembleProblem, results: Iterable[BatchResult], alg: Any, seed: int
+    eprob: EnsembleProblem, results: Iterable[BatchResult], alg: Any, seed: int, n_total: int
 ) -> EnsembleSolution:
-    """Fold batch results, in trajectory order, into an EnsembleSolution."""
+    """Fold batch results, in trajectory order, into an EnsembleSolution.
+
+    Saved states are copied into one preallocated ``(n_total, nsave, *shape)`` array as batches
+    arrive and each batch's own copy is dropped, so peak memory is the output plus a batch;
+    with a reduction, batch outputs are dropped once folded.
+    """
     done: list[BatchResult] = []
     acc, converged = eprob.u_init, None
+    out, offset = None, 0
     for batch in results:
         done.append(batch)
         if eprob.reduction is not None:
             values = batch.values if eprob.output_func is not None else batch.u
             acc, converged = eprob.reduction(acc, _stack_values(values), batch.indices)
+            batch.u, batch.values = None, None
             converged = bool(converged)
             if converged:
                 break
+        elif eprob.output_func is None and batch.u is not None:
+            if out is None:
+                out = _empty_like_rows(batch.u, n_total)
+            out[offset : offset + batch.u.shape[0], ...] = batch.u
+            offset += batch.u.shape[0]
+            batch.u = None
     if eprob.reduction is not None:
         u: Any = acc
     elif eprob.output_func is not None:
         u = _stack_values([v for b in done for v in b.values])
-    elif all(b.u is not None for b in done):
-        u = _concat([b.u for b in done])
     else:
-        u = None  # the saved states live elsewhere (Dask workers or Zarr); the caller sets u
+        u = out  # None when the states live elsewhere (Dask workers, Zarr): the caller sets u
     stats = EnsembleStats(
         *(np.concatenate([getattr(b, k) for b in done]) for k in ("nf", "naccept", "nreject"))
     )
@@ -62,9 +73,12 @@ def _times(done: list[BatchResult]) -> Any:
     return xp.concat(per_lane)
 
 
-def _concat(arrays: list[Any]) -> Any:
-    xp = array_api_compat.array_namespace(arrays[0])
-    return arrays[0] if len(arrays) == 1 else xp.concat(arrays)
+def _empty_like_rows(rows: Any, n_total: int) -> Any:
+    """An uninitialized ``(n_total, *rows.shape[1:])`` array on the rows' library and device."""
+    xp = array_api_compat.array_namespace(rows)
+    return xp.empty(
+        (n_total, *rows.shape[1:]), dtype=rows.dtype, device=array_api_compat.device(rows)
+    )
 
 
 def _stack_values(values: Any) -> Any:

@@ -127,6 +127,7 @@ class _Run:
             spec,
         )
         self.token = uuid.uuid4().hex[:12]
+        self._n = sum(len(b) for b in batches)
 
     def solve(self) -> EnsembleSolution:
         eprob_future = self.client.scatter(self.eprob, broadcast=True, hash=False)
@@ -150,7 +151,7 @@ class _Run:
             return self._tree_reduce(futures)
         if self.alg.output == "memory":
             results = _in_order(self.client, futures, self._progress())
-            return assemble(self.eprob, results, self.spec.options.alg, self.spec.seed)
+            return assemble(self.eprob, results, self.spec.options.alg, self.spec.seed, self._n)
         return self._distributed(futures, target)
 
     def _progress(self) -> bool:
@@ -193,7 +194,7 @@ class _Run:
                     for f, b in zip(futures, self.batches, strict=True)
                 ]
             )
-        sim = assemble(self.eprob, done, self.spec.options.alg, self.spec.seed)
+        sim = assemble(self.eprob, done, self.spec.options.alg, self.spec.seed, self._n)
         sim.u = u
         sim._futures = futures  # keep the workers' results alive as long as the solution
         return sim
