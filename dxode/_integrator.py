@@ -124,6 +124,7 @@ def _integrate(
     lanes.put_group("p", problem.params)
 
     n_save = 0 if problem.save_times is None else problem.save_times.shape[0]
+    save_grid = None
     records = LaneRecords(xp, backend, n_lanes, n_save, u0.shape[:-1])
     if problem.save_times is not None:
         first = problem.save_times[0, ...] == t0
@@ -132,8 +133,12 @@ def _integrate(
         sentinel = xp.full((1, n_lanes), direction * math.inf, dtype=dtype)
         ts = xp.concat([problem.save_times, sentinel])
         save_idx = xp.astype(first, xp.int64)
-        next_save = xp.squeeze(xp.take_along_axis(ts, save_idx[None, ...], axis=0), axis=0)
-        lanes.put(ts=ts, save_idx=save_idx, next_save=next_save)
+        next_save = _save_time(xp, ts, save_idx)
+        if bool(xp.all(ts == ts[:, :1])):
+            save_grid = ts[:, 0]  # one grid for all lanes: look it up without per-lane copies
+        else:
+            lanes.put(ts=ts)
+        lanes.put(save_idx=save_idx, next_save=next_save)
         if stepper.interpolation_rhs_evals:
             lanes.put(nf_extra=xp.zeros(n_lanes, dtype=xp.int64))
     tstops = problem.tstops
@@ -201,6 +206,7 @@ def _integrate(
                 lanes,
                 records,
                 problem,
+                save_grid,
                 accept,
                 t,
                 hs,
@@ -254,6 +260,13 @@ def _integrate(
     return records.result()
 
 
+def _save_time(xp: Any, ts: Array, save_idx: Array) -> Array:
+    """Each lane's save time number ``save_idx`` from a shared ``(nsave,)`` or per-lane grid."""
+    if ts.ndim == 1:
+        return xp.take(ts, save_idx)
+    return xp.squeeze(xp.take_along_axis(ts, save_idx[None, ...], axis=0), axis=0)
+
+
 def _shared_error(xp: Any, err: Array, active: Array | None) -> Array:
     """Every lane gets the RMS of the (active) lanes' error norms."""
     squares = err * err if active is None else xp.where(active, err * err, 0.0)
@@ -278,6 +291,7 @@ def _save_passed_points(
     lanes: WorkingSet,
     records: LaneRecords,
     problem: LaneProblem,
+    save_grid: Array | None,
     accept: Array,
     t: Array,
     hs: Array,
@@ -288,8 +302,9 @@ def _save_passed_points(
 ) -> None:
     """Fill the save points each accepted lane stepped over, from the step's dense output.
 
-    Each lane keeps its next save time (``inf`` past the last), so a step that passes no save
-    point costs three elementwise operations.
+    ``save_grid`` holds the save times all lanes share (``None``: per-lane times are in the
+    working set). Each lane keeps its next save time (``inf`` past the last), so a step that
+    passes no save point costs three elementwise operations.
     """
     xp = backend.xp
     next_save = lanes["next_save"]
@@ -304,7 +319,12 @@ def _save_passed_points(
             return xp.take(x, idx, axis=-1)
 
         theta = (sub(next_save) - sub(t)) / sub(hs)
-        sub_rhs = problem.rhs_for(tuple(sub(p) for p in lanes.group("p")))
+        # Only interpolants with extra stages evaluate the RHS (on the saving lanes alone).
+        sub_rhs = (
+            problem.rhs_for(tuple(sub(p) for p in lanes.group("p")))
+            if stepper.interpolation_rhs_evals
+            else None
+        )
         values = stepper.interpolate(
             backend, sub_rhs, sub(t), sub(hs), sub(u), sub(result.u1), sub(result.stages), theta
         )
@@ -313,7 +333,7 @@ def _save_passed_points(
             extra = stepper.interpolation_rhs_evals * xp.astype(due, xp.int64)
             lanes.put(nf_extra=lanes["nf_extra"] + extra)
         save_idx = save_idx + xp.astype(due, xp.int64)
-        following = xp.squeeze(xp.take_along_axis(lanes["ts"], save_idx[None, ...], axis=0), axis=0)
+        following = _save_time(xp, lanes["ts"] if save_grid is None else save_grid, save_idx)
         next_save = xp.where(due, following, next_save)
         due = due & (direction * (next_save - t_new) <= 0)
         if not bool(xp.any(due)):
