@@ -67,16 +67,28 @@ def section_scaling(n: int, repeat: int) -> str:
     rows.append(["EnsembleArray (this process)", "-", f"{single:.2f}", "-"])
     base = None
     for workers in (1, 2):
-        with dxode.local_cluster(n_workers=workers) as cluster, distributed.Client(cluster) as client:
+        with (
+            dxode.local_cluster(n_workers=workers) as cluster,
+            distributed.Client(cluster) as client,
+        ):
             client.wait_for_workers(workers)
             dxode.solve(lorenz_ensemble(1000), dxode.Tsit5(), client, trajectories=1000, **SOLVE)
-            elapsed = best_of(repeat, lambda c=client: dxode.solve(
-                eprob, dxode.Tsit5(), c, trajectories=n, **SOLVE))
+            elapsed = best_of(
+                repeat,
+                lambda c=client: dxode.solve(eprob, dxode.Tsit5(), c, trajectories=n, **SOLVE),
+            )
         base = base or elapsed
-        rows.append([f"EnsembleDask, LocalCluster({workers} workers)", workers, f"{elapsed:.2f}",
-                     f"{base / elapsed:.2f}"])
+        rows.append(
+            [
+                f"EnsembleDask, LocalCluster({workers} workers)",
+                workers,
+                f"{elapsed:.2f}",
+                f"{base / elapsed:.2f}",
+            ]
+        )
     return f"### Strong scaling, {n:,} Lorenz trajectories\n\n" + table(
-        ["run", "workers", "time (s)", "speedup vs 1 worker"], rows)
+        ["run", "workers", "time (s)", "speedup vs 1 worker"], rows
+    )
 
 
 def section_overhead(n: int, repeat: int) -> str:
@@ -89,16 +101,22 @@ def section_overhead(n: int, repeat: int) -> str:
         client.wait_for_workers(2)
         for batch_size in (n // 4, n // 16, n // 64, n // 256, n // 1024):
             batches = -(-n // batch_size)
-            elapsed = best_of(repeat, lambda b=batch_size: dxode.solve(
-                eprob, dxode.Tsit5(), client, trajectories=n, batch_size=b, **SOLVE))
+            elapsed = best_of(
+                repeat,
+                lambda b=batch_size: dxode.solve(
+                    eprob, dxode.Tsit5(), client, trajectories=n, batch_size=b, **SOLVE
+                ),
+            )
             rows.append([batch_size, batches, f"{elapsed:.3f}", f"{1e3 * elapsed / batches:.2f}"])
     # The slope of time against the number of batches is the per-batch overhead.
     counts = np.array([r[1] for r in rows], dtype=float)
     times = np.array([float(r[2]) for r in rows])
     slope = np.polyfit(counts, times, 1)[0]
-    return (f"### Batch size vs scheduling overhead, {n:,} trajectories (t in [0, 1]), 2 workers\n\n"
-            + table(["batch size", "batches", "time (s)", "ms per batch"], rows)
-            + f"\n\nFitted overhead per extra batch: {1e3 * slope:.2f} ms.")
+    return (
+        f"### Batch size vs scheduling overhead, {n:,} trajectories (t in [0, 1]), 2 workers\n\n"
+        + table(["batch size", "batches", "time (s)", "ms per batch"], rows)
+        + f"\n\nFitted overhead per extra batch: {1e3 * slope:.2f} ms."
+    )
 
 
 def section_uneven(n: int, repeat: int) -> str:
@@ -116,19 +134,37 @@ def section_uneven(n: int, repeat: int) -> str:
     batch_size = n // 32
     work = 0.0
     for start in range(0, n, batch_size):  # each batch alone, in this process: the total work
-        sub = dxode.EnsembleProblem(prob, p=params[start:start + batch_size],
-                                    tspan=spans[start:start + batch_size])
+        sub = dxode.EnsembleProblem(
+            prob, p=params[start : start + batch_size], tspan=spans[start : start + batch_size]
+        )
         t0 = time.perf_counter()
         dxode.solve(sub, dxode.Tsit5(), trajectories=min(batch_size, n - start), **options)
         work += time.perf_counter() - t0
     with dxode.local_cluster(n_workers=2) as cluster, distributed.Client(cluster) as client:
         client.wait_for_workers(2)
-        elapsed = best_of(repeat, lambda: dxode.solve(
-            eprob, dxode.Tsit5(), client, trajectories=n, batch_size=batch_size, **options))
-    rows = [[n, 32, f"{work:.2f}", f"{work / 2:.2f}", f"{elapsed:.2f}", f"{elapsed / (work / 2):.2f}"]]
-    return ("### Uneven batches (a quarter of the trajectories integrate 10x longer), 2 workers\n\n"
-            + table(["trajectories", "batches", "total work (s)", "work / 2 workers (s)",
-                     "wall time (s)", "wall / ideal"], rows))
+        elapsed = best_of(
+            repeat,
+            lambda: dxode.solve(
+                eprob, dxode.Tsit5(), client, trajectories=n, batch_size=batch_size, **options
+            ),
+        )
+    rows = [
+        [n, 32, f"{work:.2f}", f"{work / 2:.2f}", f"{elapsed:.2f}", f"{elapsed / (work / 2):.2f}"]
+    ]
+    return (
+        "### Uneven batches (a quarter of the trajectories integrate 10x longer), 2 workers\n\n"
+        + table(
+            [
+                "trajectories",
+                "batches",
+                "total work (s)",
+                "work / 2 workers (s)",
+                "wall time (s)",
+                "wall / ideal",
+            ],
+            rows,
+        )
+    )
 
 
 _MEMORY_CHILD = r"""
@@ -141,7 +177,9 @@ def reduction(acc, values, indices):
     return acc + values[:, -1, :].sum(axis=0), False
 def combine(a, b):
     return a + b
-kwargs = dict(reduction=reduction, combine=combine, u_init=np.zeros(3)) if mode == "reduction" else {{}}
+kwargs = {{}}
+if mode == "reduction":
+    kwargs = dict(reduction=reduction, combine=combine, u_init=np.zeros(3))
 eprob = lorenz_ensemble(n, t1=1.0, **kwargs)
 opts = dict(saveat=0.1, rtol=1e-6, atol=1e-6)
 if mode == "memory":
@@ -165,28 +203,36 @@ def section_memory(sizes: list[int]) -> str:
             if mode == "memory" and n > 1_000_000:
                 continue
             code = _MEMORY_CHILD.format(here=here, n=n, mode=mode)
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                 check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, check=True
+            )
             result = json.loads(out.stdout.strip().splitlines()[-1])
             output_mb = n * 11 * 3 * 8 / 2**20
             rows.append([mode, f"{n:,}", f"{output_mb:.0f}", f"{result['peak_mb']:.0f}"])
-    return ("### Peak driver memory (Lorenz, 11 save points, float64)\n\n"
-            + table(["output", "trajectories", "output size (MiB)", "driver peak RSS (MiB)"], rows))
+    return "### Peak driver memory (Lorenz, 11 save points, float64)\n\n" + table(
+        ["output", "trajectories", "output size (MiB)", "driver peak RSS (MiB)"], rows
+    )
 
 
 def machine() -> str:
     try:
-        model = next(line.split(":", 1)[1].strip() for line in
-                     subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-                     if line.startswith("Model name"))
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in subprocess.run(
+                ["lscpu"], capture_output=True, text=True
+            ).stdout.splitlines()
+            if line.startswith("Model name")
+        )
     except (StopIteration, FileNotFoundError):
         model = platform.processor()
     import dask
     import distributed
 
-    return (f"{datetime.date.today()}, {model}, {os.cpu_count()} cores; Python "
-            f"{platform.python_version()}, NumPy {np.__version__}, Dask {dask.__version__}, "
-            f"distributed {distributed.__version__}, dxode {dxode.__version__}")
+    return (
+        f"{datetime.date.today()}, {model}, {os.cpu_count()} cores; Python "
+        f"{platform.python_version()}, NumPy {np.__version__}, Dask {dask.__version__}, "
+        f"distributed {distributed.__version__}, dxode {dxode.__version__}"
+    )
 
 
 def main() -> None:
