@@ -47,6 +47,7 @@ from ._ensemble_solution import (
 )
 from ._problem import ODEProblem as ODEProblem
 from ._retcode import ReturnCode as ReturnCode
+from ._sensitivity import DiscreteAdjoint as DiscreteAdjoint
 from ._solution import ODESolution as ODESolution
 from ._solution import SolverStats as SolverStats
 from ._solve import solve as solve
@@ -87,6 +88,7 @@ __all__ = [
     "AbstractStepper",
     "BatchContext",
     "ButcherTableau",
+    "DiscreteAdjoint",
     "EnsembleArray",
     "EnsembleDask",
     "EnsembleProblem",

@@ -55,6 +55,10 @@ class AbstractEnsembleAlgorithm(abc.ABC):
         """The backend batches compute on (``None``: that of ``prob.u0``)."""
         return None
 
+    def lanes_for_gradients(self, batch_size: int) -> int:
+        """Lanes per batch when the ensemble is differentiated (see the gradients guide)."""
+        return batch_size
+
     def solve_batches(
         self, eprob: EnsembleProblem, batches: list[np.ndarray], spec: BatchSpec
     ) -> Iterator[BatchResult]:
@@ -154,6 +158,9 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
 @dataclasses.dataclass(frozen=True)
 class EnsembleSerial(AbstractEnsembleAlgorithm):
     """One ordinary ``solve`` per trajectory: slow, simple, and the reference for the others."""
+
+    def lanes_for_gradients(self, batch_size: int) -> int:
+        return 1  # one trajectory at a time, as without gradients
 
     def run_batch(
         self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray

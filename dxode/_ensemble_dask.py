@@ -96,6 +96,12 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
         cap = 1_000_000 if self.backend == "cupy" else 10_000
         return max(1, min(cap, math.ceil(trajectories / (_BATCHES_PER_WORKER * threads))))
 
+    def lanes_for_gradients(self, batch_size: int) -> int:
+        raise NotImplementedError(
+            "gradients through EnsembleDask are not supported yet; use EnsembleArray (same "
+            "results) for the differentiated solve"
+        )
+
     def run_batch(
         self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
     ) -> BatchResult:
@@ -286,10 +292,13 @@ def _output_layout(eprob: EnsembleProblem, spec: BatchSpec, n: int) -> tuple[tup
     """Shape ``(N, nsave, *shape)`` and dtype of the saved states, known before solving."""
     from ._timegrid import save_times
 
-    if spec.saveat is None or "tspan" in eprob.arrays or eprob.batch_func is not None:
-        n_save = 2 if spec.saveat is None else len(np.atleast_1d(spec.saveat))
-    else:
+    if spec.saveat is None:
+        n_save = 2  # each trajectory's start and end
+    elif np.ndim(spec.saveat) == 0:
+        # An interval needs one shared tspan (checked per batch), so prob.tspan gives the grid.
         n_save = len(save_times(spec.saveat, *eprob.prob.tspan))
+    else:
+        n_save = len(spec.saveat)
     dtype = np.dtype(str(eprob.prob.u0.dtype).split(".")[-1])
     return (n, n_save, *tuple(eprob.prob.u0.shape)), dtype
 

@@ -54,6 +54,12 @@ def solve_ensemble(
         # Validate the grids now, before any work (per-trajectory spans are checked per batch).
         save_times(saveat, *eprob.prob.tspan)
         stop_times(tstops, *eprob.prob.tspan)
+    from ._sensitivity._entry import ensemble_is_traced, solve_ensemble_traced
+
+    if ensemble_is_traced(eprob, int(seed)):
+        return solve_ensemble_traced(
+            eprob, opts, n, size, saveat, tstops, int(seed), ensemble_alg.lanes_for_gradients(size)
+        )
     spec = BatchSpec(
         options=opts,
         saveat=saveat,

@@ -11,11 +11,13 @@ def rms_norm(xp: Any, x: Array) -> Array:
     """Root-mean-square over the state axes of ``x`` ``(*shape, L)``: one value per lane."""
     if x.ndim == 1:
         return xp.abs(x)
-    axes = tuple(range(x.ndim - 1))
     size = 1
     for n in x.shape[:-1]:
         size *= n
-    return xp.sqrt(xp.sum(x * x, axis=axes) / size)
+    squares = xp.reshape(x * x, (size, x.shape[-1]))
+    # A cumulative sum adds in order: a plain sum may add pairwise when the state axis is the
+    # contiguous one (a lone lane), which would make a lane's norm depend on its batch.
+    return xp.sqrt(xp.cumulative_sum(squares, axis=0)[-1, ...] / size)
 
 
 def initial_step(

@@ -14,6 +14,7 @@ from ._options import SolverOptions
 from ._problem import ODEProblem
 from ._retcode import ReturnCode
 from ._rhs import checked_first_call, single_lane_rhs
+from ._sensitivity import DiscreteAdjoint, is_traced, solve_single_traced
 from ._solution import ODESolution, SolverStats
 from ._timegrid import save_times, stop_times
 from .backends import backend_for
@@ -38,6 +39,7 @@ def solve(
     trajectories: int | None = None,
     batch_size: int | None = None,
     seed: int | None = None,
+    sensealg: Any = None,
     **options: Any,
 ) -> ODESolution | EnsembleSolution:
     """Solve an ODE problem, or an ensemble of them.
@@ -67,6 +69,9 @@ def solve(
     seed : int, optional
         Ensembles only: the master seed of the per-trajectory random streams (fresh entropy
         by default, recorded as ``sim.seed``).
+    sensealg : DiscreteAdjoint, optional
+        How gradients are computed when ``u0`` or ``p`` are differentiated with autograd
+        (the default, and for now the only choice: ``DiscreteAdjoint()``).
 
     Other Parameters
     ----------------
@@ -105,6 +110,8 @@ def solve(
             f"solve() got unknown option(s) {unknown}; valid options are saveat, dense, tstops, "
             f"{', '.join(_OPTION_NAMES)}"
         )
+    if sensealg is not None and not isinstance(sensealg, DiscreteAdjoint):
+        raise TypeError(f"sensealg must be DiscreteAdjoint(), got {sensealg!r}")
     if isinstance(prob, EnsembleProblem):
         if trajectories is None:
             raise TypeError("solving an EnsembleProblem needs trajectories=N")
@@ -133,6 +140,10 @@ def solve(
         if value is not None:
             raise TypeError(f"{name} applies to an EnsembleProblem, not to a single ODEProblem")
     opts = SolverOptions.from_user(alg, **options)
+    if is_traced(prob.u0, prob.p):
+        if dense:
+            raise NotImplementedError("dense output is not differentiable; use saveat")
+        return solve_single_traced(prob, opts, saveat, tstops)
     backend = backend_for(prob.u0)
     xp = backend.xp
     u0 = prob.u0

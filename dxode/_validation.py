@@ -12,7 +12,22 @@ Array = Any
 
 
 def as_state_array(name: str, value: Any) -> Array:
-    """``value`` as a real floating-point array of its own library (lists become NumPy)."""
+    """``value`` as a real floating-point array of its own library (lists become NumPy).
+
+    Values traced by autograd (a loss being differentiated) stay traced: their underlying
+    values are checked.
+    """
+    from ._sensitivity import is_traced
+
+    if is_traced(value):
+        import autograd.numpy as anp
+        from autograd.tracer import getval
+
+        traced = anp.array(value) if isinstance(value, (list, tuple)) else value
+        if getval(traced).dtype.kind in "biu":
+            traced = traced * 1.0
+        as_state_array(name, getval(traced))
+        return traced
     if array_api_compat.is_array_api_obj(value) and not isinstance(value, (int, float, complex)):
         array = value
     else:
@@ -41,7 +56,10 @@ def check_finite(name: str, array: Array) -> None:
 
 def check_parameters_finite(p: Any) -> None:
     """Raise if any numeric leaf of the parameter pytree ``p`` is non-finite."""
+    from autograd.tracer import getval
+
     for path, leaf in _leaves("p", p):
+        leaf = getval(leaf)
         if isinstance(leaf, (bool, int)):
             continue
         if isinstance(leaf, float):

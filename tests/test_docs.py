@@ -22,6 +22,9 @@ RUNNABLE_PAGES = [
     "docs/usage/rhs.md",
     "docs/usage/choosing-a-solver.md",
     "docs/usage/saving.md",
+    "docs/usage/gradients.md",
+    "docs/usage/ensembles.md",
+    "docs/usage/dask.md",
 ]
 
 

@@ -388,3 +388,19 @@ def test_scalar_states_are_bitwise_batch_independent(alg):
     for i in (0, 7, 15):
         alone = dxode.solve(prob.remake(p=float(rates[i])), alg(), saveat=0.5, rtol=1e-9)
         np.testing.assert_array_equal(sim.u[i], alone.u)
+
+
+def test_large_states_are_bitwise_batch_independent():
+    # Twelve components: a lone lane's error norm must add its squares in the same order as a
+    # lane inside a batch (no pairwise summation).
+    def chain(u, p, t):
+        return -p[0] * u + 0.1 * u[::-1]
+
+    prob = dxode.ODEProblem(chain, np.linspace(1.0, 2.0, 12), (0.0, 2.0), (1.0,))
+    rates = np.linspace(0.5, 2.0, 24)[:, None]
+    eprob = EnsembleProblem(prob, p=(rates[:, 0],))
+    together = dxode.solve(eprob, trajectories=24, batch_size=24, saveat=1.0, rtol=1e-7)
+    one_by_one = dxode.solve(eprob, trajectories=24, batch_size=1, saveat=1.0, rtol=1e-7)
+    np.testing.assert_array_equal(one_by_one.u, together.u)
+    alone = dxode.solve(prob.remake(p=(float(rates[5, 0]),)), saveat=1.0, rtol=1e-7)
+    np.testing.assert_array_equal(alone.u, together.u[5])

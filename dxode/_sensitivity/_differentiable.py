@@ -1,0 +1,263 @@
+"""``solve`` as an autograd primitive: the forward pass records its steps, the VJP replays them.
+
+When a problem's ``u0`` or parameters carry autograd values (the user differentiates a loss
+built from them), ``solve`` routes here. Traced inputs are split off as the primitive's
+arguments; everything else (the RHS, the untraced parameter leaves, the options) is static.
+The primitive returns the saved states, so the loss traces through ``sol.u`` / ``sim.u``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .. import _pytree
+from .._integrator import LaneProblem, integrate
+from .._options import SolverOptions
+from .._rhs import as_array, checked_first_call
+from .._solvers import ExplicitRungeKutta
+from ..backends import get_backend
+from ._discrete_adjoint import backward
+from ._traced_rhs import TracedRHS
+
+Array = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class DiscreteAdjoint:
+    """Differentiate the discrete solution: replay the accepted steps backward.
+
+    The gradient is exact for the numbers the forward pass computed (the step sizes are
+    constants of that computation), whatever the tolerance, and costs one backward sweep with
+    one RHS vector-Jacobian product per stage. To make save points exact step ends, the
+    forward pass steps onto every save time (so its steps differ slightly from a solve
+    without gradients). The forward pass keeps each accepted step's start state: memory grows
+    with the number of steps.
+    """
+
+
+def is_traced(*values: Any) -> bool:
+    """Whether any leaf of ``values`` is an autograd value being traced."""
+    from autograd.tracer import isbox
+
+    return any(isbox(leaf) for value in values for leaf in _pytree.leaves(value))
+
+
+@dataclasses.dataclass
+class _Static:
+    """What the primitive needs besides its traced arguments (never differentiated)."""
+
+    f: Any
+    p_template: Any
+    leaves: list[Any]  # untraced leaf values; traced positions are filled per call
+    lane_leaf: list[bool]
+    diff_leaf: list[bool]
+    single_lane: bool
+    t0: np.ndarray  # (L,)
+    t1: np.ndarray
+    save_grid: np.ndarray  # (nsave,)
+    tstops: np.ndarray | None
+    options: SolverOptions
+    batch_size: int
+    dtype: Any
+    outcome: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+def traced_solve(static: _Static, u0_lanes: Any, diff_values: list[Any]) -> Any:
+    """The saved states ``(L, nsave, *shape)`` as an autograd-traced function of its inputs."""
+    return _solve_primitive(u0_lanes, *diff_values, static=static)
+
+
+def _make_primitive() -> Any:
+    from autograd.extend import defvjp_argnums, primitive
+
+    @primitive
+    def solve_primitive(u0_lanes: Array, *diff_values: Any, static: _Static) -> Array:
+        saved, records = _forward(static, np.asarray(u0_lanes), list(diff_values))
+        _PENDING[id(saved)] = records
+        return saved
+
+    def vjp_maker(argnums: tuple[int, ...], ans: Array, args: tuple, kwargs: dict) -> Any:
+        records = _PENDING.pop(id(ans))
+        static = kwargs["static"]
+
+        def vjp(g: Array) -> tuple[Any, ...]:
+            u0_bar, leaf_bars = _backward(static, records, list(args[1:]), np.asarray(g))
+            grads = [u0_bar, *leaf_bars]
+            return tuple(_like(grads[i], args[i]) for i in argnums)
+
+        return vjp
+
+    defvjp_argnums(solve_primitive, vjp_maker)
+    return solve_primitive
+
+
+_PENDING: dict[int, Any] = {}  # forward records, handed to the VJP made right after the forward
+
+
+def _solve_primitive(*args: Any, static: _Static) -> Any:
+    global _PRIMITIVE
+    if _PRIMITIVE is None:
+        _PRIMITIVE = _make_primitive()
+    return _PRIMITIVE(*args, static=static)
+
+
+_PRIMITIVE: Any = None
+
+
+def _leaves_with(static: _Static, diff_values: list[Any]) -> list[Any]:
+    it = iter(diff_values)
+    return [
+        next(it) if d else leaf for leaf, d in zip(static.leaves, static.diff_leaf, strict=True)
+    ]
+
+
+def _forward(
+    static: _Static, u0_lanes: np.ndarray, diff_values: list[Any]
+) -> tuple[np.ndarray, list]:
+    """Solve batch by batch; keep each batch's accepted steps for the backward pass."""
+    backend = get_backend("numpy")
+    leaves = _leaves_with(static, [np.asarray(v) if np.ndim(v) else v for v in diff_values])
+    n_lanes = u0_lanes.shape[-1]
+    grid = static.save_grid
+    stops = np.unique(grid if static.tstops is None else np.concatenate([grid, static.tstops]))
+    if static.t1[0] < static.t0[0]:
+        stops = stops[::-1]  # in the direction of integration
+    saved_parts, records, outcomes = [], [], []
+    for start in range(0, n_lanes, static.batch_size):
+        lanes = slice(start, min(start + static.batch_size, n_lanes))
+        batch_leaves = [
+            leaf[..., lanes] if lane else leaf
+            for leaf, lane in zip(leaves, static.lane_leaf, strict=True)
+        ]
+        saved, steps, outcome = _forward_batch(
+            static,
+            backend,
+            u0_lanes[..., lanes],
+            batch_leaves,
+            static.t0[lanes],
+            static.t1[lanes],
+            stops,
+        )
+        saved_parts.append(saved)
+        outcomes.append(outcome)
+        records.append((lanes, steps, outcome["retcode"], batch_leaves))
+    static.outcome.update({k: np.concatenate([o[k] for o in outcomes]) for k in outcomes[0]})
+    return np.concatenate(saved_parts), records
+
+
+def _forward_batch(
+    static: _Static,
+    backend: Any,
+    u0: np.ndarray,
+    leaves: list[Any],
+    t0: np.ndarray,
+    t1: np.ndarray,
+    stops: np.ndarray,
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    p = _pytree.rebuild(static.p_template, leaves)
+    dtype = u0.dtype
+    lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
+    if static.single_lane:
+        from .._rhs import single_lane_rhs
+
+        rhs = single_lane_rhs(backend, static.f, p)
+
+        def rhs_for(params: tuple) -> Any:
+            return rhs
+    else:
+
+        def rhs_for(params: tuple) -> Any:
+            current = list(leaves)
+            for i, value in zip(lane_positions, params, strict=True):
+                current[i] = value
+            p_now = _pytree.rebuild(static.p_template, current)
+            return lambda u, t, out=None: as_array(backend, static.f(u, p_now, t), out=out)
+
+    params = tuple(leaves[i] for i in lane_positions)
+    t0_b = np.asarray(t0, dtype=dtype)
+    if static.single_lane:
+        f0 = checked_first_call(backend, static.f, u0[..., 0], p, t0_b[0])[..., None]
+    else:
+        f0 = checked_first_call(backend, static.f, u0, p, t0_b)
+    n = u0.shape[-1]
+    problem = LaneProblem(
+        rhs_for=rhs_for,
+        u0=u0,
+        t0=t0_b,
+        t1=np.asarray(t1, dtype=dtype),
+        params=params,
+        save_times=np.repeat(static.save_grid.astype(dtype)[:, None], n, axis=1),
+        save_steps=True,
+        tstops=stops.astype(dtype),
+        f0=f0,
+    )
+    result = integrate(problem, static.options, backend)
+    steps = result.steps or _no_steps(u0)
+    outcome = {k: np.asarray(getattr(result, k)) for k in ("retcode", "nf", "naccept", "nreject")}
+    return result.saved, steps, outcome
+
+
+def _no_steps(u0: np.ndarray) -> dict[str, np.ndarray]:
+    empty = np.zeros(0)
+    return {
+        "lane": np.zeros(0, dtype=np.int64),
+        "t": empty,
+        "h": empty,
+        "t_end": empty,
+        "u0": np.zeros((*u0.shape[:-1], 0), dtype=u0.dtype),
+    }
+
+
+def _backward(
+    static: _Static, records: list, diff_values: list[Any], g: np.ndarray
+) -> tuple[np.ndarray, list[Any]]:
+    u0_parts, bar_parts = [], []
+    for lanes, steps, retcode, batch_leaves in records:
+        rhs = TracedRHS(
+            static.f,
+            static.p_template,
+            static.lane_leaf,
+            static.diff_leaf,
+            static.single_lane,
+            vjp=None,
+        )
+        u0_bar, leaf_bars = backward(
+            static.options.alg,
+            rhs,
+            steps,
+            batch_leaves,
+            static.save_grid.astype(g.dtype),
+            static.t0[lanes],
+            retcode,
+            g[lanes],
+        )
+        u0_parts.append(u0_bar)
+        bar_parts.append(leaf_bars)
+    u0_bar = np.concatenate(u0_parts, axis=-1)
+    diff_positions = [i for i, d in enumerate(static.diff_leaf) if d]
+    leaf_bars = []
+    for j, i in enumerate(diff_positions):
+        parts = [bars[j] for bars in bar_parts]
+        leaf_bars.append(np.concatenate(parts, axis=-1) if static.lane_leaf[i] else sum(parts))
+    return u0_bar, leaf_bars
+
+
+def _like(grad: Any, arg: Any) -> Any:
+    """A cotangent shaped and typed like the argument it belongs to."""
+    if np.ndim(arg) == 0:
+        return np.asarray(grad, dtype=np.result_type(arg, np.float32)).reshape(())
+    return np.asarray(grad).reshape(np.shape(arg)).astype(np.result_type(arg), copy=False)
+
+
+def check_differentiable(options: SolverOptions, backend_name: str) -> None:
+    """Clear errors for combinations the discrete adjoint does not support."""
+    if not isinstance(options.alg, ExplicitRungeKutta):
+        raise NotImplementedError(f"gradients through {options.alg!r} are not supported yet")
+    if backend_name != "numpy":
+        raise NotImplementedError(
+            "gradients are computed with autograd on NumPy arrays; for CuPy problems supply "
+            "NumPy inputs (see the gradients guide)"
+        )

@@ -1,0 +1,208 @@
+"""Gradients through solve (discrete adjoint under autograd) against finite differences."""
+
+from __future__ import annotations
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+import dxode
+
+P0 = (10.0, 28.0, 8.0 / 3.0)
+
+
+def lorenz(u, p, t):
+    x, y, z = u
+    sigma, rho, beta = p
+    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+
+def central_difference(func, x, eps=1e-6):
+    return np.array([(func(x + eps * e) - func(x - eps * e)) / (2 * eps) for e in np.eye(len(x))])
+
+
+def lorenz_loss(alg, **options):
+    def loss(theta):
+        prob = dxode.ODEProblem(lorenz, theta[:3], (0.0, 1.0), (theta[3], theta[4], theta[5]))
+        sol = dxode.solve(prob, alg, saveat=[0.0, 0.5, 1.0], **options)
+        return anp.sum(sol.u**2 * np.array([1.0, 2.0, 3.0]))
+
+    return loss
+
+
+THETA = np.array([1.0, 0.5, 0.2, 10.0, 28.0, 8.0 / 3.0])
+
+
+@pytest.mark.parametrize(
+    ("alg", "tol", "agreement"),
+    [
+        (dxode.Tsit5(), 1e-10, 2e-5),
+        (dxode.DP5(), 1e-10, 2e-5),
+        (dxode.Vern7(), 1e-10, 2e-5),
+        (dxode.BS3(), 1e-8, 1e-3),
+    ],  # third order: looser tolerance, looser agreement with FD
+    ids=repr,
+)
+def test_adaptive_gradients_match_finite_differences(alg, tol, agreement):
+    loss = lorenz_loss(alg, rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        autograd.grad(loss)(THETA), central_difference(loss, THETA), rtol=agreement
+    )
+
+
+@pytest.mark.parametrize("alg", [dxode.RK4(), dxode.Euler(), dxode.Tsit5()], ids=repr)
+def test_fixed_step_gradient_is_exact_for_the_discrete_map(alg):
+    # With fixed steps the discrete solution is a smooth map of theta, and the discrete
+    # adjoint is its exact derivative: finite differences agree to their own accuracy.
+    loss = lorenz_loss(alg, dt=0.01, adaptive=False)
+    np.testing.assert_allclose(
+        autograd.grad(loss)(THETA), central_difference(loss, THETA, 1e-5), rtol=1e-7
+    )
+
+
+def test_gradient_through_every_save_point_and_array_parameters():
+    def loss(theta):
+        prob = dxode.ODEProblem(
+            lambda u, p, t: -p * u + anp.sin(t), theta[:2], (0.0, 2.0), theta[2:]
+        )
+        sol = dxode.solve(prob, saveat=0.25, rtol=1e-10, atol=1e-10)
+        return anp.sum(sol.u[3:] ** 3)
+
+    theta = np.array([1.0, -0.5, 0.7, 1.3])
+    np.testing.assert_allclose(
+        autograd.grad(loss)(theta), central_difference(loss, theta), rtol=1e-6
+    )
+
+
+def test_backward_in_time():
+    def loss(theta):
+        prob = dxode.ODEProblem(lorenz, theta[:3], (1.0, 0.0), P0)
+        return anp.sum(dxode.solve(prob, saveat=[0.5, 0.0], rtol=1e-10, atol=1e-10).u)
+
+    theta = np.array([1.0, 1.0, 20.0])
+    np.testing.assert_allclose(
+        autograd.grad(loss)(theta), central_difference(loss, theta), rtol=1e-5
+    )
+
+
+def test_float32_gradients_stay_float32():
+    def loss(theta):
+        prob = dxode.ODEProblem(lorenz, theta, (0.0, 0.5), P0)
+        return anp.sum(dxode.solve(prob, saveat=[0.5], rtol=1e-5, atol=1e-5).u)
+
+    theta = np.array([1.0, 0.5, 0.2], dtype=np.float32)
+    g = autograd.grad(loss)(theta)
+    assert g.dtype == np.float32
+    reference = autograd.grad(loss)(theta.astype(np.float64))
+    np.testing.assert_allclose(g, reference, rtol=2e-2)
+
+
+def _ensemble_loss(ealg, build):
+    def loss(theta):
+        sim = dxode.solve(
+            build(theta),
+            dxode.Tsit5(),
+            ealg,
+            trajectories=12,
+            batch_size=5,
+            saveat=0.5,
+            rtol=1e-9,
+            atol=1e-9,
+        )
+        return anp.sum(sim.u[:, -1, :] ** 2) + anp.sum(sim.u[:, 1, 0])
+
+    return loss
+
+
+def _per_trajectory_arrays(theta):
+    rng = np.random.default_rng(0)
+    scale = 1 + 0.1 * (rng.random((12, 3)) - 0.5)
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0)
+    return dxode.EnsembleProblem(
+        prob, p=theta[None, :3] * scale, u0=anp.outer(np.linspace(0.5, 1.5, 12), theta[3:])
+    )
+
+
+def _prob_func(theta):
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), (theta[0], theta[1], theta[2]))
+    return dxode.EnsembleProblem(
+        prob, prob_func=lambda prob, i, repeat: prob.remake(u0=theta[3:] * (0.5 + i / 12))
+    )
+
+
+@pytest.mark.parametrize("build", [_per_trajectory_arrays, _prob_func], ids=["arrays", "prob_func"])
+def test_ensemble_gradients(build):
+    theta = np.array([10.0, 28.0, 8.0 / 3.0, 1.0, 0.5, 0.2])
+    array_loss = _ensemble_loss(dxode.EnsembleArray(), build)
+    g = autograd.grad(array_loss)(theta)
+    np.testing.assert_allclose(g, central_difference(array_loss, theta), rtol=2e-5)
+    serial = autograd.grad(_ensemble_loss(dxode.EnsembleSerial(), build))(theta)
+    # Per-trajectory cotangents are bitwise the same lane by lane; a parameter shared by all
+    # trajectories sums them in an order that follows the batching (last bits only).
+    np.testing.assert_allclose(serial, g, rtol=1e-13)
+
+
+def test_a_failed_trajectory_gives_nan_gradients_not_wrong_numbers():
+    def loss(theta):
+        prob = dxode.ODEProblem(lambda u, p, t: u * u * p[0], [1.0], (0.0, 2.0), [theta[0]])
+        return anp.sum(dxode.solve(prob, saveat=[0.5]).u)
+
+    g = autograd.grad(loss)(np.array([1.0]))
+    assert np.all(np.isnan(g))
+
+
+def test_optimizers_reduce_the_loss():
+    from autograd.misc.optimizers import adam
+    from scipy.optimize import minimize
+
+    target = dxode.solve(
+        dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0), saveat=0.25, rtol=1e-8, atol=1e-8
+    ).u
+
+    def loss(theta, _it=0):
+        prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), (theta[0], theta[1], theta[2]))
+        return anp.mean((dxode.solve(prob, saveat=0.25, rtol=1e-8, atol=1e-8).u - target) ** 2)
+
+    start = np.array([9.0, 27.0, 3.0])
+    fitted = adam(autograd.grad(loss), start, step_size=0.05, num_iters=20)
+    assert loss(fitted) < 0.5 * loss(start)
+    result = minimize(autograd.value_and_grad(loss), start, jac=True, method="L-BFGS-B")
+    np.testing.assert_allclose(result.x, P0, rtol=1e-3)
+
+
+def test_numpy_ufuncs_trace_and_other_numpy_functions_are_reported():
+    def loss_with(rhs):
+        def loss(theta):
+            prob = dxode.ODEProblem(rhs, [1.0, 2.0], (0.0, 1.0), [theta[0]])
+            return anp.sum(dxode.solve(prob, saveat=[1.0], rtol=1e-10, atol=1e-10).u)
+
+        return loss
+
+    ufunc = loss_with(lambda u, p, t: np.sin(u) * p[0])  # ufuncs dispatch to autograd
+    theta = np.array([1.0])
+    np.testing.assert_allclose(
+        autograd.grad(ufunc)(theta), central_difference(ufunc, theta), rtol=1e-6
+    )
+    concatenate = loss_with(lambda u, p, t: np.concatenate([u[:1] * p[0], -u[1:]]))
+    with pytest.raises(TypeError, match=r"write f with `autograd\.numpy`"):
+        autograd.grad(concatenate)(theta)
+
+
+def test_unsupported_combinations_raise_clearly():
+    theta = np.array([1.0, 0.0, 0.0])
+
+    def with_options(**kwargs):
+        return lambda th: anp.sum(
+            dxode.solve(dxode.ODEProblem(lorenz, th, (0.0, 1.0), P0), **kwargs).u
+        )
+
+    with pytest.raises(NotImplementedError, match="dense output is not differentiable"):
+        autograd.grad(with_options(dense=True))(theta)
+
+    def dask_loss(th):
+        eprob = dxode.EnsembleProblem(dxode.ODEProblem(lorenz, th, (0.0, 1.0), P0))
+        return anp.sum(dxode.solve(eprob, dxode.EnsembleDask(), trajectories=2, saveat=[1.0]).u)
+
+    with pytest.raises(NotImplementedError, match="EnsembleDask"):
+        autograd.grad(dask_loss)(theta)
