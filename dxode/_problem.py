@@ -29,6 +29,10 @@ class ODEProblem:
         ``(t0, t1)``; ``t1 < t0`` integrates backwards.
     p : any, optional
         Parameters passed to ``f`` unchanged: an array, a tuple/dict of arrays, or any object.
+    vjp : callable, optional
+        ``vjp(u, p, t, v) -> (u_bar, p_bar)``: the vector-Jacobian products of ``f`` with
+        respect to ``u`` and ``p`` (``p_bar`` shaped like ``p``), used by gradients instead of
+        tracing ``f`` with autograd. In ensembles it receives lanes-last batches like ``f``.
 
     Raises
     ------
@@ -37,17 +41,24 @@ class ODEProblem:
         non-finite ``tspan``, or a non-callable ``f``.
     """
 
-    def __init__(self, f: Callable[..., Any], u0: Any, tspan: Any, p: Any = None) -> None:
+    def __init__(
+        self, f: Callable[..., Any], u0: Any, tspan: Any, p: Any = None, *,
+        vjp: Callable[..., Any] | None = None,
+    ) -> None:
         if not callable(f):
             raise TypeError(f"f must be callable as f(u, p, t), got {type(f).__name__}")
+        if vjp is not None and not callable(vjp):
+            raise TypeError(f"vjp must be callable as vjp(u, p, t, v), got {type(vjp).__name__}")
         self.f = f
+        self.vjp = vjp
         self.u0 = _validation.as_state_array("u0", u0)
         self.tspan = _validation.as_tspan(tspan)
         _validation.check_parameters_finite(p)
         self.p = p
 
     def remake(
-        self, *, f: Any = _UNSET, u0: Any = _UNSET, tspan: Any = _UNSET, p: Any = _UNSET
+        self, *, f: Any = _UNSET, u0: Any = _UNSET, tspan: Any = _UNSET, p: Any = _UNSET,
+        vjp: Any = _UNSET,
     ) -> ODEProblem:
         """A copy with the given fields replaced (and validated again)."""
         return ODEProblem(
@@ -55,6 +66,7 @@ class ODEProblem:
             self.u0 if u0 is _UNSET else u0,
             self.tspan if tspan is _UNSET else tspan,
             self.p if p is _UNSET else p,
+            vjp=self.vjp if vjp is _UNSET else vjp,
         )
 
     def __repr__(self) -> str:

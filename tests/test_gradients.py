@@ -206,3 +206,55 @@ def test_unsupported_combinations_raise_clearly():
 
     with pytest.raises(NotImplementedError, match="EnsembleDask"):
         autograd.grad(dask_loss)(theta)
+
+
+def lorenz_vjp(u, p, t, v):
+    x, y, z = u
+    sigma, rho, beta = p
+    vx, vy, vz = v
+    u_bar = np.stack(
+        [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
+    )
+    return u_bar, (np.sum((y - x) * vx), np.sum(x * vy), np.sum(-z * vz))
+
+
+def lorenz_vjp_lanes(u, p, t, v):
+    x, y, z = u
+    sigma, rho, beta = p
+    vx, vy, vz = v
+    u_bar = np.stack(
+        [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
+    )
+    return u_bar, np.stack([(y - x) * vx, x * vy, -z * vz])
+
+
+def test_a_hand_written_vjp_gives_the_same_gradients():
+    def loss(theta, vjp):
+        prob = dxode.ODEProblem(
+            lorenz, theta[:3], (0.0, 1.0), (theta[3], theta[4], theta[5]), vjp=vjp
+        )
+        return anp.sum(dxode.solve(prob, saveat=[0.5, 1.0], rtol=1e-8, atol=1e-8).u ** 2)
+
+    traced = autograd.grad(lambda th: loss(th, None))(THETA)
+    by_hand = autograd.grad(lambda th: loss(th, lorenz_vjp))(THETA)
+    np.testing.assert_allclose(by_hand, traced, rtol=1e-10)
+
+    scale = 1 + 0.1 * (np.random.default_rng(0).random((20, 3)) - 0.5)
+
+    def ensemble_loss(theta, vjp):
+        prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0, vjp=vjp)
+        sim = dxode.solve(
+            dxode.EnsembleProblem(prob, p=theta[None, :] * scale),
+            trajectories=20,
+            saveat=0.5,
+            rtol=1e-8,
+            atol=1e-8,
+        )
+        return anp.sum(sim.u**2)
+
+    theta = np.array(P0)
+    np.testing.assert_allclose(
+        autograd.grad(lambda th: ensemble_loss(th, lorenz_vjp_lanes))(theta),
+        autograd.grad(lambda th: ensemble_loss(th, None))(theta),
+        rtol=1e-10,
+    )

@@ -50,6 +50,7 @@ class _Static:
     """What the primitive needs besides its traced arguments (never differentiated)."""
 
     f: Any
+    vjp: Any  # the problem's hand-written VJP, or None for autograd
     p_template: Any
     leaves: list[Any]  # untraced leaf values; traced positions are filled per call
     lane_leaf: list[bool]
@@ -222,7 +223,7 @@ def _backward(
             static.lane_leaf,
             static.diff_leaf,
             static.single_lane,
-            vjp=None,
+            vjp=static.vjp,
         )
         u0_bar, leaf_bars = backward(
             static.options.alg,

@@ -31,6 +31,7 @@ def solve_single_traced(
     diff = [isbox(leaf) for leaf in leaves]
     static = _Static(
         f=prob.f,
+        vjp=prob.vjp,
         p_template=prob.p,
         leaves=[getval(leaf) for leaf in leaves],
         lane_leaf=[False] * len(leaves),
@@ -91,6 +92,7 @@ def solve_ensemble_traced(
     diff = [isbox(leaf) for leaf in p_leaves]
     static = _Static(
         f=prob.f,
+        vjp=prob.vjp,
         p_template=p_template,
         leaves=[getval(leaf) for leaf in p_leaves],
         lane_leaf=lane_leaf,
