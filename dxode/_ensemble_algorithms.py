@@ -59,6 +59,10 @@ class AbstractEnsembleAlgorithm(abc.ABC):
         """Lanes per batch when the ensemble is differentiated (see the gradients guide)."""
         return batch_size
 
+    def gradient_client(self) -> Any:
+        """The Dask client that runs a differentiated ensemble's batches (``None``: here)."""
+        return None
+
     def solve_batches(
         self, eprob: EnsembleProblem, batches: list[np.ndarray], spec: BatchSpec
     ) -> Iterator[BatchResult]:

@@ -96,11 +96,22 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
         cap = 1_000_000 if self.backend == "cupy" else 10_000
         return max(1, min(cap, math.ceil(trajectories / (_BATCHES_PER_WORKER * threads))))
 
-    def lanes_for_gradients(self, batch_size: int) -> int:
-        raise NotImplementedError(
-            "gradients through EnsembleDask are not supported yet; use EnsembleArray (same "
-            "results) for the differentiated solve"
-        )
+    def gradient_client(self) -> Any:
+        """The client of a differentiated solve: it must outlive the forward pass, since the
+        backward pass runs later on the same workers (where each batch's steps stay)."""
+        client = self.client
+        if client is None:
+            import distributed
+
+            try:
+                client = distributed.default_client()
+            except ValueError:
+                raise ValueError(
+                    "a differentiated EnsembleDask solve needs a running cluster: pass "
+                    "EnsembleDask(client) or start a default client, e.g. with "
+                    "dxode.local_cluster()"
+                ) from None
+        return client
 
     def run_batch(
         self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray

@@ -58,7 +58,15 @@ def solve_ensemble(
 
     if ensemble_is_traced(eprob, int(seed)):
         return solve_ensemble_traced(
-            eprob, opts, n, size, saveat, tstops, int(seed), ensemble_alg.lanes_for_gradients(size)
+            eprob,
+            opts,
+            n,
+            size,
+            saveat,
+            tstops,
+            int(seed),
+            ensemble_alg.lanes_for_gradients(size),
+            ensemble_alg.gradient_client(),
         )
     spec = BatchSpec(
         options=opts,

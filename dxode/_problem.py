@@ -42,7 +42,12 @@ class ODEProblem:
     """
 
     def __init__(
-        self, f: Callable[..., Any], u0: Any, tspan: Any, p: Any = None, *,
+        self,
+        f: Callable[..., Any],
+        u0: Any,
+        tspan: Any,
+        p: Any = None,
+        *,
         vjp: Callable[..., Any] | None = None,
     ) -> None:
         if not callable(f):
@@ -57,7 +62,12 @@ class ODEProblem:
         self.p = p
 
     def remake(
-        self, *, f: Any = _UNSET, u0: Any = _UNSET, tspan: Any = _UNSET, p: Any = _UNSET,
+        self,
+        *,
+        f: Any = _UNSET,
+        u0: Any = _UNSET,
+        tspan: Any = _UNSET,
+        p: Any = _UNSET,
         vjp: Any = _UNSET,
     ) -> ODEProblem:
         """A copy with the given fields replaced (and validated again)."""

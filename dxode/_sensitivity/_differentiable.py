@@ -63,6 +63,7 @@ class _Static:
     options: SolverOptions
     batch_size: int
     dtype: Any
+    client: Any = None  # a Dask client: batches run as tasks on its workers
     outcome: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
@@ -118,35 +119,63 @@ def _leaves_with(static: _Static, diff_values: list[Any]) -> list[Any]:
 def _forward(
     static: _Static, u0_lanes: np.ndarray, diff_values: list[Any]
 ) -> tuple[np.ndarray, list]:
-    """Solve batch by batch; keep each batch's accepted steps for the backward pass."""
-    backend = get_backend("numpy")
+    """Solve batch by batch; keep each batch's accepted steps for the backward pass.
+
+    With a Dask client the batches are tasks and their steps stay in the workers' memory:
+    only the saved states and statistics travel, and each batch's backward pass later runs
+    where its steps are.
+    """
     leaves = _leaves_with(static, [np.asarray(v) if np.ndim(v) else v for v in diff_values])
     n_lanes = u0_lanes.shape[-1]
     grid = static.save_grid
     stops = np.unique(grid if static.tstops is None else np.concatenate([grid, static.tstops]))
     if static.t1[0] < static.t0[0]:
         stops = stops[::-1]  # in the direction of integration
-    saved_parts, records, outcomes = [], [], []
+    task = _without_client(static)
+    batches = []
     for start in range(0, n_lanes, static.batch_size):
         lanes = slice(start, min(start + static.batch_size, n_lanes))
         batch_leaves = [
             leaf[..., lanes] if lane else leaf
             for leaf, lane in zip(leaves, static.lane_leaf, strict=True)
         ]
-        saved, steps, outcome = _forward_batch(
-            static,
-            backend,
-            u0_lanes[..., lanes],
-            batch_leaves,
-            static.t0[lanes],
-            static.t1[lanes],
-            stops,
-        )
+        args = (task, u0_lanes[..., lanes], batch_leaves, static.t0[lanes], static.t1[lanes], stops)
+        if static.client is None:
+            batches.append((lanes, batch_leaves, _forward_task(*args)))
+        else:
+            batches.append((lanes, batch_leaves, static.client.submit(_forward_task, *args)))
+    records, saved_parts, outcomes = [], [], []
+    for lanes, batch_leaves, result in batches:
+        if static.client is None:
+            saved, outcome = result[0], result[2]
+        else:
+            saved, outcome = static.client.submit(_small_part, result).result()
         saved_parts.append(saved)
         outcomes.append(outcome)
-        records.append((lanes, steps, outcome["retcode"], batch_leaves))
+        records.append((lanes, result, outcome["retcode"], batch_leaves))
     static.outcome.update({k: np.concatenate([o[k] for o in outcomes]) for k in outcomes[0]})
     return np.concatenate(saved_parts), records
+
+
+def _without_client(static: _Static) -> _Static:
+    """The static data a batch task needs (the client stays on the driver)."""
+    return dataclasses.replace(static, client=None, outcome={})
+
+
+def _forward_task(
+    static: _Static,
+    u0: np.ndarray,
+    leaves: list[Any],
+    t0: np.ndarray,
+    t1: np.ndarray,
+    stops: np.ndarray,
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    return _forward_batch(static, get_backend("numpy"), u0, leaves, t0, t1, stops)
+
+
+def _small_part(result: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """What a forward task sends back: the saved states and the statistics, not the steps."""
+    return result[0], result[2]
 
 
 def _forward_batch(
@@ -215,35 +244,53 @@ def _no_steps(u0: np.ndarray) -> dict[str, np.ndarray]:
 def _backward(
     static: _Static, records: list, diff_values: list[Any], g: np.ndarray
 ) -> tuple[np.ndarray, list[Any]]:
-    u0_parts, bar_parts = [], []
-    for lanes, steps, retcode, batch_leaves in records:
-        rhs = TracedRHS(
-            static.f,
-            static.p_template,
-            static.lane_leaf,
-            static.diff_leaf,
-            static.single_lane,
-            vjp=static.vjp,
-        )
-        u0_bar, leaf_bars = backward(
-            static.options.alg,
-            rhs,
-            steps,
-            batch_leaves,
-            static.save_grid.astype(g.dtype),
-            static.t0[lanes],
-            retcode,
-            g[lanes],
-        )
-        u0_parts.append(u0_bar)
-        bar_parts.append(leaf_bars)
-    u0_bar = np.concatenate(u0_parts, axis=-1)
+    task = _without_client(static)
+    results = []
+    for lanes, forward, retcode, batch_leaves in records:
+        args = (task, forward, batch_leaves, retcode, lanes, g[lanes])
+        if static.client is None:
+            results.append(_backward_task(*args))
+        else:  # runs where the batch's steps are; only cotangents travel
+            results.append(static.client.submit(_backward_task, *args))
+    if static.client is not None:
+        results = static.client.gather(results)
+    u0_bar = np.concatenate([u0 for u0, _ in results], axis=-1)
     diff_positions = [i for i, d in enumerate(static.diff_leaf) if d]
     leaf_bars = []
     for j, i in enumerate(diff_positions):
-        parts = [bars[j] for bars in bar_parts]
+        parts = [bars[j] for _, bars in results]
+        # Per-lane leaves: the batches' pieces side by side; shared ones: summed in batch order.
         leaf_bars.append(np.concatenate(parts, axis=-1) if static.lane_leaf[i] else sum(parts))
     return u0_bar, leaf_bars
+
+
+def _backward_task(
+    static: _Static,
+    forward: tuple,
+    batch_leaves: list[Any],
+    retcode: np.ndarray,
+    lanes: slice,
+    g: np.ndarray,
+) -> tuple[np.ndarray, list[Any]]:
+    """One batch's backward pass."""
+    rhs = TracedRHS(
+        static.f,
+        static.p_template,
+        static.lane_leaf,
+        static.diff_leaf,
+        static.single_lane,
+        vjp=static.vjp,
+    )
+    return backward(
+        static.options.alg,
+        rhs,
+        forward[1],
+        batch_leaves,
+        static.save_grid.astype(g.dtype),
+        static.t0[lanes],
+        retcode,
+        g,
+    )
 
 
 def _like(grad: Any, arg: Any) -> Any:

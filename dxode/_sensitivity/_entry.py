@@ -72,6 +72,7 @@ def solve_ensemble_traced(
     tstops: Any,
     seed: int,
     lanes_per_batch: int | None,
+    client: Any = None,
 ) -> EnsembleSolution:
     """``solve`` for an ensemble whose trajectories depend on differentiated values."""
     import autograd.numpy as anp
@@ -104,6 +105,7 @@ def solve_ensemble_traced(
         tstops=stop_times(tstops, float(t0[0]), float(t1[0])),
         options=opts,
         batch_size=lanes_per_batch or batch_size,
+        client=client,
         dtype=getval(prob.u0).dtype,
     )
     u0_lanes = anp.moveaxis(u0, 0, -1)
