@@ -11,6 +11,25 @@ import numpy as np
 Array = Any
 
 
+def ordered_sum(xp: Any, x: Array) -> Array:
+    """``x[0] + x[1] + ...`` over the first axis, added in that order for every element.
+
+    A library's sum adds in order while the first axis is not the innermost loop, which it
+    is not as long as the rest of the array has two or more elements; a single element would
+    make the first axis innermost, where NumPy adds pairwise (in an order that depends on the
+    length). So a lone element is summed beside a copy of itself.
+    """
+    rest = x.shape[1:]
+    size = 1
+    for n in rest:
+        size *= n
+    if size != 1:
+        return xp.sum(x, axis=0)
+    flat = xp.reshape(x, (x.shape[0], 1))
+    pair = xp.concat([flat, flat], axis=1)
+    return xp.reshape(xp.sum(pair, axis=0)[:1], rest)
+
+
 class Backend(abc.ABC):
     """One array library (and device) that dxode can compute on.
 
@@ -55,11 +74,8 @@ class Backend(abc.ABC):
         The sum runs over ``j`` in order, elementwise per lane, so every backend gives a lane
         the same bits whatever the batch size.
         """
-        xp = self.xp
         m = weights.shape[0]
-        # A cumulative sum adds in order (a plain sum may add pairwise, in an order that
-        # depends on the array's shape).
-        increment = h * xp.cumulative_sum(weights * stages[:m, ...], axis=0)[-1, ...]
+        increment = h * ordered_sum(self.xp, weights * stages[:m, ...])
         return increment if u is None else u + increment
 
     def stack_rows(self, rows: Any, out: Array | None = None) -> Array:

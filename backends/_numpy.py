@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
 
-from ._base import Array, Backend
+from ._base import Array, Backend, ordered_sum
 
-# States at most this size use one fused reduction (fewer calls); larger ones work in place.
-_SMALL = 2048
+# States (times lanes) from this size on combine stages term by term, in place.
+_IN_PLACE_FROM = 16_384
 
 
 class NumpyBackend(Backend):
     """NumPy on the CPU. NumPy 2 is itself an array-API namespace, so ``xp`` is ``numpy``."""
 
     name = "numpy"
+
+    def __init__(self) -> None:
+        self._local = threading.local()
 
     @property
     def xp(self) -> Any:
@@ -26,21 +30,41 @@ class NumpyBackend(Backend):
 
     def combine(self, u: Array | None, h: Array, weights: Array, stages: Array) -> Array:
         m = weights.shape[0]
-        if stages[0].size <= _SMALL:
-            increment = h * np.cumsum(weights * stages[:m], axis=0)[-1]
-            return increment if u is None else u + increment
-        # In place, term by term (the same operations, in the same order, as above): two
-        # buffers in all, and scalar weights (numpy's fastest loops).
-        acc = np.multiply(stages[0], weights[0])
-        term = np.empty_like(acc)
-        for j in range(1, m):
-            np.multiply(stages[j], weights[j], out=term)
-            np.add(acc, term, out=acc)
+        if stages[0].size < _IN_PLACE_FROM:
+            # Few calls: all products at once into scratch space, then one ordered sum.
+            products = np.multiply(weights, stages[:m], out=self._buffer(stages, m))
+            acc = ordered_sum(np, products)
+        else:
+            # Large arrays: term by term, two buffers that stay in cache (the same
+            # operations in the same order: products first, then added in stage order).
+            acc = np.multiply(stages[0], weights[0])
+            term = np.empty_like(acc)
+            for j in range(1, m):
+                np.multiply(stages[j], weights[j], out=term)
+                np.add(acc, term, out=acc)
         np.multiply(acc, h, out=acc)
         return acc if u is None else np.add(acc, u, out=acc)
 
+    def _buffer(self, stages: Array, m: int) -> Array:
+        """A reused ``(m, *shape, L)`` scratch array (per thread: Dask workers may share us)."""
+        cache = self._local.__dict__.setdefault("buffers", {})
+        key = (stages.shape[1:], stages.dtype)
+        buffer = cache.get(key)
+        if buffer is None or buffer.shape[0] < m:
+            cache.clear()  # one working-set shape at a time: compaction changes it
+            buffer = cache[key] = np.empty((stages.shape[0], *key[0]), dtype=key[1])
+        return buffer[:m]
+
     def stack_rows(self, rows: Any, out: Array | None = None) -> Array:
-        return np.asarray(rows) if out is None else np.stack(rows, out=out)
+        if out is None:
+            return np.asarray(rows)
+        if len(rows) != out.shape[0]:
+            raise ValueError(
+                f"the right-hand side returned {len(rows)} rows for a state of {out.shape[0]}"
+            )
+        for i, row in enumerate(rows):  # row by row: cheaper than np.stack for a few rows
+            out[i, ...] = row
+        return out
 
     def scatter_rows(self, keys: Array, values: Array, n_rows: int, fill: float) -> Array:
         out = np.full((n_rows, *values.shape[1:]), fill, dtype=values.dtype)

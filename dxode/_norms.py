@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .backends._base import ordered_sum
+
 Array = Any
 
 
@@ -15,9 +17,8 @@ def rms_norm(xp: Any, x: Array) -> Array:
     for n in x.shape[:-1]:
         size *= n
     squares = xp.reshape(x * x, (size, x.shape[-1]))
-    # A cumulative sum adds in order: a plain sum may add pairwise when the state axis is the
-    # contiguous one (a lone lane), which would make a lane's norm depend on its batch.
-    return xp.sqrt(xp.cumulative_sum(squares, axis=0)[-1, ...] / size)
+    # In order, so that a lane's norm never depends on the batch around it.
+    return xp.sqrt(ordered_sum(xp, squares) / size)
 
 
 def initial_step(

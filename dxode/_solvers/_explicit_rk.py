@@ -57,9 +57,10 @@ class ExplicitRungeKutta(AbstractStepper):
         stages = xp.empty((tab.stages, *u.shape), dtype=u.dtype, device=_device(xp, u))
         stages[0, ...] = f0
         y = u
+        stage_times = t + co.c * h  # (s, L): every stage's time in two operations
         for i in range(1, tab.stages):
             y = backend.combine(u, h, co.a[i], stages)
-            _evaluate_into(rhs, y, t + float(tab.c[i]) * h, stages, i)
+            _evaluate_into(rhs, y, stage_times[i, ...], stages, i)
         if tab.fsal:
             u1, f1 = y, stages[-1, ...]
         else:
@@ -140,6 +141,9 @@ class _Coefficients:
             return xp.reshape(arr, (len(values), *trailing))
 
         s = tab.stages
+        self.c = xp.reshape(
+            xp.asarray([float(v) for v in tab.c], dtype=like.dtype, device=dev), (-1, 1)
+        )
         self.a = [None] + [column(tab.a[i, :i]) for i in range(1, s)]
         self.b = column(tab.b)
         self.e = None if tab.b_error is None else column(tab.b_error)
