@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["local_cluster"]
+__all__ = ["local_cluster", "worker_environment"]
 
 
 def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwargs: Any) -> Any:
@@ -40,16 +40,38 @@ def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwar
         import distributed
     except ImportError as exc:
         raise ImportError('local_cluster needs Dask: pip install "dxode[dask]"') from exc
+    import dask
+
     if gpus == "auto":
         from .backends import cupy_available
 
         gpus = cupy_available()
-    if gpus:
-        return _cuda_cluster(n_workers, kwargs)
-    kwargs.setdefault("threads_per_worker", 1)
-    kwargs.setdefault("processes", True)
-    kwargs.setdefault("dashboard_address", ":0")  # any free port: clusters may run side by side
-    return distributed.LocalCluster(n_workers=n_workers or os.cpu_count() or 1, **kwargs)
+    with dask.config.set(worker_environment()):
+        if gpus:
+            return _cuda_cluster(n_workers, kwargs)
+        kwargs.setdefault("threads_per_worker", 1)
+        kwargs.setdefault("processes", True)
+        kwargs.setdefault("dashboard_address", ":0")  # any free port: clusters side by side
+        return distributed.LocalCluster(n_workers=n_workers or os.cpu_count() or 1, **kwargs)
+
+
+def worker_environment() -> dict[str, Any]:
+    """Dask configuration for worker processes that run dxode batches.
+
+    Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which makes glibc hand
+    every large temporary array back to the system and map it again on the next step: a
+    batch then runs several times slower. dxode's workers keep the glibc default. Use it
+    for clusters you start yourself too::
+
+        with dask.config.set(dxode.worker_environment()):
+            cluster = SLURMCluster(...)
+    """
+    import dask
+
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
+    environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    environ.pop("MALLOC-TRIM-THRESHOLD-", None)
+    return {"distributed.nanny.pre-spawn-environ": environ}
 
 
 def _cuda_cluster(n_workers: int | None, kwargs: dict[str, Any]) -> Any:

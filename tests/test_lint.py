@@ -12,6 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff_check_passes():
     out = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "dxode", "backends", "tests", "asv_bench"],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr

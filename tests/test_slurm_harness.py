@@ -150,8 +150,11 @@ def test_dxode_ensemble_on_slurm_workers(slurm, tmp_path):
     options = {"saveat": 0.5, "rtol": 1e-6, "atol": 1e-6}
     reference = dxode.solve(eprob, dxode.Tsit5(), trajectories=200, **options)
 
+    import dask
+
     n_jobs = max(1, min(2, slurm.cores))
     with (
+        dask.config.set(dxode.worker_environment()),
         SLURMCluster(
             queue=slurm.partition,
             cores=1,
