@@ -38,7 +38,7 @@ class AbstractEnsembleAlgorithm(abc.ABC):
         """The batch size used when the caller gives none."""
         return min(trajectories, self.default_batch_size)
 
-    def run(self, eprob: EnsembleProblem, batches: list[np.ndarray], spec: BatchSpec) -> Any:
+    def run(self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec) -> Any:
         """Solve all batches and assemble the EnsembleSolution."""
         from ._ensemble_assemble import assemble
 
@@ -64,7 +64,7 @@ class AbstractEnsembleAlgorithm(abc.ABC):
         return None
 
     def solve_batches(
-        self, eprob: EnsembleProblem, batches: list[np.ndarray], spec: BatchSpec
+        self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec
     ) -> Iterator[BatchResult]:
         """Batch results in order (lazily, so a converged reduction stops the work)."""
         for indices in batches:
@@ -74,7 +74,9 @@ class AbstractEnsembleAlgorithm(abc.ABC):
 def finish_batch(
     alg: AbstractEnsembleAlgorithm, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec
 ) -> BatchResult:
-    """Solve a batch, then apply ``output_func`` with its reruns."""
+    """Solve a batch (trajectory indices, or a range of them), then apply ``output_func``
+    with its reruns."""
+    indices = np.asarray(indices, dtype=np.int64)
     result = alg.run_batch(eprob, indices, spec, np.zeros_like(indices))
     if eprob.output_func is None:
         return result

@@ -24,6 +24,7 @@ from ._ensemble_assemble import assemble
 from ._ensemble_batch import BatchResult, BatchSpec
 from ._ensemble_problem import EnsembleProblem
 from ._ensemble_solution import EnsembleSolution, EnsembleStats
+from ._retcode import ReturnCode
 from .backends import backend_for
 
 __all__ = ["EnsembleDask"]
@@ -118,7 +119,7 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
     ) -> BatchResult:
         return EnsembleArray(self.backend, spec.lockstep).run_batch(eprob, indices, spec, repeat)
 
-    def run(self, eprob: EnsembleProblem, batches: list[np.ndarray], spec: BatchSpec) -> Any:
+    def run(self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec) -> Any:
         if spec.dense:
             raise ValueError("dense output is not kept by EnsembleDask; use EnsembleArray")
         with _client_for(self.client) as client:
@@ -133,7 +134,7 @@ class _Run:
         alg: EnsembleDask,
         client: Any,
         eprob: EnsembleProblem,
-        batches: list[np.ndarray],
+        batches: list[range],
         spec: BatchSpec,
     ) -> None:
         self.alg, self.client, self.eprob, self.batches, self.spec = (
@@ -175,18 +176,19 @@ class _Run:
         return self.alg.progress if self.alg.progress is not None else sys.stderr.isatty()
 
     def _zarr_target(self) -> dict[str, Any]:
+        """A Zarr group: ``u`` and each trajectory's return code and statistics."""
         import zarr
 
-        shape, dtype = _output_layout(self.eprob, self.spec, sum(len(b) for b in self.batches))
+        shape, dtype = _output_layout(self.eprob, self.spec, self._n)
         chunk = len(self.batches[0])
-        zarr.open_array(
-            self.alg.store,
-            mode="w",
-            shape=shape,
-            dtype=dtype,
-            chunks=(chunk, *shape[1:]),
-            fill_value=float("nan"),
+        group = zarr.open_group(self.alg.store, mode="w")
+        group.create_array(
+            "u", shape=shape, dtype=dtype, chunks=(chunk, *shape[1:]), fill_value=float("nan")
         )
+        for name in _PER_TRAJECTORY:
+            group.create_array(
+                name, shape=(self._n,), dtype=np.int64, chunks=(chunk,), fill_value=-1
+            )
         return {"store": self.alg.store}
 
     def _distributed(self, futures: list[Any], target: dict[str, Any] | None) -> EnsembleSolution:
@@ -194,23 +196,22 @@ class _Run:
         import dask
         import dask.array as da
 
+        if target is not None:
+            return self._zarr_solution(futures, target)
         metas = [
             self.client.submit(_metadata, f, key=f"dxode-meta-{self.token}-{k}")
             for k, f in enumerate(futures)
         ]
         done = list(_in_order(self.client, metas, self._progress()))
-        shape, dtype = _output_layout(self.eprob, self.spec, sum(len(b) for b in self.batches))
-        if target is not None:
-            u = da.from_zarr(target["store"])
-        else:
-            u = da.concatenate(
-                [
-                    da.from_delayed(
-                        dask.delayed(_saved_states)(f), shape=(len(b), *shape[1:]), dtype=dtype
-                    )
-                    for f, b in zip(futures, self.batches, strict=True)
-                ]
-            )
+        shape, dtype = _output_layout(self.eprob, self.spec, self._n)
+        u = da.concatenate(
+            [
+                da.from_delayed(
+                    dask.delayed(_saved_states)(f), shape=(len(b), *shape[1:]), dtype=dtype
+                )
+                for f, b in zip(futures, self.batches, strict=True)
+            ]
+        )
         sim = assemble(self.eprob, done, self.spec.options.alg, self.spec.seed, self._n)
         sim.u = u
         sim._futures = futures  # keep the workers' results alive as long as the solution
@@ -233,30 +234,59 @@ class _Run:
                 for i, pair in enumerate(pairs)
             ]
             depth += 1
-        metas = [
-            self.client.submit(_metadata, f, key=f"dxode-meta-{self.token}-{k}")
-            for k, f in enumerate(futures)
-        ]
-        done = list(_in_order(self.client, metas, self._progress()))
-        acc = level[0].result()
-        stats = EnsembleStats(
-            *(np.concatenate([getattr(b, k) for b in done]) for k in ("nf", "naccept", "nreject"))
-        )
+        summary = self._summaries(futures)
         return EnsembleSolution(
-            t=done[0].t,
-            u=acc,
-            retcodes=np.concatenate([b.retcode for b in done]),
-            stats=stats,
+            t=summary.pop("t"),
+            u=level[0].result(),
+            retcodes=None,
+            stats=EnsembleStats.from_totals(**summary),
             eprob=self.eprob,
             alg=self.spec.options.alg,
             converged=None,
             seed=self.spec.seed,
+            counts=summary["counts"],
         )
+
+    def _zarr_solution(self, futures: list[Any], target: dict[str, Any]) -> EnsembleSolution:
+        """The results are in the Zarr group; only per-batch counts come back."""
+        import dask.array as da
+        import zarr
+
+        summary = self._summaries(futures)
+        group = zarr.open_group(target["store"], mode="r")
+        return EnsembleSolution(
+            t=summary.pop("t"),
+            u=da.from_zarr(group["u"]),
+            retcodes=group["retcode"],
+            stats=EnsembleStats(
+                group["nf"],
+                group["naccept"],
+                group["nreject"],
+                totals=EnsembleStats.from_totals(**summary).totals,
+            ),
+            eprob=self.eprob,
+            alg=self.spec.options.alg,
+            seed=self.spec.seed,
+            counts=summary["counts"],
+        )
+
+    def _summaries(self, futures: list[Any]) -> dict[str, Any]:
+        """Return-code counts and step totals over all batches: O(1) memory on the driver."""
+        small = [
+            self.client.submit(_summary, f, key=f"dxode-summary-{self.token}-{k}")
+            for k, f in enumerate(futures)
+        ]
+        total: dict[str, Any] = {}
+        for part in _in_order(self.client, small, self._progress()):
+            total.setdefault("t", part.pop("t"))
+            for key, value in part.items():
+                total[key] = total[key] + value if key in total else value
+        return total
 
 
 def _dask_task(
     eprob: EnsembleProblem,
-    indices: np.ndarray,
+    indices: range,
     spec: BatchSpec,
     backend: str | None,
     target: dict[str, Any] | None,
@@ -276,10 +306,28 @@ def _dask_task(
     if target is not None:
         import zarr
 
-        array = zarr.open_array(target["store"], mode="r+")
-        array[int(indices[0]) : int(indices[-1]) + 1] = result.u
+        group = zarr.open_group(target["store"], mode="r+")
+        rows = slice(indices.start, indices.stop)
+        group["u"][rows] = result.u
+        for name in _PER_TRAJECTORY:
+            group[name][rows] = getattr(result, name)
         result.u = None
     return result
+
+
+_PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject")
+
+
+def _summary(result: BatchResult) -> dict[str, Any]:
+    """A batch's return-code counts and step totals (and its save times)."""
+    t = result.t if result.t.ndim == 1 else result.t[0]
+    return {
+        "t": t,
+        "counts": np.bincount(result.retcode, minlength=len(ReturnCode)),
+        "nf": int(result.nf.sum()),
+        "naccept": int(result.naccept.sum()),
+        "nreject": int(result.nreject.sum()),
+    }
 
 
 def _metadata(result: BatchResult) -> BatchResult:

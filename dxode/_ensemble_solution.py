@@ -19,21 +19,33 @@ Array = Any
 
 @dataclasses.dataclass(frozen=True)
 class EnsembleStats:
-    """Work per trajectory: ``nf``, ``naccept``, ``nreject`` are ``(trajectories,)`` arrays."""
+    """Work per trajectory: ``nf``, ``naccept``, ``nreject`` are ``(trajectories,)`` arrays.
 
-    nf: np.ndarray
-    naccept: np.ndarray
-    nreject: np.ndarray
+    Ensembles reduced on Dask workers keep only totals (the arrays are then ``None``); those
+    written to Zarr keep the arrays in the store and the totals here.
+    """
+
+    nf: Any
+    naccept: Any
+    nreject: Any
+    totals: tuple[int, int, int] | None = None
+
+    @classmethod
+    def from_totals(cls, nf: int, naccept: int, nreject: int, counts: Any = None) -> EnsembleStats:
+        """Statistics known only as sums over trajectories."""
+        return cls(None, None, None, totals=(int(nf), int(naccept), int(nreject)))
 
     @property
     def total_nf(self) -> int:
         """RHS evaluations summed over trajectories."""
-        return int(self.nf.sum())
+        return self.totals[0] if self.totals else int(np.sum(self.nf))
 
     @property
     def total_steps(self) -> int:
         """Accepted plus rejected steps summed over trajectories."""
-        return int(self.naccept.sum() + self.nreject.sum())
+        if self.totals:
+            return self.totals[1] + self.totals[2]
+        return int(np.sum(self.naccept) + np.sum(self.nreject))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +79,10 @@ class EnsembleSolution:
     t : array
         Save times ``(nsave,)``, or ``(trajectories, nsave)`` when trajectories have their own
         time spans.
-    retcodes : (trajectories,) int array
-        Each trajectory's ``ReturnCode``; failures never stop the others.
+    retcodes : (trajectories,) int array or None
+        Each trajectory's ``ReturnCode``; failures never stop the others. A Zarr array for
+        ``EnsembleDask(output="zarr")``; ``None`` when a reduction ran on Dask workers (then
+        ``failures()`` and ``success`` still count them).
     stats : EnsembleStats
         RHS evaluations and accepted/rejected steps per trajectory.
     converged : bool or None
@@ -87,10 +101,12 @@ class EnsembleSolution:
         converged: bool | None = None,
         dense: list[Any] | None = None,
         seed: int | None = None,
+        counts: np.ndarray | None = None,
     ) -> None:
         self.t = t
         self.u = u
         self.retcodes = retcodes
+        self._counts = counts  # return-code histogram, when per-trajectory codes were not kept
         self.stats = stats
         self.eprob = eprob
         self.alg = alg
@@ -99,23 +115,28 @@ class EnsembleSolution:
         self._dense = dense
 
     def __len__(self) -> int:
+        if self.retcodes is None:
+            return int(np.sum(self._counts))
         return int(self.retcodes.shape[0])
 
     @property
     def success(self) -> bool:
         """Whether every trajectory succeeded."""
-        return bool(
-            np.all((self.retcodes == ReturnCode.Success) | (self.retcodes == ReturnCode.Terminated))
-        )
+        return not self.failures()
 
     def failures(self) -> dict[str, int]:
         """How many trajectories ended with each unsuccessful return code."""
-        codes, counts = np.unique(self.retcodes, return_counts=True)
+        histogram = self._histogram()
         return {
-            ReturnCode(int(c)).name: int(k)
-            for c, k in zip(codes, counts, strict=True)
-            if not ReturnCode(int(c)).successful
+            ReturnCode(c).name: int(k)
+            for c, k in enumerate(histogram)
+            if k and not ReturnCode(c).successful
         }
+
+    def _histogram(self) -> np.ndarray:
+        if self._counts is not None:
+            return np.asarray(self._counts)
+        return np.bincount(np.asarray(self.retcodes[...]), minlength=len(ReturnCode))
 
     def to_host(self) -> np.ndarray:
         """``u`` as a NumPy array on the host."""
@@ -123,6 +144,8 @@ class EnsembleSolution:
 
     def __getitem__(self, i: int) -> ODESolution:
         n = len(self)
+        if self.retcodes is None:
+            raise TypeError("sim[i] needs per-trajectory results; this ensemble was reduced")
         if not -n <= i < n:
             raise IndexError(f"trajectory {i} out of range for {n} trajectories")
         i %= n

@@ -77,9 +77,8 @@ def solve_ensemble(
         seed=int(seed),
         lockstep=bool(getattr(ensemble_alg, "lockstep", False)),
     )
-    batches = [
-        np.arange(start, min(start + size, n), dtype=np.int64) for start in range(0, n, size)
-    ]
+    # Trajectory ranges, not index arrays: the driver holds O(batches), never O(trajectories).
+    batches = [range(start, min(start + size, n)) for start in range(0, n, size)]
     return ensemble_alg.run(eprob, batches, spec)
 
 

@@ -118,8 +118,13 @@ def test_zarr_output(client, reference, tmp_path):
         batch_size=16,
         **SOLVE,
     )
-    np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], reference.u)
+    group = zarr.open_group(store, mode="r")
+    np.testing.assert_array_equal(group["u"][...], reference.u)
+    np.testing.assert_array_equal(group["retcode"][...], reference.retcodes)
+    np.testing.assert_array_equal(group["nf"][...], reference.stats.nf)
     np.testing.assert_array_equal(np.asarray(sim.u), reference.u)
+    assert sim.success and len(sim) == N
+    assert sim.stats.total_nf == reference.stats.total_nf
 
 
 def test_output_func_runs_on_the_workers(client):
@@ -150,6 +155,8 @@ def test_reduction_tree_on_workers(client, reference):
     sim = dxode.solve(eprob, dxode.Tsit5(), client, trajectories=N, batch_size=5, **SOLVE)
     np.testing.assert_allclose(sim.u, reference.u[:, -1, :].sum(axis=0), rtol=1e-12)
     assert sim.converged is None and len(sim) == N
+    assert sim.retcodes is None and sim.success  # counted on the workers, not kept per trajectory
+    assert sim.stats.total_steps == reference.stats.total_steps
     again = dxode.solve(eprob, dxode.Tsit5(), client, trajectories=N, batch_size=5, **SOLVE)
     np.testing.assert_array_equal(again.u, sim.u)  # a fixed tree: the same bits every time
 
