@@ -25,8 +25,15 @@ def assemble(
     done: list[BatchResult] = []
     acc, converged = eprob.u_init, None
     out, offset = None, 0
+    meta = {k: np.empty(n_total, dtype=np.int64) for k in _PER_TRAJECTORY}
+    solved = 0
     for batch in results:
         done.append(batch)
+        size = len(batch.indices)
+        for key, column in meta.items():  # into one array each, batch by batch
+            column[solved : solved + size] = getattr(batch, key)
+            setattr(batch, key, None)
+        solved += size
         if eprob.reduction is not None:
             values = batch.values if eprob.output_func is not None else batch.u
             acc, converged = eprob.reduction(acc, _stack_values(values), batch.indices)
@@ -46,20 +53,21 @@ def assemble(
         u = _stack_values([v for b in done for v in b.values])
     else:
         u = out  # None when the states live elsewhere (Dask workers, Zarr): the caller sets u
-    stats = EnsembleStats(
-        *(np.concatenate([getattr(b, k) for b in done]) for k in ("nf", "naccept", "nreject"))
-    )
+    meta = {key: column[:solved] for key, column in meta.items()}
     return EnsembleSolution(
         t=_times(done),
         u=u,
-        retcodes=np.concatenate([b.retcode for b in done]),
-        stats=stats,
+        retcodes=meta["retcode"],
+        stats=EnsembleStats(meta["nf"], meta["naccept"], meta["nreject"]),
         eprob=eprob,
         alg=alg,
         converged=converged,
         dense=[b for b in done if b.dense is not None] or None,
         seed=seed,
     )
+
+
+_PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject")
 
 
 def _times(done: list[BatchResult]) -> Any:
