@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import math
 from typing import Any
 
 import numpy as np
@@ -15,19 +16,17 @@ def ordered_sum(xp: Any, x: Array) -> Array:
     """``x[0] + x[1] + ...`` over the first axis, added in that order for every element.
 
     A library's sum adds in order while the first axis is not the innermost loop, which it
-    is not as long as the rest of the array has two or more elements; a single element would
-    make the first axis innermost, where NumPy adds pairwise (in an order that depends on the
-    length). So a lone element is summed beside a copy of itself.
+    is not as long as the rest of the array has two or more elements. With a single element
+    the first axis becomes innermost, where NumPy adds blocks of eight or more terms pairwise
+    (in an order that depends on the length): then the element is summed beside a copy.
     """
+    reduce = np.add.reduce if xp is np else (lambda a, axis: xp.sum(a, axis=axis))
     rest = x.shape[1:]
-    size = 1
-    for n in rest:
-        size *= n
-    if size != 1:
-        return xp.sum(x, axis=0)
+    if x.shape[0] < 8 or math.prod(rest) != 1:
+        return reduce(x, axis=0)
     flat = xp.reshape(x, (x.shape[0], 1))
     pair = xp.concat([flat, flat], axis=1)
-    return xp.reshape(xp.sum(pair, axis=0)[:1], rest)
+    return xp.reshape(reduce(pair, axis=0)[:1], rest)
 
 
 class Backend(abc.ABC):

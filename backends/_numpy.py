@@ -9,7 +9,9 @@ import numpy as np
 
 from ._base import Array, Backend, ordered_sum
 
-# States (times lanes) from this size on combine stages term by term, in place.
+# States (times lanes) from these sizes on reuse a scratch array for the stage products, and
+# combine stages term by term, in place.
+_SCRATCH_FROM = 1_024
 _IN_PLACE_FROM = 16_384
 
 
@@ -30,7 +32,10 @@ class NumpyBackend(Backend):
 
     def combine(self, u: Array | None, h: Array, weights: Array, stages: Array) -> Array:
         m = weights.shape[0]
-        if stages[0].size < _IN_PLACE_FROM:
+        size = stages[0].size
+        if size < _SCRATCH_FROM:  # tiny: a fresh temporary is cheaper than managing one
+            acc = ordered_sum(np, weights * stages[:m])
+        elif size < _IN_PLACE_FROM:
             # Few calls: all products at once into scratch space, then one ordered sum.
             products = np.multiply(weights, stages[:m], out=self._buffer(stages, m))
             acc = ordered_sum(np, products)
@@ -47,12 +52,16 @@ class NumpyBackend(Backend):
 
     def _buffer(self, stages: Array, m: int) -> Array:
         """A reused ``(m, *shape, L)`` scratch array (per thread: Dask workers may share us)."""
-        cache = self._local.__dict__.setdefault("buffers", {})
-        key = (stages.shape[1:], stages.dtype)
-        buffer = cache.get(key)
-        if buffer is None or buffer.shape[0] < m:
-            cache.clear()  # one working-set shape at a time: compaction changes it
-            buffer = cache[key] = np.empty((stages.shape[0], *key[0]), dtype=key[1])
+        local = self._local
+        buffer = getattr(local, "buffer", None)
+        if (
+            buffer is None
+            or buffer.shape[1:] != stages.shape[1:]
+            or buffer.dtype != stages.dtype
+            or buffer.shape[0] < m
+        ):
+            # One working-set shape at a time (compaction changes it).
+            buffer = local.buffer = np.empty(stages.shape, dtype=stages.dtype)
         return buffer[:m]
 
     def stack_rows(self, rows: Any, out: Array | None = None) -> Array:

@@ -15,12 +15,23 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def test_demo_writes_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     output = tmp_path / "x.png"
-    assert main(["demo", "--output", output]) == 0
+    assert main(["demo", "--output", output, "--trajectories", "2000", "--workers", "2"]) == 0
     assert output.read_bytes()[:8] == PNG_MAGIC
     out = capsys.readouterr().out
     assert "Success" in out
     assert "RHS evals" in out
     assert "sol(5.0)" in out
+    assert "2,000 trajectories" in out and "trajectories/s" in out
+    assert "local Dask cluster: 2 workers" in out
+
+
+def test_demo_asking_for_cupy_without_a_gpu_says_so(tmp_path, capsys):
+    from dxode.backends import cupy_available
+
+    if cupy_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["demo", "--output", tmp_path / "x.png", "--backend", "cupy"]) == 1
+    assert "needs CuPy and an NVIDIA GPU" in capsys.readouterr().err
 
 
 def test_demo_without_matplotlib_names_the_plot_extra(tmp_path, capsys, monkeypatch):
