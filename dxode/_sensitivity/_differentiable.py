@@ -141,9 +141,9 @@ def _forward(
         ]
         args = (task, u0_lanes[..., lanes], batch_leaves, static.t0[lanes], static.t1[lanes], stops)
         if static.client is None:
-            batches.append((lanes, batch_leaves, _forward_task(*args)))
+            batches.append((lanes, batch_leaves, _forward_batch(*args)))
         else:
-            batches.append((lanes, batch_leaves, static.client.submit(_forward_task, *args)))
+            batches.append((lanes, batch_leaves, static.client.submit(_forward_batch, *args)))
     records, saved_parts, outcomes = [], [], []
     for lanes, batch_leaves, result in batches:
         if static.client is None:
@@ -162,17 +162,6 @@ def _without_client(static: _Static) -> _Static:
     return dataclasses.replace(static, client=None, outcome={})
 
 
-def _forward_task(
-    static: _Static,
-    u0: np.ndarray,
-    leaves: list[Any],
-    t0: np.ndarray,
-    t1: np.ndarray,
-    stops: np.ndarray,
-) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
-    return _forward_batch(static, get_backend("numpy"), u0, leaves, t0, t1, stops)
-
-
 def _small_part(result: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """What a forward task sends back: the saved states and the statistics, not the steps."""
     return result[0], result[2]
@@ -180,13 +169,14 @@ def _small_part(result: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
 
 def _forward_batch(
     static: _Static,
-    backend: Any,
     u0: np.ndarray,
     leaves: list[Any],
     t0: np.ndarray,
     t1: np.ndarray,
     stops: np.ndarray,
 ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One batch's forward pass (here or as a Dask task): saved states, steps, statistics."""
+    backend = get_backend("numpy")
     p = _pytree.rebuild(static.p_template, leaves)
     dtype = u0.dtype
     lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
