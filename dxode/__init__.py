@@ -5,7 +5,7 @@ The public surface lives here; everything else is private (``dxode._name``) exce
 """
 
 from ._cluster import local_cluster as local_cluster
-from ._cluster import worker_environment as worker_environment
+from ._cluster import worker_config as worker_config
 from ._controllers import (
     AbstractController as AbstractController,
 )
@@ -112,5 +112,5 @@ __all__ = [
     "__version__",
     "local_cluster",
     "solve",
-    "worker_environment",
+    "worker_config",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["local_cluster", "worker_environment"]
+__all__ = ["local_cluster", "worker_config"]
 
 
 def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwargs: Any) -> Any:
@@ -46,7 +46,7 @@ def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwar
         from .backends import cupy_available
 
         gpus = cupy_available()
-    with dask.config.set(worker_environment()):
+    with dask.config.set(worker_config()):
         if gpus:
             return _cuda_cluster(n_workers, kwargs)
         kwargs.setdefault("threads_per_worker", 1)
@@ -55,15 +55,17 @@ def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwar
         return distributed.LocalCluster(n_workers=n_workers or os.cpu_count() or 1, **kwargs)
 
 
-def worker_environment() -> dict[str, Any]:
+def worker_config() -> dict[str, Any]:
     """Dask configuration for worker processes that run dxode batches.
 
-    Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which makes glibc hand
-    every large temporary array back to the system and map it again on the next step: a
-    batch then runs several times slower. dxode's workers keep the glibc default. Use it
-    for clusters you start yourself too::
+    Two Dask defaults slow dxode's batches, whose steps are many small array operations
+    driven from Python: the nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which
+    makes glibc hand every large temporary array back to the system and map it again on the
+    next step (several times slower), and each worker samples its threads' stacks every
+    10 ms for the dashboard's profile (about 25 % slower). dxode's workers keep the glibc
+    default and do not profile. Use it for clusters you start yourself too::
 
-        with dask.config.set(dxode.worker_environment()):
+        with dask.config.set(dxode.worker_config()):
             cluster = SLURMCluster(...)
     """
     import dask
@@ -71,7 +73,10 @@ def worker_environment() -> dict[str, Any]:
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     environ.pop("MALLOC-TRIM-THRESHOLD-", None)
-    return {"distributed.nanny.pre-spawn-environ": environ}
+    return {
+        "distributed.nanny.pre-spawn-environ": environ,
+        "distributed.worker.profile.enabled": False,
+    }
 
 
 def _cuda_cluster(n_workers: int | None, kwargs: dict[str, Any]) -> Any:

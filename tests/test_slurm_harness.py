@@ -154,7 +154,7 @@ def test_dxode_ensemble_on_slurm_workers(slurm, tmp_path):
 
     n_jobs = max(1, min(2, slurm.cores))
     with (
-        dask.config.set(dxode.worker_environment()),
+        dask.config.set(dxode.worker_config()),
         SLURMCluster(
             queue=slurm.partition,
             cores=1,
