@@ -239,7 +239,7 @@ class _Run:
             t=summary.pop("t"),
             u=level[0].result(),
             retcodes=None,
-            stats=EnsembleStats.from_totals(**summary),
+            stats=EnsembleStats(None, None, None, totals=summary["totals"]),
             eprob=self.eprob,
             alg=self.spec.options.alg,
             converged=None,
@@ -262,7 +262,7 @@ class _Run:
                 group["nf"],
                 group["naccept"],
                 group["nreject"],
-                totals=EnsembleStats.from_totals(**summary).totals,
+                totals=summary["totals"],
             ),
             eprob=self.eprob,
             alg=self.spec.options.alg,
@@ -281,6 +281,7 @@ class _Run:
             total.setdefault("t", part.pop("t"))
             for key, value in part.items():
                 total[key] = total[key] + value if key in total else value
+        total["totals"] = tuple(int(x) for x in total["totals"])
         return total
 
 
@@ -324,9 +325,7 @@ def _summary(result: BatchResult) -> dict[str, Any]:
     return {
         "t": t,
         "counts": np.bincount(result.retcode, minlength=len(ReturnCode)),
-        "nf": int(result.nf.sum()),
-        "naccept": int(result.naccept.sum()),
-        "nreject": int(result.nreject.sum()),
+        "totals": np.array([result.nf.sum(), result.naccept.sum(), result.nreject.sum()]),
     }
 
 

@@ -30,11 +30,6 @@ class EnsembleStats:
     nreject: Any
     totals: tuple[int, int, int] | None = None
 
-    @classmethod
-    def from_totals(cls, nf: int, naccept: int, nreject: int, counts: Any = None) -> EnsembleStats:
-        """Statistics known only as sums over trajectories."""
-        return cls(None, None, None, totals=(int(nf), int(naccept), int(nreject)))
-
     @property
     def total_nf(self) -> int:
         """RHS evaluations summed over trajectories."""
