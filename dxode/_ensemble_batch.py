@@ -116,7 +116,7 @@ def solve_batch(
         t1=backend.asarray(t1, dtype=dtype),
         params=lane_params,
         save_times=backend.asarray(grid, dtype=dtype),
-        save_steps=spec.dense,
+        record_steps="dense" if spec.dense else "",
         tstops=None if tstops is None else backend.asarray(tstops, dtype=dtype),
         f0=f0,
     )

@@ -42,8 +42,10 @@ class LaneProblem:
         Per-lane parameters, lanes last.
     save_times : (nsave, L) array or None
         Per-lane save times, ordered in the direction of integration, inside each span.
-    save_steps : bool
-        Record every accepted step (for dense output and save-everything output).
+    record_steps : {"", "states", "dense"}
+        Record every accepted step: ``"states"`` keeps its times and end states (for
+        save-everything output and the adjoint's replay), ``"dense"`` also its stages (for
+        dense output).
     tstops : (K,) array or None
         Times every lane must step to exactly, ordered in the direction of integration.
     f0 : (*shape, L) array, optional
@@ -56,7 +58,7 @@ class LaneProblem:
     t1: Array
     params: tuple[Array, ...] = ()
     save_times: Array | None = None
-    save_steps: bool = False
+    record_steps: str = ""
     tstops: Array | None = None
     f0: Array | None = None
 
@@ -215,8 +217,9 @@ def _integrate(
                 t_new,
                 direction,
             )
-        if problem.save_steps:
-            records.step(lanes["lane"], t, hs, t_new, u, result.u1, result.stages, accept)
+        if problem.record_steps:
+            stages = result.stages if problem.record_steps == "dense" else None
+            records.step(lanes["lane"], t, hs, t_new, u, result.u1, stages, accept)
         accept_u = _expand(xp, accept, u)
         u = xp.where(accept_u, result.u1, u)
         t = xp.where(accept, t_new, t)

@@ -105,12 +105,14 @@ class LaneRecords:
         t_end: Array,
         u0: Array,
         u1: Array,
-        stages: Array,
+        stages: Array | None,
         accept: Array,
     ) -> None:
-        """Record the accepted steps among the working set's trial steps."""
+        """Record the accepted steps among the working set's trial steps (stages optional)."""
         xp = self._xp
-        fields = (lane, t, h, t_end, u0, u1, stages)
+        fields = (
+            (lane, t, h, t_end, u0, u1) if stages is None else (lane, t, h, t_end, u0, u1, stages)
+        )
         if not bool(xp.all(accept)):
             idx = xp.nonzero(accept)[0]
             fields = tuple(xp.take(a, idx, axis=-1) for a in fields)
@@ -177,12 +179,12 @@ class LaneRecords:
             saved = xp.reshape(flat, (n, self._n_save, *self._shape))
         steps = None
         if self._steps:
-            fields = [xp.concat([s[i] for s in self._steps], axis=-1) for i in range(7)]
+            n_fields = len(self._steps[0])
+            fields = [xp.concat([s[i] for s in self._steps], axis=-1) for i in range(n_fields)]
             order = xp.argsort(fields[0], stable=True)
             fields = [xp.take(f, order, axis=-1) for f in fields]
-            steps = dict(
-                zip(("lane", "t", "h", "t_end", "u0", "u1", "stages"), fields, strict=True)
-            )
+            names = ("lane", "t", "h", "t_end", "u0", "u1", "stages")[:n_fields]
+            steps = dict(zip(names, fields, strict=True))
         return LaneResult(
             retcode=place(code),
             t=place(t),

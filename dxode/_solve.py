@@ -164,7 +164,7 @@ def solve(
         t0=as_lane_times([t0]),
         t1=as_lane_times([t1]),
         save_times=None if grid is None else xp.reshape(as_lane_times(grid), (-1, 1)),
-        save_steps=grid is None or keep_dense,
+        record_steps="dense" if keep_dense else ("states" if grid is None else ""),
         tstops=None if stops is None else as_lane_times(stops),
         f0=xp.expand_dims(f0, axis=-1),
     )

@@ -157,3 +157,14 @@ def test_dense_output_at_many_times_equals_one_at_a_time_bitwise(alg):
     together = sol(times)
     for i, t in enumerate(times):
         np.testing.assert_array_equal(together[i], sol(t))
+
+
+def test_every_step_without_dense_output():
+    # Every step saved, but only the step end states kept (no stages): no interpolation.
+    prob = dxode.ODEProblem(oscillator, [1.0, 0.0], (0.0, 2.0))
+    dense = dxode.solve(prob, rtol=1e-8, atol=1e-8)
+    states = dxode.solve(prob, rtol=1e-8, atol=1e-8, dense=False)
+    np.testing.assert_array_equal(states.t, dense.t)
+    np.testing.assert_array_equal(states.u, dense.u)
+    with pytest.raises(ValueError, match="no dense output"):
+        states(1.0)

@@ -210,7 +210,7 @@ def _forward_batch(
         t1=np.asarray(t1, dtype=dtype),
         params=params,
         save_times=np.repeat(static.save_grid.astype(dtype)[:, None], n, axis=1),
-        save_steps=True,
+        record_steps="states",  # the backward pass recomputes the stages from each start state
         tstops=stops.astype(dtype),
         f0=f0,
     )
