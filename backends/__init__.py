@@ -25,6 +25,7 @@ __all__ = [
     "backend_for",
     "cupy_available",
     "get_backend",
+    "to_host",
 ]
 
 _NAMED = {"numpy": NumpyBackend, "cupy": CupyBackend}
@@ -57,3 +58,8 @@ def backend_for(x: Array) -> Backend:
 @functools.cache
 def _generic(namespace: Any) -> Backend:
     return ArrayAPIBackend(namespace)
+
+
+def to_host(x: Array) -> np.ndarray:
+    """``x`` as a NumPy array on the host (NumPy arrays pass through uncopied)."""
+    return x if isinstance(x, np.ndarray) else backend_for(x).to_host(x)

@@ -19,7 +19,7 @@ from ._options import SolverOptions
 from ._problem import ODEProblem
 from ._rhs import as_array, checked_first_call
 from ._timegrid import save_times, stop_times
-from .backends import Backend, backend_for, get_backend
+from .backends import Backend, backend_for, get_backend, to_host
 
 Array = Any
 
@@ -214,7 +214,7 @@ def _lanes_from_arrays(
         u0 = xp.broadcast_to(xp.expand_dims(base, axis=-1), (*base.shape, n))
         u0 = xp.asarray(u0, copy=True)
     if "tspan" in data:
-        spans = np.asarray(_host(rows(data["tspan"])), dtype=np.float64)
+        spans = np.asarray(to_host(rows(data["tspan"])), dtype=np.float64)
         if (
             spans.shape != (n, 2)
             or not np.all(np.isfinite(spans))
@@ -307,10 +307,6 @@ def _take_rows(arr: Any, rows: np.ndarray) -> Any:
         return arr[rows]
     xp = array_api_compat.array_namespace(arr)
     return xp.take(arr, xp.asarray(rows), axis=0)
-
-
-def _host(x: Any) -> np.ndarray:
-    return x if isinstance(x, np.ndarray) else backend_for(x).to_host(x)
 
 
 def _check_direction(t0: np.ndarray, t1: np.ndarray) -> None:

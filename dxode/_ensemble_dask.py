@@ -25,7 +25,7 @@ from ._ensemble_batch import BatchResult, BatchSpec
 from ._ensemble_problem import EnsembleProblem
 from ._ensemble_solution import EnsembleSolution, EnsembleStats
 from ._retcode import ReturnCode
-from .backends import backend_for
+from .backends import to_host
 
 __all__ = ["EnsembleDask"]
 
@@ -295,9 +295,9 @@ def _dask_task(
 ) -> BatchResult:
     """One batch on a worker: solve, apply output_func, then keep only what must travel."""
     result = finish_batch(EnsembleArray(backend, spec.lockstep), eprob, indices, spec)
-    result.t = _host(result.t)
+    result.t = to_host(result.t)
     if result.u is not None:
-        result.u = _host(result.u)
+        result.u = to_host(result.u)
     if reduce_here:
         values = result.values if eprob.output_func is not None else result.u
         from ._ensemble_assemble import _stack_values
@@ -340,10 +340,6 @@ def _saved_states(result: BatchResult) -> np.ndarray:
 
 def _partial(result: BatchResult) -> Any:
     return result.values
-
-
-def _host(x: Any) -> np.ndarray:
-    return x if isinstance(x, np.ndarray) else backend_for(x).to_host(x)
 
 
 def _output_layout(eprob: EnsembleProblem, spec: BatchSpec, n: int) -> tuple[tuple[int, ...], Any]:

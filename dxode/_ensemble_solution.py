@@ -11,6 +11,7 @@ from ._interpolation import DenseOutput
 from ._retcode import ReturnCode
 from ._rhs import single_lane_rhs
 from ._solution import ODESolution, SolverStats
+from .backends import to_host
 
 __all__ = ["EnsembleSolution", "EnsembleStats", "EnsembleSummary"]
 
@@ -135,7 +136,7 @@ class EnsembleSolution:
 
     def to_host(self) -> np.ndarray:
         """``u`` as a NumPy array on the host."""
-        return _host(self.u)
+        return to_host(self.u)
 
     def __getitem__(self, i: int) -> ODESolution:
         n = len(self)
@@ -176,7 +177,7 @@ class EnsembleSolution:
     def summary(self, quantiles: tuple[float, ...] = (0.05, 0.5, 0.95)) -> EnsembleSummary:
         """Mean, variance and quantiles over the successful trajectories at each save time."""
         u = self._successful_host()
-        t = _host(self.t if self.t.ndim == 1 else self.t[0, ...])
+        t = to_host(self.t if self.t.ndim == 1 else self.t[0, ...])
         qs = {float(q): np.quantile(u, q, axis=0) for q in quantiles}
         return EnsembleSummary(
             t=t, mean=u.mean(axis=0), var=u.var(axis=0), quantiles=qs, count=int(u.shape[0])
@@ -240,14 +241,6 @@ class EnsembleSolution:
 
 def _is_array(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype")
-
-
-def _host(x: Any) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        return x
-    from .backends import backend_for
-
-    return backend_for(x).to_host(x)
 
 
 def dense_output_for_lane(data: Any, position: int) -> DenseOutput | None:

@@ -8,7 +8,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from .backends import backend_for
+from .backends import to_host
 
 
 def save_times(saveat: Any, t0: float, t1: float) -> np.ndarray | None:
@@ -46,7 +46,7 @@ def stop_times(tstops: Any, t0: float, t1: float) -> np.ndarray | None:
 
 def _checked_grid(name: str, values: Any, t0: float, t1: float, direction: float) -> np.ndarray:
     if array_api_compat.is_array_api_obj(values) and not isinstance(values, np.ndarray):
-        values = backend_for(values).to_host(values)
+        values = to_host(values)
     try:
         grid = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
