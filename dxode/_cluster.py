@@ -1,7 +1,8 @@
-"""``local_cluster``: the right local Dask cluster (CPU worker processes, or one per GPU)."""
+"""Dask clusters for dxode: a local one (CPU worker processes, or one per GPU), or batch jobs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -100,3 +101,40 @@ def _cuda_cluster(n_workers: int | None, kwargs: dict[str, Any]) -> Any:
                 f"for CPU workers, or run on a machine with GPUs and drivers"
             ) from exc
         raise
+
+
+JOBQUEUE_SYSTEMS = ("slurm", "pbs", "sge", "lsf", "htcondor", "oar", "moab")
+
+
+def jobqueue_cluster(system: str, jobs: int) -> Any:
+    """A context manager: ``jobs`` batch jobs of the batch ``system`` running Dask workers.
+
+    The jobs (queue, cores, memory, walltime, ...) are configured by Dask's ``jobqueue``
+    settings, e.g. ``~/.config/dask/jobqueue.yaml``; dxode's ``worker_config()`` is applied.
+
+    Raises
+    ------
+    ImportError
+        Without dask-jobqueue.
+    ValueError
+        For a batch system dask-jobqueue does not support.
+    """
+    if system not in JOBQUEUE_SYSTEMS:
+        raise ValueError(f"unknown batch system {system!r}; choose one of {JOBQUEUE_SYSTEMS}")
+    try:
+        import dask_jobqueue
+    except ImportError:
+        raise ImportError(
+            'batch-system clusters need dask-jobqueue: pip install "dxode[hpc]"'
+        ) from None
+    name = {"htcondor": "HTCondorCluster"}.get(system, f"{system.upper()}Cluster")
+    return _scaled(getattr(dask_jobqueue, name), jobs)
+
+
+@contextlib.contextmanager
+def _scaled(cluster_class: Any, jobs: int) -> Any:
+    import dask
+
+    with dask.config.set(worker_config()), cluster_class() as cluster:
+        cluster.scale(jobs=jobs)
+        yield cluster

@@ -1,7 +1,8 @@
-"""The ``dxode demo`` command: one Lorenz solve, then a Lorenz ensemble on a Dask cluster."""
+"""The ``dxode demo`` command: a Lorenz solve, a Lorenz ensemble and a parameter fit on Dask."""
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import sys
 import time
@@ -10,15 +11,11 @@ from typing import Any
 import numpy as np
 
 from . import EnsembleDask, EnsembleProblem, ODEProblem, Tsit5, solve
+from ._cluster import jobqueue_cluster, local_cluster
+from ._demo_fit import INITIAL_GUESS, TRUE_PARAMETERS, fit_parameters
+from ._lorenz import lorenz
 
 PLOT_EXTRA_HINT = 'plotting needs matplotlib: install it with  pip install "dxode[plot]"'
-
-
-def lorenz(u: Any, p: Any, t: Any) -> list[Any]:
-    """The Lorenz system, written once for any array library (a list of rows is stacked)."""
-    x, y, z = u
-    sigma, rho, beta = p
-    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
 
 
 def run_demo(
@@ -27,12 +24,17 @@ def run_demo(
     workers: int | None = None,
     scheduler: str | None = None,
     backend: str = "numpy",
+    fit_iterations: int = 60,
+    jobqueue: str | None = None,
 ) -> int:
-    """Solve Lorenz once (dense output), then an ensemble of ``trajectories`` on Dask; plot both.
+    """Solve Lorenz once, as an ensemble of ``trajectories`` on Dask, then fit its parameters.
 
-    The ensemble perturbs (sigma, rho, beta) by up to ±5 % per trajectory and runs on an
-    embedded local cluster (``workers`` processes; a CUDA cluster with ``backend="cupy"``)
-    or on the cluster at ``scheduler``. Returns the process exit status.
+    The ensemble perturbs (sigma, rho, beta) by up to ±5 % per trajectory; the fit recovers
+    them from noisy synthetic data with adjoint gradients computed on the workers and Adam
+    (``fit_iterations`` steps; 0 skips it). The cluster is an embedded local one (``workers``
+    processes; a CUDA cluster with ``backend="cupy"``), the running scheduler at
+    ``scheduler``, or ``workers`` dask-jobqueue jobs of the batch system ``jobqueue``
+    configured in Dask's ``jobqueue`` settings. Returns the process exit status.
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -64,24 +66,47 @@ def run_demo(
     if not _single_solve(ax_single):
         return 1
     print()
-    if scheduler is not None:
-        with distributed.Client(scheduler) as client:
-            sim = _ensemble(client, trajectories, backend)
-    else:
-        from ._cluster import local_cluster
-
-        with (
-            local_cluster(gpus=backend == "cupy", n_workers=workers) as cluster,
-            distributed.Client(cluster) as client,
-        ):
-            print(f"local Dask cluster: {len(client.scheduler_info()['workers'])} workers")
-            sim = _ensemble(client, trajectories, backend)
+    try:
+        cluster = _cluster(scheduler, jobqueue, workers, backend)
+    except (ImportError, ValueError) as exc:
+        print(f"dxode demo: {exc}", file=sys.stderr)
+        return 1
+    with cluster as address_or_cluster, distributed.Client(address_or_cluster) as client:
+        if jobqueue is not None:
+            print(f"waiting for {workers or 1} {jobqueue} job(s) to start Dask workers ...")
+            client.wait_for_workers(workers or 1, timeout=600)
+        print(f"Dask cluster: {len(client.scheduler_info()['workers'])} workers")
+        sim, rate = _ensemble(client, trajectories, backend)
+        fit = None
+        if fit_iterations:
+            print()
+            fit = _fit(client, fit_iterations)
     sim.plot(component=0, ax=ax_ensemble, label="x")
     ax_ensemble.set_title(f"{trajectories:,} Lorenz trajectories, parameters ±5 %")
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=120)
-    print(f"plot         {output}")
+
+    print()
+    print("summary")
+    print(f"  ensemble   {rate:,.0f} trajectories/s, {sim.stats.total_steps:,} steps")
+    if fit is not None:
+        print(
+            f"  fit        loss {fit['history'][0]:.3g} -> {fit['loss']:.3g} in {fit['wall']:.1f} s"
+        )
+    print(f"  plot       {output.resolve()}")
     return 0 if sim.success else 1
+
+
+def _cluster(scheduler: str | None, jobqueue: str | None, workers: int | None, backend: str) -> Any:
+    """A context manager giving what ``distributed.Client`` connects to."""
+    if scheduler is not None and jobqueue is not None:
+        raise ValueError("give either --scheduler or --jobqueue, not both")
+    if scheduler is not None:
+        return contextlib.nullcontext(scheduler)
+    if jobqueue is not None:
+        return jobqueue_cluster(jobqueue, workers or 1)
+
+    return local_cluster(gpus=backend == "cupy", n_workers=workers)
 
 
 def _single_solve(ax: Any) -> bool:
@@ -110,7 +135,7 @@ def _perturbed_parameters(prob: Any, ctx: Any) -> dict[str, Any]:
     return {"p": np.array([10.0, 28.0, 8 / 3]) * (1 + 0.1 * (ctx.uniform(3) - 0.5))}
 
 
-def _ensemble(client: Any, trajectories: int, backend: str) -> Any:
+def _ensemble(client: Any, trajectories: int, backend: str) -> tuple[Any, float]:
     prob = ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 10.0), (10.0, 28.0, 8 / 3))
     eprob = EnsembleProblem(prob, batch_func=_perturbed_parameters)
     alg = EnsembleDask(client, backend=backend if backend != "numpy" else None, progress=True)
@@ -126,4 +151,20 @@ def _ensemble(client: Any, trajectories: int, backend: str) -> Any:
         f"per trajectory), RHS evals {sim.stats.total_nf:,}"
     )
     print(f"wall time    {wall:.2f} s ({trajectories / wall:,.0f} trajectories/s)")
-    return sim
+    return sim, trajectories / wall
+
+
+def _fit(client: Any, iterations: int) -> dict[str, Any]:
+    print("fit: recover (sigma, rho, beta) from noisy observations of 32 trajectories, t in [0, 1]")
+    print(
+        f"     start {_triple(INITIAL_GUESS)}, truth {_triple(TRUE_PARAMETERS)}; Adam on "
+        "log-parameters, gradients by the discrete adjoint on the workers"
+    )
+    fit = fit_parameters(EnsembleDask(client), iterations=iterations)
+    sigma, rho, beta = fit["parameters"]
+    print(f"fitted       sigma {sigma:.3f}, rho {rho:.3f}, beta {beta:.3f}")
+    return fit
+
+
+def _triple(values: np.ndarray) -> str:
+    return "(" + ", ".join(f"{v:.3f}" for v in values) + ")"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from dxode.__main__ import main
@@ -15,14 +16,44 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def test_demo_writes_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     output = tmp_path / "x.png"
-    assert main(["demo", "--output", output, "--trajectories", "2000", "--workers", "2"]) == 0
+    argv = ["demo", "--output", output, "--trajectories", "2000", "--workers", "2"]
+    assert main([*argv, "--fit-iterations", "11"]) == 0
     assert output.read_bytes()[:8] == PNG_MAGIC
     out = capsys.readouterr().out
     assert "Success" in out
     assert "RHS evals" in out
     assert "sol(5.0)" in out
     assert "2,000 trajectories" in out and "trajectories/s" in out
-    assert "local Dask cluster: 2 workers" in out
+    assert "Dask cluster: 2 workers" in out
+    # The fit prints its loss every ten iterations and ends with a summary.
+    assert "iteration   0  loss" in out and "iteration  10  loss" in out
+    assert "fitted       sigma" in out
+    assert "summary" in out and str(output.resolve()) in out
+
+
+def test_demo_fit_recovers_the_parameters():
+    from dxode import EnsembleArray
+    from dxode._demo_fit import INITIAL_GUESS, TRUE_PARAMETERS, fit_parameters
+
+    fit = fit_parameters(EnsembleArray(), iterations=60)
+    assert len(fit["history"]) == 60
+    assert fit["loss"] < fit["history"][0] / 100
+    start_error = np.abs(INITIAL_GUESS / TRUE_PARAMETERS - 1)
+    assert np.all(np.abs(fit["parameters"] / TRUE_PARAMETERS - 1) < start_error / 5)
+
+
+def test_demo_rejects_scheduler_and_jobqueue_together(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    argv = ["demo", "-o", tmp_path / "x.png", "-n", "10", "--scheduler", "tcp://127.0.0.1:1"]
+    assert main([*argv, "--jobqueue", "slurm"]) == 1
+    assert "either --scheduler or --jobqueue" in capsys.readouterr().err
+
+
+def test_demo_jobqueue_without_dask_jobqueue_names_the_extra(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)
+    assert main(["demo", "-o", tmp_path / "x.png", "-n", "10", "--jobqueue", "pbs"]) == 1
+    assert 'pip install "dxode[hpc]"' in capsys.readouterr().err
 
 
 def test_demo_asking_for_cupy_without_a_gpu_says_so(tmp_path, capsys):

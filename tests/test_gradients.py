@@ -131,7 +131,20 @@ def _prob_func(theta):
     )
 
 
-@pytest.mark.parametrize("build", [_per_trajectory_arrays, _prob_func], ids=["arrays", "prob_func"])
+def _prob_func_sharing_p(theta):
+    # Every trajectory gets the same traced parameter array (one leaf, shared by all).
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), np.array(P0))
+    return dxode.EnsembleProblem(
+        prob,
+        prob_func=lambda prob, i, repeat: prob.remake(u0=theta[3:] * (0.5 + i / 12), p=theta[:3]),
+    )
+
+
+@pytest.mark.parametrize(
+    "build",
+    [_per_trajectory_arrays, _prob_func, _prob_func_sharing_p],
+    ids=["arrays", "prob_func", "prob_func_shared_p"],
+)
 def test_ensemble_gradients(build):
     theta = np.array([10.0, 28.0, 8.0 / 3.0, 1.0, 0.5, 0.2])
     array_loss = _ensemble_loss(dxode.EnsembleArray(), build)

@@ -180,3 +180,36 @@ def test_dxode_ensemble_on_slurm_workers(slurm, tmp_path):
         )
     np.testing.assert_array_equal(sim.u, reference.u)
     assert _wait_queue_empty(slurm) == []
+
+
+def test_demo_runs_on_slurm_jobs(slurm, tmp_path, capsys):
+    """``dxode demo --jobqueue slurm``: the main job on batch-job workers set up by Dask config."""
+    pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (extra 'hpc')")
+    pytest.importorskip("matplotlib")
+    import dask
+
+    from dxode.__main__ import main
+
+    settings = {
+        "queue": slurm.partition,
+        "cores": 1,
+        "processes": 1,
+        "memory": "1GB",
+        "walltime": "00:10:00",
+        "job-name": "dxode-demo",
+        "interface": "lo",
+        "scheduler-options": {"dashboard_address": "127.0.0.1:0"},
+        "worker-extra-args": ["--no-dashboard"],
+        "local-directory": str(tmp_path / "worker-space"),
+        "log-directory": str(tmp_path / "logs"),
+        "death-timeout": 30,
+    }
+    output = tmp_path / "demo.png"
+    with dask.config.set({f"jobqueue.slurm.{key}": value for key, value in settings.items()}):
+        argv = ["demo", "-o", output, "-n", "400", "--fit-iterations", "2"]
+        assert main([*argv, "--jobqueue", "slurm", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "waiting for 1 slurm job(s)" in out and "Dask cluster: 1 workers" in out
+    assert "400 trajectories" in out and "fitted" in out
+    assert output.exists()
+    assert _wait_queue_empty(slurm) == []

@@ -159,10 +159,12 @@ def _traced_trajectories(
         problems = [eprob.trajectory(i, 0, seed) for i in range(n)]
         u0 = anp.stack([p.u0 for p in problems])
         columns = [[_pytree.leaves(p.p)[k] for p in problems] for k in range(len(base))]
-        lane_leaf = [any(v is not base[k] for v in col) for k, col in enumerate(columns)]
+        # A leaf every trajectory shares (one object: a fitted parameter vector, say) stays
+        # one leaf, so its cotangent is accumulated jointly; others become lanes-last arrays.
+        lane_leaf = [any(v is not col[0] for v in col) for col in columns]
         leaves = [
-            anp.moveaxis(anp.stack([anp.asarray(v) for v in col]), 0, -1) if lane else base[k]
-            for k, (col, lane) in enumerate(zip(columns, lane_leaf, strict=True))
+            anp.moveaxis(anp.stack(col), 0, -1) if lane else col[0]
+            for col, lane in zip(columns, lane_leaf, strict=True)
         ]
         spans = np.array([p.tspan for p in problems])
         return u0, prob.p, leaves, lane_leaf, spans
