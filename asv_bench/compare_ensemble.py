@@ -59,6 +59,7 @@ import argparse
 import contextlib
 import datetime
 import importlib.metadata
+import json
 import platform
 import subprocess
 import sys
@@ -642,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", type=int, default=0, help="the core to pin the process to")
     parser.add_argument("--no-pin", action="store_true", help="do not pin to one core")
     parser.add_argument("--out", help="also write the markdown to this file")
+    parser.add_argument("--json", help="also write the rows (for plot_benchmarks.py) to this file")
     args = parser.parse_args(argv)
 
     pinning = "not pinned" if args.no_pin else pin_process(args.cpu)
@@ -686,6 +688,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             fh.write(text)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"header": header(pinning), "rows": rows}, fh, indent=1)
     return 0
 
 

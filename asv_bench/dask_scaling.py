@@ -57,14 +57,18 @@ def table(header: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines)
 
 
-def section_scaling(n: int, repeat: int) -> str:
-    """One process (EnsembleArray) vs LocalCluster with 1 and 2 worker processes."""
+def section_scaling(n: int, repeat: int, record: dict) -> str:
+    """One process (EnsembleArray) vs LocalCluster with 1 and 2 worker processes.
+
+    The times also go into ``record["scaling"]`` (workers 0 = this process).
+    """
     import distributed
 
     eprob = lorenz_ensemble(n)
     rows = []
     single = best_of(repeat, lambda: dxode.solve(eprob, dxode.Tsit5(), trajectories=n, **SOLVE))
     rows.append(["EnsembleArray (this process)", "-", f"{single:.2f}", "-"])
+    record["scaling"] = {"n": n, "seconds": {0: single}}
     base = None
     for workers in (1, 2):
         with (
@@ -78,6 +82,7 @@ def section_scaling(n: int, repeat: int) -> str:
                 lambda c=client: dxode.solve(eprob, dxode.Tsit5(), c, trajectories=n, **SOLVE),
             )
         base = base or elapsed
+        record["scaling"]["seconds"][workers] = elapsed
         rows.append(
             [
                 f"EnsembleDask, LocalCluster({workers} workers)",
@@ -255,10 +260,12 @@ def main() -> None:
     parser.add_argument("--memory-sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--json", default=None, help="write the scaling times to this file")
     args = parser.parse_args()
-    parts = [f"Machine: {machine()}"]
+    record: dict = {"machine": machine()}
+    parts = [f"Machine: {record['machine']}"]
     if args.scaling:
-        parts.append(section_scaling(args.n, args.repeat))
+        parts.append(section_scaling(args.n, args.repeat, record))
     if args.overhead:
         parts.append(section_overhead(args.n // 4, args.repeat))
     if args.uneven:
@@ -270,6 +277,9 @@ def main() -> None:
     if args.out:
         with open(args.out, "a", encoding="utf-8") as fh:
             fh.write(text)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,11 @@ RUNNABLE_PAGES = [
     "docs/usage/gradients.md",
     "docs/usage/ensembles.md",
     "docs/usage/dask.md",
+    "docs/tutorials/batching-vs-ensembles.md",
+    "docs/tutorials/ensembles-three-ways.md",
+    "docs/tutorials/gpu-ensembles.md",
+    "docs/tutorials/distributed-lbfgs.md",
+    # docs/tutorials/hpc.md runs on a real SLURM cluster: tests/test_slurm_harness.py
 ]
 
 

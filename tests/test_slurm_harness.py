@@ -182,6 +182,25 @@ def test_dxode_ensemble_on_slurm_workers(slurm, tmp_path):
     assert _wait_queue_empty(slurm) == []
 
 
+def _slurm_config(slurm, tmp_path) -> dict[str, object]:
+    """Dask's ``jobqueue.slurm`` settings for one-core worker jobs on the test cluster."""
+    settings = {
+        "queue": slurm.partition,
+        "cores": 1,
+        "processes": 1,
+        "memory": "1GB",
+        "walltime": "00:10:00",
+        "interface": "lo",
+        "scheduler-options": {"dashboard_address": "127.0.0.1:0"},
+        "worker-extra-args": ["--no-dashboard", "--lifetime", "9m", "--lifetime-stagger", "30s"],
+        "local-directory": str(tmp_path / "worker-space"),
+        "log-directory": str(tmp_path / "logs"),
+        "shared-temp-directory": str(tmp_path),
+        "death-timeout": 30,
+    }
+    return {f"jobqueue.slurm.{key}": value for key, value in settings.items()}
+
+
 def test_demo_runs_on_slurm_jobs(slurm, tmp_path, capsys):
     """``dxode demo --jobqueue slurm``: the main job on batch-job workers set up by Dask config."""
     pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (extra 'hpc')")
@@ -190,26 +209,34 @@ def test_demo_runs_on_slurm_jobs(slurm, tmp_path, capsys):
 
     from dxode.__main__ import main
 
-    settings = {
-        "queue": slurm.partition,
-        "cores": 1,
-        "processes": 1,
-        "memory": "1GB",
-        "walltime": "00:10:00",
-        "job-name": "dxode-demo",
-        "interface": "lo",
-        "scheduler-options": {"dashboard_address": "127.0.0.1:0"},
-        "worker-extra-args": ["--no-dashboard"],
-        "local-directory": str(tmp_path / "worker-space"),
-        "log-directory": str(tmp_path / "logs"),
-        "death-timeout": 30,
-    }
     output = tmp_path / "demo.png"
-    with dask.config.set({f"jobqueue.slurm.{key}": value for key, value in settings.items()}):
+    with dask.config.set(_slurm_config(slurm, tmp_path)):
         argv = ["demo", "-o", output, "-n", "400", "--fit-iterations", "2"]
         assert main([*argv, "--jobqueue", "slurm", "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "waiting for 1 slurm job(s)" in out and "Dask cluster: 1 workers" in out
     assert "400 trajectories" in out and "fitted" in out
     assert output.exists()
+    assert _wait_queue_empty(slurm) == []
+
+
+def test_hpc_tutorial_runs_on_slurm(slurm, tmp_path, monkeypatch, capsys):
+    """docs/tutorials/hpc.md, executed as written (its python blocks, in order)."""
+    pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (extra 'hpc')")
+    pytest.importorskip("zarr")
+    import re
+    from pathlib import Path
+
+    import dask
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "tutorials" / "hpc.md"
+    blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M)
+    # Steps 2 and 3 are one `with` block split in two for the page.
+    source = blocks[0] + blocks[1] + "".join(blocks[2:])
+    monkeypatch.chdir(tmp_path)
+    with dask.config.set(_slurm_config(slurm, tmp_path)):
+        exec(compile(source, str(page), "exec"), {"__name__": "__docs__"})
+    out = capsys.readouterr().out
+    assert "tls://" in out
+    assert out.count("True") == 2 and "(4000, 11, 3)" in out
     assert _wait_queue_empty(slurm) == []
