@@ -1,0 +1,149 @@
+"""DiffEqGPU's Lorenz benchmark on this machine: dxode against Diffrax in one process.
+
+The problem of DiffEqGPU's paper and benchmark repository: Lorenz with ``sigma = 10``,
+``beta = 8/3`` and ``rho = linspace(0, 21, N)`` across the trajectories, ``u0 = (1, 0, 0)``,
+``t in [0, 1]``, float32, Tsit5 with a fixed step ``dt = 0.001`` (1,000 steps) and adaptive
+with ``rtol = atol = 1e-8``, only the final state kept. DiffEqGPU measured it on GPUs;
+without one here this compares the two array-program codes on one CPU core (the GPU rows
+of the benchmarks page come from a GPU run when one is available).
+
+    python asv_bench/diffeqgpu_lorenz.py [--sizes 100 1000 10000 100000] [--no-diffrax]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "")
+    + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+).strip()
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import argparse
+import datetime
+import platform
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import dxode
+
+DTYPE = np.float32
+FIXED_DT = 0.001
+ADAPTIVE_TOL = 1e-8
+
+
+def lorenz(u: Any, p: Any, t: Any) -> list[Any]:
+    x, y, z = u
+    sigma, rho, beta = p
+    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+
+def parameters(n: int) -> np.ndarray:
+    """(N, 3): sigma = 10, rho = linspace(0, 21, N), beta = 8/3, float32."""
+    rho = np.linspace(0.0, 21.0, n)
+    return np.column_stack([np.full(n, 10.0), rho, np.full(n, 8 / 3)]).astype(DTYPE)
+
+
+def dxode_solver(n: int, adaptive: bool) -> Callable[[], Any]:
+    prob = dxode.ODEProblem(
+        lorenz, np.array([1.0, 0.0, 0.0], dtype=DTYPE), (0.0, 1.0), (10.0, 28.0, 8 / 3)
+    )
+    eprob = dxode.EnsembleProblem(prob, p=parameters(n))
+    options = (
+        {"rtol": ADAPTIVE_TOL, "atol": ADAPTIVE_TOL}
+        if adaptive
+        else {"dt": FIXED_DT, "adaptive": False}
+    )
+    return lambda: (
+        dxode.solve(eprob, dxode.Tsit5(), trajectories=n, batch_size=n, saveat=[1.0], **options).u
+    )
+
+
+def diffrax_solver(n: int, adaptive: bool) -> tuple[Callable[[], Any], float]:
+    """A compiled ``jit(vmap)`` Diffrax solve and its compile time."""
+    import diffrax
+    import jax
+    import jax.numpy as jnp
+
+    term = diffrax.ODETerm(lambda t, u, p: jnp.stack(lorenz(u, p, t)))
+    y0 = jnp.asarray([1.0, 0.0, 0.0], dtype=jnp.float32)
+    controller = (
+        diffrax.PIDController(rtol=ADAPTIVE_TOL, atol=ADAPTIVE_TOL)
+        if adaptive
+        else diffrax.ConstantStepSize()
+    )
+
+    def solve_one(p):
+        return diffrax.diffeqsolve(
+            term,
+            diffrax.Tsit5(),
+            t0=0.0,
+            t1=1.0,
+            dt0=None if adaptive else FIXED_DT,
+            y0=y0,
+            args=p,
+            saveat=diffrax.SaveAt(t1=True),
+            stepsize_controller=controller,
+            max_steps=100_000,
+        ).ys
+
+    p = jnp.asarray(parameters(n))
+    start = time.perf_counter()
+    compiled = jax.jit(jax.vmap(solve_one)).lower(p).compile()
+    compile_s = time.perf_counter() - start
+    return (lambda: jax.block_until_ready(compiled(p))), compile_s
+
+
+def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    fn()  # warm-up
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 10_000, 100_000])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--no-diffrax", action="store_true")
+    args = parser.parse_args()
+    print(
+        f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, NumPy {np.__version__}, dxode {dxode.__version__}"
+    )
+    print(
+        "| N | mode | dxode (s) | Diffrax (s) | Diffrax compile (s) | Diffrax / dxode | "
+        "max difference |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for n in args.sizes:
+        for adaptive in (False, True):
+            mode = f"adaptive {ADAPTIVE_TOL:g}" if adaptive else f"fixed dt {FIXED_DT:g}"
+            ours, u = best_of(dxode_solver(n, adaptive), args.repeats)
+            theirs = compile_s = diff = None
+            if not args.no_diffrax:
+                run, compile_s = diffrax_solver(n, adaptive)
+                theirs, ys = best_of(run, args.repeats)
+                diff = float(np.max(np.abs(np.asarray(ys)[:, -1, :] - u[:, -1, :])))
+            cells = [f"{n:,}", mode, f"{ours:.3f}"]
+            if theirs is None:
+                cells += ["-", "-", "-", "-"]
+            else:
+                cells += [
+                    f"{theirs:.3f}",
+                    f"{compile_s:.1f}",
+                    f"{theirs / ours:.2f}",
+                    f"{diff:.1e}",
+                ]
+            print("| " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
