@@ -108,7 +108,9 @@ def lane_jacobian(
         if backend.name == "numpy":
             try:
                 return _autograd_jacobian(derivs, rhs.p, u, t), 1
-            except TypeError:
+            except Exception:
+                # Not traceable (plain numpy calls, in-place writes...): "auto" falls back to
+                # differences, which evaluate f normally (a genuine error in f resurfaces).
                 if mode == "autograd":
                     raise
                 derivs.autograd_failed = True
