@@ -51,7 +51,8 @@ def solve(
         The problem. For an ``EnsembleProblem``, ``trajectories`` is required and the
         result is an ``EnsembleSolution``.
     alg : algorithm, optional
-        ``Tsit5()`` (the default), ``DP5()``, ``BS3()``, ``Vern7()``, ``RK4()``, ``Euler()``,
+        ``Tsit5()`` (the default), ``DP5()``, ``BS3()``, ``Vern7()``, ``RK4()``, ``Euler()``;
+        for stiff problems ``Rodas5P()``, ``Rodas4()``, ``Rosenbrock23()``;
         a class or a name such as ``"tsit5"``.
     saveat : float or array_like, optional
         Save at these times (or every ``saveat`` time units, ends included). By default every
