@@ -371,3 +371,24 @@ def test_autograd_on_another_backend_is_refused():
     prob = dxode.ODEProblem(lambda u, p, t: -u, xs.asarray([1.0, 2.0]), (0.0, 1.0))
     with pytest.raises(ValueError, match="needs NumPy arrays"):
         dxode.solve(prob, dxode.Rodas5P(autodiff="autograd"))
+
+
+def test_dask_batches_equal_the_local_ensemble():
+    distributed = pytest.importorskip("distributed")
+    prob = dxode.ODEProblem(prothero_robinson, [0.0, 1.0], (0.0, 2.0), -1.0)
+    eprob = dxode.EnsembleProblem(prob, p=-np.logspace(0, 6, 16))
+    local = dxode.solve(eprob, dxode.Rodas5P(), trajectories=16, saveat=[2.0])
+    with (
+        dxode.local_cluster(n_workers=1) as cluster,
+        distributed.Client(cluster, set_as_default=False) as client,
+    ):
+        sim = dxode.solve(
+            eprob,
+            dxode.Rodas5P(),
+            dxode.EnsembleDask(client),
+            trajectories=16,
+            batch_size=5,
+            saveat=[2.0],
+        )
+    np.testing.assert_array_equal(sim.u, local.u)
+    np.testing.assert_array_equal(sim.stats.nf, local.stats.nf)
