@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -13,6 +13,12 @@ from ._base import Array, Backend, ordered_sum
 # combine stages term by term, in place.
 _SCRATCH_FROM = 1_024
 _IN_PLACE_FROM = 16_384
+
+
+class _Inverses(NamedTuple):
+    """Per-lane inverses ``(L, n, n)``, lanes first (what LAPACK batches over)."""
+
+    inverse: np.ndarray
 
 
 class NumpyBackend(Backend):
@@ -79,3 +85,26 @@ class NumpyBackend(Backend):
         out = np.full((n_rows, *values.shape[1:]), fill, dtype=values.dtype)
         out[keys] = values
         return out
+
+    def lu_factor(self, a: Array) -> Any:
+        """Per-lane inverses from LAPACK (``np.linalg.inv`` on ``(L, n, n)``).
+
+        On NumPy one batched LAPACK call and a batched product per solve beat lanes-last
+        elimination at every size measured (``asv_bench/batched_lu.py``: equal for ``n = 3``
+        and ``10^5`` lanes, 2-70x faster for larger ``n`` or few lanes); LAPACK treats each
+        lane's matrix on its own, so a lane's bits do not depend on its batch. A batch with an
+        exactly singular matrix falls back to the generic elimination, which lets that lane
+        fail (non-finite error, a smaller step) instead of the whole batch.
+        """
+        if a.ndim != 3 or a.shape[0] != a.shape[1]:
+            return super().lu_factor(a)  # raises the shape error
+        try:
+            return _Inverses(np.linalg.inv(np.moveaxis(a, -1, 0)))
+        except np.linalg.LinAlgError:
+            return super().lu_factor(a)
+
+    def lu_solve(self, factors: Any, b: Array) -> Array:
+        if not isinstance(factors, _Inverses):
+            return super().lu_solve(factors, b)
+        x = np.matmul(factors.inverse, np.moveaxis(b, -1, 0)[..., None])
+        return np.moveaxis(x[..., 0], 0, -1)

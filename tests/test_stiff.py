@@ -1,0 +1,394 @@
+"""Stiff methods: batched LU, Jacobians, Rosenbrock23 / Rodas4 / Rodas5P (and TRBDF2).
+
+Accuracy against analytic solutions and SciPy's Radau, observed convergence orders, per-lane
+independence in ensembles of very different stiffness, and clear errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dxode
+from dxode._jacobian import Derivatives, LaneFunction, lane_jacobian, lane_tgrad
+from dxode.backends import _lu, backend_for, get_backend
+
+from conftest import to_numpy
+
+STIFF = ["Rosenbrock23", "Rodas4", "Rodas5P"]
+ORDERS = {"Rosenbrock23": 2, "Rodas4": 4, "Rodas5P": 5}
+
+
+def method(name, **kwargs):
+    return getattr(dxode, name)(**kwargs)
+
+
+# ---------------------------------------------------------------- problems
+
+
+def prothero_robinson(u, p, t):
+    """``u0' = lam (u0 - sin t) + cos t`` (solution ``sin t`` from 0), coupled to a decay."""
+    x, y = u
+    return [p * (x - np.sin(t)) + np.cos(t), -y * x]
+
+
+def pr_jac(u, p, t):
+    x, y = u
+    zero = 0.0 * x
+    return [[p + zero, zero], [-y, -x]]
+
+
+def pr_tgrad(u, p, t):
+    y = u[1]
+    return [-p * np.cos(t) - np.sin(t), 0.0 * y]
+
+
+def vdp(u, p, t):
+    x, y = u
+    return [y, p * ((1 - x * x) * y - x)]
+
+
+def robertson(u, p, t):
+    y1, y2, y3 = u
+    return [
+        -0.04 * y1 + 1e4 * y2 * y3,
+        0.04 * y1 - 1e4 * y2 * y3 - 3e7 * y2 * y2,
+        3e7 * y2 * y2,
+    ]
+
+
+def lorenz(u, p, t):
+    x, y, z = u
+    sigma, rho, beta = p
+    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+
+def lorenz_jac(u, p, t):
+    x, y, z = u
+    sigma, rho, beta = p
+    zero = 0.0 * x
+    return [[-sigma + zero, sigma + zero, zero], [rho - z, -1.0 + zero, -x], [y, x, -beta + zero]]
+
+
+def lorenz_tgrad(u, p, t):
+    return [0.0 * u[0]] * 3
+
+
+# ---------------------------------------------------------------- linear algebra
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 20])
+def test_generic_lu_solves_like_lapack(xp, n):
+    rng = np.random.default_rng(n)
+    a = rng.normal(size=(n, n, 7))
+    b = rng.normal(size=(n, 7))
+    x = to_numpy(_lu.lu_solve(xp, _lu.lu_factor(xp, xp.asarray(a)), xp.asarray(b)))
+    ref = np.linalg.solve(np.moveaxis(a, -1, 0), np.moveaxis(b, -1, 0)[..., None])[..., 0].T
+    np.testing.assert_allclose(x, ref, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("backend_name", ["generic", "numpy"])
+def test_lu_lanes_are_independent_bitwise(backend_name):
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(5, 5, 50))
+    b = rng.normal(size=(5, 50))
+    if backend_name == "numpy":
+        backend = get_backend("numpy")
+        factor, solve = backend.lu_factor, backend.lu_solve
+    else:
+        factor, solve = (lambda m: _lu.lu_factor(np, m)), (lambda f, v: _lu.lu_solve(np, f, v))
+    x = solve(factor(a), b)
+    for lane in (0, 17, 49):
+        alone = solve(factor(a[..., lane : lane + 1]), b[:, lane : lane + 1])
+        np.testing.assert_array_equal(alone[:, 0], x[:, lane])
+
+
+def test_a_singular_lane_does_not_stop_the_others():
+    a = np.stack([np.eye(3) * 2.0, np.zeros((3, 3))], axis=-1)
+    b = np.ones((3, 2))
+    backend = get_backend("numpy")
+    with backend.ignore_fp_errors():
+        x = backend.lu_solve(backend.lu_factor(a), b)
+    np.testing.assert_array_equal(x[:, 0], 0.5)
+    assert not np.all(np.isfinite(x[:, 1]))
+
+
+def test_lu_shape_errors():
+    with pytest.raises(ValueError, match=r"\(n, n, L\)"):
+        _lu.lu_factor(np, np.ones((3, 2, 4)))
+    factors = _lu.lu_factor(np, np.ones((2, 2, 4)) + np.eye(2)[..., None])
+    with pytest.raises(ValueError, match="lu_solve expects b"):
+        _lu.lu_solve(np, factors, np.ones((3, 4)))
+
+
+# ---------------------------------------------------------------- Jacobians
+
+
+def _lane_function(prob, lanes=1):
+    backend = backend_for(prob.u0)
+    p = prob.p if lanes == 1 else np.full(lanes, prob.p)
+
+    def rhs(u, t, out=None):
+        if lanes == 1:
+            return np.asarray(prob.f(u[:, 0], p, t[0]))[:, None]
+        return np.asarray(prob.f(u, p, t))
+
+    single = lanes == 1
+    return backend, LaneFunction(rhs, p, Derivatives.of(prob, single_lane=single))
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_jacobians_from_jac_autograd_and_differences_agree(lanes):
+    prob = dxode.ODEProblem(
+        prothero_robinson, [0.3, 1.2], (0.0, 1.0), -50.0, jac=pr_jac, tgrad=pr_tgrad
+    )
+    backend, rhs = _lane_function(prob, lanes)
+    u = np.tile(np.array([[0.3], [1.2]]), (1, lanes)) * np.linspace(1, 2, lanes)
+    t = np.linspace(0.1, 0.5, lanes)
+    f_u = rhs(u, t)
+    user, nf_user = lane_jacobian(backend, rhs, u, t, f_u, "auto")
+    traced, nf_traced = lane_jacobian(backend, rhs, u, t, f_u, "autograd")
+    diff, nf_diff = lane_jacobian(backend, rhs, u, t, f_u, "finite_difference")
+    assert user.shape == (2, 2, lanes)
+    assert (nf_user, nf_traced, nf_diff) == (0, 1, 2)
+    np.testing.assert_allclose(traced, user, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(diff, user, rtol=1e-6, atol=1e-6)
+    tgrad_user, _ = lane_tgrad(backend, rhs, u, t, f_u)
+    no_tgrad = prob.remake(tgrad=None)
+    _, rhs_plain = _lane_function(no_tgrad, lanes)
+    tgrad_diff, nf = lane_tgrad(backend, rhs_plain, u, t, f_u)
+    assert nf == 1
+    np.testing.assert_allclose(tgrad_diff, tgrad_user, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", STIFF)
+def test_autodiff_choices_give_the_same_solution(name):
+    prob = dxode.ODEProblem(prothero_robinson, [0.0, 1.0], (0.0, 2.0), -1e4)
+    with_jac = prob.remake(jac=pr_jac, tgrad=pr_tgrad)
+    opts = {"rtol": 1e-7, "atol": 1e-9, "saveat": [2.0]}
+    results = {
+        "jac": dxode.solve(with_jac, method(name), **opts),
+        "autograd": dxode.solve(prob, method(name, autodiff="autograd"), **opts),
+        "fd": dxode.solve(prob, method(name, autodiff="finite_difference"), **opts),
+    }
+    exact = np.sin(2.0)
+    for sol in results.values():
+        assert sol.retcode == dxode.ReturnCode.Success
+        assert abs(float(sol.u[-1, 0]) - exact) < 1e-5
+    np.testing.assert_allclose(results["autograd"].u, results["jac"].u, rtol=1e-7)
+    # Differences cost n RHS evaluations per attempt, autograd one, a user jac none.
+    attempts = results["fd"].stats.naccept + results["fd"].stats.nreject
+    assert results["fd"].stats.njac == attempts
+    assert results["jac"].stats.nf < results["autograd"].stats.nf < results["fd"].stats.nf
+
+
+def test_plain_numpy_rhs_falls_back_to_differences():
+    def f(u, p, t):  # np.array of traced values: autograd cannot follow it
+        return np.array([-p * np.exp(u[0]), -p * np.exp(u[1])])
+
+    prob = dxode.ODEProblem(f, [0.0, 0.5], (0.0, 1.0), 100.0)
+    sol = dxode.solve(prob, dxode.Rodas5P(), rtol=1e-8, atol=1e-10, saveat=[1.0])
+    exact = -np.log(np.exp(-np.array([0.0, 0.5])) + 100.0)
+    np.testing.assert_allclose(sol.u[-1], exact, rtol=1e-6)
+    with pytest.raises(TypeError, match="autograd"):
+        dxode.solve(prob, dxode.Rodas5P(autodiff="autograd"), saveat=[1.0])
+
+
+# ---------------------------------------------------------------- accuracy and order
+
+
+@pytest.mark.parametrize("name", STIFF)
+def test_observed_order_of_convergence(name):
+    prob = dxode.ODEProblem(prothero_robinson, [0.0, 1.0], (0.0, 2.0), -2.0)
+    ref = dxode.solve(prob, dxode.Vern7(), rtol=1e-13, atol=1e-13, saveat=[2.0]).u[-1]
+    steps = [40, 80] if name == "Rodas5P" else [20, 40]
+    errors = [
+        np.abs(dxode.solve(prob, name, adaptive=False, dt=2.0 / n, saveat=[2.0]).u[-1] - ref).max()
+        for n in steps
+    ]
+    order = np.log2(errors[0] / errors[1])
+    assert ORDERS[name] - 0.3 < order < ORDERS[name] + 0.5
+
+
+@pytest.mark.parametrize("name", STIFF)
+def test_van_der_pol_mu_1000_against_radau(name, radau_vdp):
+    t1, ref = radau_vdp
+    prob = dxode.ODEProblem(vdp, [2.0, 0.0], (0.0, t1), 1000.0)
+    sol = dxode.solve(prob, name, rtol=1e-6, atol=1e-6, saveat=[t1])
+    assert sol.retcode == dxode.ReturnCode.Success
+    np.testing.assert_allclose(sol.u[-1], ref, rtol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def radau_vdp():
+    integrate = pytest.importorskip("scipy.integrate")
+    t1 = 3.0  # the initial layer and the start of the slow branch (stiffness ratio ~3000)
+    ref = integrate.solve_ivp(
+        lambda t, u: vdp(u, 1000.0, t), (0, t1), [2.0, 0.0], "Radau", rtol=1e-11, atol=1e-11
+    )
+    return t1, ref.y[:, -1]
+
+
+@pytest.mark.parametrize("name", STIFF)
+def test_robertson_against_radau(name):
+    integrate = pytest.importorskip("scipy.integrate")
+    t1 = 100.0
+    ref = integrate.solve_ivp(
+        lambda t, u: robertson(u, None, t), (0, t1), [1.0, 0, 0], "Radau", rtol=1e-12, atol=1e-16
+    ).y[:, -1]
+    prob = dxode.ODEProblem(robertson, [1.0, 0.0, 0.0], (0.0, t1))
+    sol = dxode.solve(prob, name, rtol=1e-7, atol=1e-12, saveat=[t1])
+    assert sol.retcode == dxode.ReturnCode.Success
+    np.testing.assert_allclose(sol.u[-1], ref, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", STIFF)
+def test_dense_output_follows_the_solution(name):
+    prob = dxode.ODEProblem(prothero_robinson, [0.0, 1.0], (0.0, 3.0), -1e5)
+    sol = dxode.solve(prob, name, rtol=1e-6, atol=1e-8)
+    times = np.linspace(0.0, 3.0, 301)
+    np.testing.assert_allclose(sol(times)[:, 0], np.sin(times), atol=2e-5)
+    np.testing.assert_array_equal(sol(sol.t[-1]), sol.u[-1])
+
+
+@pytest.mark.parametrize("name", STIFF)
+def test_float32(name):
+    u0 = np.array([0.0, 1.0], dtype=np.float32)
+    prob = dxode.ODEProblem(prothero_robinson, u0, (0.0, 2.0), np.float32(-1e4))
+    sol = dxode.solve(prob, name, rtol=1e-4, atol=1e-5, saveat=[2.0])
+    assert sol.u.dtype == np.float32
+    assert sol.retcode == dxode.ReturnCode.Success
+    assert abs(float(sol.u[-1, 0]) - np.sin(2.0)) < 1e-3
+
+
+def test_array_api_backends(xp):
+    def linear(u, p, t):
+        return xp.stack([-1000.0 * u[0, ...] + u[1, ...], -0.5 * u[1, ...]])
+
+    def linear_one(u, p, t):
+        return linear(u[:, None], p, t)[:, 0]
+
+    prob = dxode.ODEProblem(linear_one, xp.asarray([1.0, 1.0]), (0.0, 2.0))
+    sol = dxode.solve(prob, dxode.Rodas5P(), rtol=1e-8, atol=1e-10, saveat=[2.0])
+    c = 1.0 / 999.5
+    exact = [(1 - c) * np.exp(-2000.0) + c * np.exp(-1.0), np.exp(-1.0)]
+    np.testing.assert_allclose(to_numpy(sol.u)[-1], exact, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- ensembles
+
+
+@pytest.mark.parametrize("name", STIFF)
+def test_lanes_of_very_different_stiffness_equal_their_solo_runs(name):
+    lambdas = -np.logspace(0, 6, 12)
+    prob = dxode.ODEProblem(prothero_robinson, [0.0, 1.0], (0.0, 2.0), -1.0)
+    eprob = dxode.EnsembleProblem(prob, p=lambdas)
+    opts = {"rtol": 1e-6, "atol": 1e-8, "saveat": [0.5, 2.0]}
+    sim = dxode.solve(eprob, name, trajectories=12, **opts)
+    assert np.all(sim.retcodes == int(dxode.ReturnCode.Success))
+    np.testing.assert_allclose(sim.u[:, :, 0], np.sin([[0.5, 2.0]] * 12), atol=1e-4)
+    for i in (0, 5, 11):
+        alone = dxode.solve(
+            dxode.EnsembleProblem(prob, p=lambdas[i : i + 1]), name, trajectories=1, **opts
+        )
+        np.testing.assert_array_equal(alone.u[0], sim.u[i])
+        assert alone.stats.nf[0] == sim.stats.nf[i]
+    # The stiffest lanes take more steps than the mild ones: each controls its own step.
+    assert sim.stats.naccept[-1] != sim.stats.naccept[0]
+
+
+def test_diffeqgpu_lorenz_with_jac_and_tgrad():
+    """DiffEqGPU's stiff ensemble example: Lorenz with jac and tgrad, random parameters."""
+    p0 = np.array([10.0, 28.0, 8 / 3])
+    prob = dxode.ODEProblem(
+        lorenz, [1.0, 0.0, 0.0], (0.0, 10.0), tuple(p0), jac=lorenz_jac, tgrad=lorenz_tgrad
+    )
+    rng = np.random.default_rng(0)
+    scales = rng.random((1000, 3))
+
+    def prob_func(prob, i, repeat):
+        return prob.remake(p=tuple(p0 * scales[i]))
+
+    eprob = dxode.EnsembleProblem(prob, prob_func=prob_func)
+    sim = dxode.solve(eprob, dxode.Rosenbrock23(), trajectories=1000, saveat=1.0)
+    assert np.all(sim.retcodes == int(dxode.ReturnCode.Success))
+    assert sim.u.shape == (1000, 11, 3)
+    for i in (0, 999):
+        alone = dxode.solve(
+            prob.remake(p=tuple(p0 * scales[i]), tspan=(0.0, 1.0)),
+            dxode.Tsit5(),
+            rtol=1e-10,
+            atol=1e-10,
+            saveat=1.0,
+        )
+        np.testing.assert_allclose(sim.u[i, 1], alone.u[-1], rtol=2e-2, atol=2e-2)
+
+
+def test_a_failing_lane_gets_its_own_retcode():
+    def blowup(u, p, t):  # u' = p u^2 - 1000 (u - 1): finite-time blow-up for large p
+        return [p * u[0] * u[0] - 1000.0 * (u[0] - 1.0)]
+
+    prob = dxode.ODEProblem(blowup, [1.0], (0.0, 1.0), 0.0)
+    eprob = dxode.EnsembleProblem(prob, p=np.array([0.0, 2000.0, 1.0]))
+    sim = dxode.solve(eprob, dxode.Rodas5P(), trajectories=3, saveat=[1.0])
+    codes = [dxode.ReturnCode(int(c)) for c in sim.retcodes]
+    assert codes[0] == codes[2] == dxode.ReturnCode.Success
+    assert not codes[1].successful
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_bad_jacobian_shape_is_reported():
+    prob = dxode.ODEProblem(
+        prothero_robinson, [0.0, 1.0], (0.0, 1.0), -1.0, jac=lambda u, p, t: np.eye(3)
+    )
+    with pytest.raises(ValueError, match=r"jac\(u, p, t\) returned shape \(3, 3\)"):
+        dxode.solve(prob, dxode.Rodas5P())
+    eprob = dxode.EnsembleProblem(prob.remake(jac=lambda u, p, t: np.eye(2)), p=np.ones(4))
+    with pytest.raises(ValueError, match=r"\(2, 2, 4\) \(lanes last\)"):
+        dxode.solve(eprob, dxode.Rodas5P(), trajectories=4)
+
+
+def test_stiff_methods_need_a_1d_state():
+    prob = dxode.ODEProblem(lambda u, p, t: -u, np.ones((2, 2)), (0.0, 1.0))
+    with pytest.raises(ValueError, match="1-D state"):
+        dxode.solve(prob, dxode.Rodas5P())
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="autodiff must be one of"):
+        dxode.Rodas5P(autodiff="forward")
+    with pytest.raises(TypeError, match="jac must be callable"):
+        dxode.ODEProblem(prothero_robinson, [0.0, 1.0], (0.0, 1.0), jac=np.eye(2))
+    assert (
+        repr(dxode.Rodas4(autodiff="finite_difference")) == "Rodas4(autodiff='finite_difference')"
+    )
+
+
+def test_autograd_on_another_backend_is_refused():
+    xs = pytest.importorskip("array_api_strict")
+    prob = dxode.ODEProblem(lambda u, p, t: -u, xs.asarray([1.0, 2.0]), (0.0, 1.0))
+    with pytest.raises(ValueError, match="needs NumPy arrays"):
+        dxode.solve(prob, dxode.Rodas5P(autodiff="autograd"))
+
+
+def test_dask_batches_equal_the_local_ensemble():
+    distributed = pytest.importorskip("distributed")
+    prob = dxode.ODEProblem(prothero_robinson, [0.0, 1.0], (0.0, 2.0), -1.0)
+    eprob = dxode.EnsembleProblem(prob, p=-np.logspace(0, 6, 16))
+    local = dxode.solve(eprob, dxode.Rodas5P(), trajectories=16, saveat=[2.0])
+    with (
+        dxode.local_cluster(n_workers=1) as cluster,
+        distributed.Client(cluster, set_as_default=False) as client,
+    ):
+        sim = dxode.solve(
+            eprob,
+            dxode.Rodas5P(),
+            dxode.EnsembleDask(client),
+            trajectories=16,
+            batch_size=5,
+            saveat=[2.0],
+        )
+    np.testing.assert_array_equal(sim.u, local.u)
+    np.testing.assert_array_equal(sim.stats.nf, local.stats.nf)
