@@ -64,9 +64,8 @@ def scd(u: Sequence[float], problem: StiffProblem) -> float:
     u = np.asarray(u, dtype=np.float64)
     ref = np.asarray(problem.reference, dtype=np.float64)
     err = np.abs(u - ref)
-    rel = np.array(
-        [e if i in problem.abs_components else e / abs(r) for i, (e, r) in enumerate(zip(err, ref))]
-    )
+    scale = np.array([1.0 if i in problem.abs_components else abs(r) for i, r in enumerate(ref)])
+    rel = err / scale
     worst = float(np.max(rel))
     return math.inf if worst == 0.0 else -math.log10(worst)
 
@@ -75,7 +74,7 @@ def scd(u: Sequence[float], problem: StiffProblem) -> float:
 
 
 def _rows(u: Array, rows: Sequence[Any]) -> Array:
-    """Rows (arrays of a row's shape or Python numbers) stacked into an array ``(len(rows), ...)``."""
+    """Rows (arrays of a row's shape, or Python numbers) stacked: ``(len(rows), ...)``."""
     xp = array_api_compat.array_namespace(u)
     shape = tuple(u.shape[1:])
     return xp.stack([xp.broadcast_to(xp.asarray(r, dtype=u.dtype), shape) for r in rows])
@@ -107,7 +106,7 @@ def rober(u, p, t):
 
 
 def rober_jac(u, p, t):
-    y1, y2, y3 = u[0, ...], u[1, ...], u[2, ...]
+    y2, y3 = u[1, ...], u[2, ...]
     k1, k2, k3 = ROBER_K if p is None else p
     return _matrix(
         u,

@@ -56,7 +56,7 @@ def test_jacobian_matches_finite_differences(problem):
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
 def test_lanes_last_f_and_jacobian(problem, xp):
-    """One function for one trajectory and for a batch: ``(n, L)`` in, ``(n, L)``/``(n, n, L)`` out."""
+    """One f for one trajectory and a batch: ``(n, L)`` in, ``(n, L)`` and ``(n, n, L)`` out."""
     rng = np.random.default_rng(3)
     u0 = np.asarray(problem.u0)
     lanes = u0[:, None] * (1.0 + 0.1 * rng.random((u0.shape[0], 3))) + 1e-3
