@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from . import _lu
+
 Array = Any
 
 
@@ -107,6 +109,19 @@ class Backend(abc.ABC):
         return xp.where(
             found, xp.take(sorted_values, pos, axis=0), xp.asarray(fill, dtype=values.dtype)
         )
+
+    def lu_factor(self, a: Array) -> Any:
+        """Factor each lane's matrix of ``a`` (``(n, n, L)``, lanes last) for ``lu_solve``.
+
+        The result is opaque: pass it to this backend's ``lu_solve``, as often as needed.
+        This generic version is Gaussian elimination with partial pivoting per lane, through
+        the array API alone (elementwise across lanes: batching never changes a lane's bits).
+        """
+        return _lu.lu_factor(self.xp, a)
+
+    def lu_solve(self, factors: Any, b: Array) -> Array:
+        """Solve ``A x = b`` per lane with ``factors = lu_factor(A)``; ``b``, ``x``: ``(n, L)``."""
+        return _lu.lu_solve(self.xp, factors, b)
 
     def __repr__(self) -> str:
         return f"<dxode backend {self.name!r}>"

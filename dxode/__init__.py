@@ -71,6 +71,18 @@ from ._solvers import (
     ExplicitRungeKutta as ExplicitRungeKutta,
 )
 from ._solvers import (
+    Rodas4 as Rodas4,
+)
+from ._solvers import (
+    Rodas5P as Rodas5P,
+)
+from ._solvers import (
+    Rosenbrock23 as Rosenbrock23,
+)
+from ._solvers import (
+    RosenbrockTableau as RosenbrockTableau,
+)
+from ._solvers import (
     Tsit5 as Tsit5,
 )
 from ._solvers import (
@@ -105,6 +117,10 @@ __all__ = [
     "PIController",
     "PIDController",
     "ReturnCode",
+    "Rodas4",
+    "Rodas5P",
+    "Rosenbrock23",
+    "RosenbrockTableau",
     "SolverStats",
     "TrajectoryContext",
     "Tsit5",

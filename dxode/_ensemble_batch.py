@@ -15,6 +15,7 @@ import numpy as np
 from . import _pytree
 from ._ensemble_problem import BatchContext, EnsembleProblem
 from ._integrator import LaneProblem, integrate
+from ._jacobian import Derivatives, LaneFunction
 from ._options import SolverOptions
 from ._problem import ODEProblem
 from ._rhs import as_array, checked_first_call
@@ -100,9 +101,16 @@ def solve_batch(
         ]
         return _pytree.rebuild(lanes.p, new)
 
+    derivatives = (
+        Derivatives.of(eprob.prob, single_lane=False)
+        if spec.options.alg.jacobians_per_step
+        else None
+    )
+
     def rhs_for(lane_leaves: tuple[Array, ...]) -> Any:
         p = p_for(lane_leaves)
-        return lambda u, t, out=None: as_array(backend, f(u, p, t), out=out)
+        rhs = lambda u, t, out=None: as_array(backend, f(u, p, t), out=out)
+        return rhs if derivatives is None else LaneFunction(rhs, p, derivatives)
 
     lane_params = tuple(
         leaf for leaf, is_lane in zip(p_leaves, lanes.lane_leaf, strict=True) if is_lane
@@ -244,11 +252,12 @@ def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: 
     xp = backend.xp
     dtype = prob.u0.dtype
     for i, traj in enumerate(problems):
-        if traj.f is not prob.f:
-            raise ValueError(
-                f"prob_func changed f for trajectory {i}; a batch shares one right-hand side "
-                f"(put the differences in p or u0)"
-            )
+        for name in ("f", "jac", "tgrad"):
+            if getattr(traj, name) is not getattr(prob, name):
+                raise ValueError(
+                    f"prob_func changed {name} for trajectory {i}; a batch shares one "
+                    f"right-hand side and its derivatives (put the differences in p or u0)"
+                )
         if tuple(traj.u0.shape) != tuple(prob.u0.shape):
             raise ValueError(
                 f"trajectory {i} has u0 shape {tuple(traj.u0.shape)}, expected "

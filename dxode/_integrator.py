@@ -143,6 +143,8 @@ def _integrate(
         lanes.put(save_idx=save_idx, next_save=next_save)
         if stepper.interpolation_rhs_evals:
             lanes.put(nf_extra=xp.zeros(n_lanes, dtype=xp.int64))
+    if stepper.variable_rhs_evals:
+        lanes.put(nf_extra=xp.zeros(n_lanes, dtype=xp.int64))
     tstops = problem.tstops
     if tstops is not None:
         before = direction * (xp.reshape(tstops, (-1, 1)) - t0) <= 0
@@ -178,6 +180,8 @@ def _integrate(
         hs = direction * habs
 
         result = stepper.step(backend, rhs, t, u, lanes["f"], hs)
+        if stepper.variable_rhs_evals:
+            lanes.put(nf_extra=lanes["nf_extra"] + result.nf_extra)
         t_new = xp.where(hit, target, t + hs)
 
         # Accept or reject each lane; propose its next step.

@@ -33,6 +33,16 @@ class ODEProblem:
         ``vjp(u, p, t, v) -> (u_bar, p_bar)``: the vector-Jacobian products of ``f`` with
         respect to ``u`` and ``p`` (``p_bar`` shaped like ``p``), used by gradients instead of
         tracing ``f`` with autograd. In ensembles it receives lanes-last batches like ``f``.
+    jac : callable, optional
+        ``jac(u, p, t) -> df/du``, the ``(n, n)`` Jacobian (entry ``[i, j]`` is
+        ``df_i/du_j``) for a 1-D state of shape ``(n,)``, used by stiff methods. In ensembles
+        it receives lanes-last batches (``u`` ``(n, B)``, ``t`` ``(B,)``) and returns
+        ``(n, n, B)``. It may return nested lists of rows (numbers are broadcast). Without
+        it, stiff methods compute the Jacobian (autograd or finite differences).
+    tgrad : callable, optional
+        ``tgrad(u, p, t) -> df/dt`` of shape ``(n,)`` (``(n, B)`` in ensembles), used by
+        Rosenbrock methods. Without it, a forward difference in ``t`` (one RHS evaluation
+        per step; exactly zero for an autonomous ``f``).
 
     Raises
     ------
@@ -49,13 +59,22 @@ class ODEProblem:
         p: Any = None,
         *,
         vjp: Callable[..., Any] | None = None,
+        jac: Callable[..., Any] | None = None,
+        tgrad: Callable[..., Any] | None = None,
     ) -> None:
         if not callable(f):
             raise TypeError(f"f must be callable as f(u, p, t), got {type(f).__name__}")
         if vjp is not None and not callable(vjp):
             raise TypeError(f"vjp must be callable as vjp(u, p, t, v), got {type(vjp).__name__}")
+        for name, fn in (("jac", jac), ("tgrad", tgrad)):
+            if fn is not None and not callable(fn):
+                raise TypeError(
+                    f"{name} must be callable as {name}(u, p, t), got {type(fn).__name__}"
+                )
         self.f = f
         self.vjp = vjp
+        self.jac = jac
+        self.tgrad = tgrad
         self.u0 = _validation.as_state_array("u0", u0)
         self.tspan = _validation.as_tspan(tspan)
         _validation.check_parameters_finite(p)
@@ -69,6 +88,8 @@ class ODEProblem:
         tspan: Any = _UNSET,
         p: Any = _UNSET,
         vjp: Any = _UNSET,
+        jac: Any = _UNSET,
+        tgrad: Any = _UNSET,
     ) -> ODEProblem:
         """A copy with the given fields replaced (and validated again)."""
         return ODEProblem(
@@ -77,6 +98,8 @@ class ODEProblem:
             self.tspan if tspan is _UNSET else tspan,
             self.p if p is _UNSET else p,
             vjp=self.vjp if vjp is _UNSET else vjp,
+            jac=self.jac if jac is _UNSET else jac,
+            tgrad=self.tgrad if tgrad is _UNSET else tgrad,
         )
 
     def __repr__(self) -> str:

@@ -25,11 +25,17 @@ class SolverStats:
         Accepted steps.
     nreject : int
         Rejected steps.
+    njac : int
+        Jacobian evaluations (stiff methods; 0 for explicit ones).
+    nlu : int
+        LU factorizations (stiff methods; 0 for explicit ones).
     """
 
     nf: int
     naccept: int
     nreject: int
+    njac: int = 0
+    nlu: int = 0
 
 
 class ODESolution:

@@ -10,6 +10,7 @@ from ._ensemble_solution import EnsembleSolution
 from ._ensemble_solve import solve_ensemble
 from ._integrator import LaneProblem, integrate
 from ._interpolation import DenseOutput
+from ._jacobian import Derivatives, LaneFunction
 from ._options import SolverOptions
 from ._problem import ODEProblem
 from ._retcode import ReturnCode
@@ -158,6 +159,8 @@ def solve(
 
     f0 = checked_first_call(backend, prob.f, u0, prob.p, xp.asarray(t0, dtype=u0.dtype))
     rhs = single_lane_rhs(backend, prob.f, prob.p)
+    if opts.alg.jacobians_per_step:
+        rhs = LaneFunction(rhs, prob.p, Derivatives.of(prob, single_lane=True))
     lane_problem = LaneProblem(
         rhs_for=lambda params: rhs,
         u0=xp.expand_dims(u0, axis=-1),
@@ -180,8 +183,13 @@ def solve(
     dense_output = None
     if keep_dense and steps is not None and steps["t"].shape[0] > 0:
         dense_output = DenseOutput(backend, opts.alg, rhs, steps, direction)
+    naccept, nreject = int(result.naccept[0]), int(result.nreject[0])
     stats = SolverStats(
-        nf=int(result.nf[0]), naccept=int(result.naccept[0]), nreject=int(result.nreject[0])
+        nf=int(result.nf[0]),
+        naccept=naccept,
+        nreject=nreject,
+        njac=opts.alg.jacobians_per_step * (naccept + nreject),
+        nlu=opts.alg.factorizations_per_step * (naccept + nreject),
     )
     return ODESolution(
         t, u, ReturnCode(int(result.retcode[0])), stats, prob, opts.alg, dense_output

@@ -6,10 +6,14 @@ from typing import Any
 
 from ._base import AbstractStepper, LaneRHS, StepResult
 from ._explicit_rk import ExplicitRungeKutta
+from ._rosenbrock import Rosenbrock, RosenbrockTableau
 from .bs3 import BS3
 from .dp5 import DP5
 from .euler import Euler
 from .rk4 import RK4
+from .rodas4 import Rodas4
+from .rodas5p import Rodas5P
+from .rosenbrock23 import Rosenbrock23
 from .tsit5 import Tsit5
 from .vern7 import Vern7
 
@@ -22,6 +26,11 @@ __all__ = [
     "Euler",
     "ExplicitRungeKutta",
     "LaneRHS",
+    "Rodas4",
+    "Rodas5P",
+    "Rosenbrock",
+    "Rosenbrock23",
+    "RosenbrockTableau",
     "StepResult",
     "Tsit5",
     "Vern7",
@@ -29,7 +38,8 @@ __all__ = [
 ]
 
 ALGORITHMS: dict[str, type[AbstractStepper]] = {
-    cls.__name__.lower(): cls for cls in (Euler, RK4, BS3, DP5, Tsit5, Vern7)
+    cls.__name__.lower(): cls
+    for cls in (Euler, RK4, BS3, DP5, Tsit5, Vern7, Rosenbrock23, Rodas4, Rodas5P)
 }
 
 

@@ -26,12 +26,17 @@ class StepResult(NamedTuple):
         step's dense output.
     f1 : (*shape, L) array or None
         ``f(u1, t + h)`` when the method computed it anyway (FSAL), else ``None``.
+    nf_extra : int or (L,) int array
+        RHS evaluations beyond ``rhs_per_step`` made by this attempt (per lane): finite-
+        difference Jacobians, Newton iterations. Counted only for methods that set
+        ``variable_rhs_evals``.
     """
 
     u1: Array
     error: Array | None
     stages: Array
     f1: Array | None
+    nf_extra: Any = 0
 
 
 class AbstractStepper(abc.ABC):
@@ -49,6 +54,10 @@ class AbstractStepper(abc.ABC):
       and ``rhs_per_step`` (new RHS evaluations per attempted step, excluding the one at the
       start of a step when ``fsal`` is false: the integrator counts that one itself), and
       ``interpolation_rhs_evals`` (RHS evaluations one ``interpolate`` call makes per lane).
+      Methods whose cost per attempt varies (Jacobians by differences, Newton iterations)
+      set ``variable_rhs_evals`` and report the rest in ``StepResult.nf_extra``.
+    * Implicit and Rosenbrock methods declare the Jacobian evaluations and LU factorizations
+      each attempt makes (``jacobians_per_step``, ``factorizations_per_step``).
     """
 
     order: int
@@ -56,6 +65,9 @@ class AbstractStepper(abc.ABC):
     fsal: bool
     rhs_per_step: int
     interpolation_rhs_evals: int = 0
+    variable_rhs_evals: bool = False
+    jacobians_per_step: int = 0
+    factorizations_per_step: int = 0
 
     @property
     def adaptive(self) -> bool:

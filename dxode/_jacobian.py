@@ -1,0 +1,216 @@
+"""Jacobians ``J = df/du`` and time derivatives ``df/dt`` of a working set of lanes.
+
+Stiff methods need, for each lane, the ``(n, n)`` Jacobian of the right-hand side and its
+time derivative. They come from the user's ``jac``/``tgrad`` when the problem has them, and
+are otherwise computed:
+
+* ``"autograd"`` (NumPy only): one traced evaluation of ``f`` and ``n`` reverse passes with
+  one-hot cotangents broadcast over lanes (row ``i`` of every lane's Jacobian per pass),
+  through the same tracing code as the gradients (``_sensitivity._traced_rhs``), or through
+  the problem's ``vjp`` when it has one. Exact to round-off; costs about ``n + 1`` RHS
+  evaluations' worth of work and is counted as one RHS evaluation.
+* ``"finite_difference"`` (every backend): forward differences, component ``j`` of all
+  lanes perturbed at once by ``sqrt(eps) * max(|u_j|, 1)`` per lane: ``n`` extra RHS
+  evaluations (counted in ``nf``), error about ``sqrt(eps)`` relative (``1e-8`` in float64,
+  ``3e-4`` in float32).
+* ``"auto"``: the user's ``jac`` if given, else autograd where ``f`` can be traced on NumPy,
+  else finite differences.
+
+Without a user ``tgrad``, ``df/dt`` is a forward difference in ``t`` (one RHS evaluation; it
+is exactly zero for an autonomous ``f``). All arithmetic is elementwise across lanes, so a
+lane's Jacobian does not depend on the batch it is in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from . import _pytree
+from ._rhs import as_array
+
+Array = Any
+
+AUTODIFF_MODES = ("auto", "autograd", "finite_difference")
+
+
+def check_autodiff(mode: str) -> str:
+    """``mode`` if it names a Jacobian method, else a ValueError listing the choices."""
+    if mode not in AUTODIFF_MODES:
+        raise ValueError(f"autodiff must be one of {AUTODIFF_MODES}, got {mode!r}")
+    return mode
+
+
+@dataclasses.dataclass
+class Derivatives:
+    """What a batch (or a single solve) knows about the derivatives of ``f``.
+
+    Attributes
+    ----------
+    f : callable
+        The user's ``f(u, p, t)``.
+    jac, tgrad, vjp : callable or None
+        The problem's ``jac(u, p, t)``, ``tgrad(u, p, t)`` and ``vjp(u, p, t, v)``.
+    single_lane : bool
+        The functions take one trajectory without a lane axis (a plain ``solve``); otherwise
+        they take lanes-last batches.
+    autograd_failed : bool
+        Set once ``f`` turned out not to be traceable (``"auto"`` then uses differences).
+    """
+
+    f: Callable[..., Any]
+    jac: Callable[..., Any] | None = None
+    tgrad: Callable[..., Any] | None = None
+    vjp: Callable[..., Any] | None = None
+    single_lane: bool = False
+    autograd_failed: bool = False
+
+    @classmethod
+    def of(cls, prob: Any, single_lane: bool) -> Derivatives:
+        return cls(prob.f, prob.jac, prob.tgrad, prob.vjp, single_lane)
+
+
+class LaneFunction:
+    """A lane RHS ``rhs(u, t, out=None)`` that also carries what its derivatives need.
+
+    Parameters
+    ----------
+    rhs : callable
+        The lane RHS of a working set.
+    p : any
+        The working set's parameters (per-lane leaves lanes last).
+    derivatives : Derivatives
+        Shared by every working set of the batch.
+    """
+
+    def __init__(self, rhs: Callable[..., Array], p: Any, derivatives: Derivatives) -> None:
+        self.rhs = rhs
+        self.p = p
+        self.derivatives = derivatives
+
+    def __call__(self, u: Array, t: Array, out: Array | None = None) -> Array:
+        return self.rhs(u, t, out)
+
+
+def lane_jacobian(
+    backend: Any, rhs: Any, u: Array, t: Array, f_u: Array, mode: str
+) -> tuple[Array, int]:
+    """Every lane's Jacobian ``(n, n, L)`` at ``(u, t)`` and the RHS evaluations it cost.
+
+    ``u`` is ``(n, L)``, ``t`` ``(L,)`` and ``f_u = rhs(u, t)``.
+    """
+    derivs: Derivatives | None = getattr(rhs, "derivatives", None)
+    if derivs is not None and derivs.jac is not None and mode == "auto":
+        return _user_matrix(backend, derivs, "jac", rhs.p, u, t), 0
+    if mode != "finite_difference" and derivs is not None and not derivs.autograd_failed:
+        if backend.name == "numpy":
+            try:
+                return _autograd_jacobian(derivs, rhs.p, u, t), 1
+            except TypeError:
+                if mode == "autograd":
+                    raise
+                derivs.autograd_failed = True
+        elif mode == "autograd":
+            raise ValueError(
+                f"autodiff='autograd' needs NumPy arrays (this problem is on {backend.name}); "
+                f"use autodiff='finite_difference' or give the problem a jac"
+            )
+    return _difference_jacobian(backend, rhs, u, t, f_u), int(u.shape[0])
+
+
+def lane_tgrad(backend: Any, rhs: Any, u: Array, t: Array, f_u: Array) -> tuple[Array, int]:
+    """Every lane's ``df/dt`` ``(n, L)`` at ``(u, t)`` and the RHS evaluations it cost."""
+    derivs: Derivatives | None = getattr(rhs, "derivatives", None)
+    if derivs is not None and derivs.tgrad is not None:
+        return _user_matrix(backend, derivs, "tgrad", rhs.p, u, t), 0
+    xp = backend.xp
+    eps = float(xp.finfo(u.dtype).eps)
+    t_step = t + math.sqrt(eps) * xp.maximum(xp.abs(t), xp.ones_like(t))
+    dt = t_step - t  # the step actually taken, after rounding
+    return (rhs(u, t_step) - f_u) / dt, 1
+
+
+def _difference_jacobian(backend: Any, rhs: Any, u: Array, t: Array, f_u: Array) -> Array:
+    xp = backend.xp
+    n = u.shape[0]
+    eps = float(xp.finfo(u.dtype).eps)
+    rows = xp.reshape(xp.arange(n), (n, 1))
+    columns = []
+    for j in range(n):
+        step = math.sqrt(eps) * xp.maximum(xp.abs(u[j, ...]), xp.ones_like(u[j, ...]))
+        perturbed = u + xp.where(rows == j, step, xp.zeros_like(u))
+        dj = perturbed[j, ...] - u[j, ...]  # the step actually taken, after rounding
+        columns.append((rhs(perturbed, t) - f_u) / dj)
+    return xp.stack(columns, axis=1)
+
+
+def _autograd_jacobian(derivs: Derivatives, p: Any, u: Array, t: Array) -> Array:
+    import numpy as np
+
+    from ._sensitivity._traced_rhs import TracedRHS
+
+    leaves = _pytree.leaves(p)
+    traced = TracedRHS(
+        f=derivs.f,
+        p_template=p,
+        lane_leaf=[False] * len(leaves),
+        diff_leaf=[False] * len(leaves),
+        single_lane=derivs.single_lane,
+        vjp=derivs.vjp,
+    )
+    _, pull = traced.pullback(u, t, leaves)
+    n = u.shape[0]
+    rows = []
+    for i in range(n):
+        cotangent = np.zeros_like(u)
+        cotangent[i, ...] = 1.0
+        rows.append(np.asarray(pull(cotangent)[0], dtype=u.dtype))
+    return np.stack(rows)
+
+
+def _user_matrix(backend: Any, derivs: Derivatives, name: str, p: Any, u: Array, t: Array) -> Array:
+    """The user's ``jac`` (``(n, n, L)``) or ``tgrad`` (``(n, L)``) for a working set."""
+    xp = backend.xp
+    fn = derivs.jac if name == "jac" else derivs.tgrad
+    n, lanes = u.shape[0], u.shape[-1]
+    core = (n, n) if name == "jac" else (n,)
+    if not derivs.single_lane:
+        return _checked(backend, name, fn(u, p, t), core, (lanes,), u)
+    columns = [_checked(backend, name, fn(u[..., i], p, t[i]), core, (), u) for i in range(lanes)]
+    return xp.stack(columns, axis=-1)
+
+
+def _checked(
+    backend: Any, name: str, value: Any, core: tuple[int, ...], lanes: tuple[int, ...], u: Array
+) -> Array:
+    xp = backend.xp
+    if type(value) in (list, tuple) and len(core) == 2:
+        value = xp.stack([_row(backend, row, core[1], lanes, u) for row in value])
+    else:
+        value = _row(backend, value, core[0], lanes, u) if type(value) in (list, tuple) else value
+    shape = tuple(getattr(value, "shape", ()))
+    expected = core + lanes
+    if shape != expected:
+        what = "df/du" if name == "jac" else "df/dt"
+        layout = " (lanes last)" if lanes else ""
+        raise ValueError(
+            f"{name}(u, p, t) returned shape {shape} for a state of shape "
+            f"{tuple(u.shape[:-1]) + lanes}; it must return {what} of shape {expected}{layout}"
+        )
+    if value.dtype != u.dtype:
+        value = xp.astype(value, u.dtype)
+    return value
+
+
+def _row(backend: Any, row: Any, n: int, lanes: tuple[int, ...], u: Array) -> Array:
+    """A list of entries (arrays of the lane shape, or numbers) as one array, lanes last."""
+    xp = backend.xp
+    if type(row) not in (list, tuple) or len(row) != n:
+        raise ValueError(
+            f"a jac given as nested lists must have {n} rows of {n} entries each (rows of "
+            f"df_i/du_j)"
+        )
+    entries = [xp.broadcast_to(xp.asarray(as_array(backend, e), dtype=u.dtype), lanes) for e in row]
+    return xp.stack(entries)

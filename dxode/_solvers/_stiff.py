@@ -1,0 +1,71 @@
+"""What every stiff method shares: the state check, derivatives, and ``W`` factorizations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._jacobian import check_autodiff, lane_jacobian, lane_tgrad
+
+Array = Any
+
+
+def check_state(method: Any, u: Array) -> None:
+    """Stiff methods work on 1-D states ``(n,)`` (``(n, L)`` with lanes)."""
+    if u.ndim != 2:
+        raise ValueError(
+            f"{type(method).__name__} needs a 1-D state u0 of shape (n,), got shape "
+            f"{tuple(u.shape[:-1])}; flatten the state (u0.ravel()) and reshape inside f"
+        )
+
+
+def shifted_jacobian(xp: Any, diagonal: Array, scale: Array, jac: Array) -> Array:
+    """``diagonal * I - scale * J`` for every lane (``diagonal``, ``scale``: ``(L,)`` or floats)."""
+    n = jac.shape[0]
+    eye = xp.reshape(xp.eye(n, dtype=jac.dtype), (n, n, 1))
+    return eye * diagonal - scale * jac
+
+
+def linear_combination(coefficients: Any, vectors: list[Array]) -> Array | None:
+    """``sum_j coefficients[j] * vectors[j]`` in order, skipping zero coefficients."""
+    total = None
+    for c, v in zip(coefficients, vectors, strict=False):
+        c = float(c)
+        if c == 0.0:
+            continue
+        term = v if c == 1.0 else c * v
+        total = term if total is None else total + term
+    return total
+
+
+class StiffMethod:
+    """Mixin: the ``autodiff`` option and the derivatives of the lane RHS.
+
+    Parameters
+    ----------
+    autodiff : {"auto", "autograd", "finite_difference"}
+        How the Jacobian is computed when the problem has no ``jac`` (see the module
+        ``dxode._jacobian``): ``"auto"`` uses the problem's ``jac``, else autograd where
+        ``f`` can be traced on NumPy, else finite differences.
+    """
+
+    variable_rhs_evals = True
+    jacobians_per_step = 1
+    factorizations_per_step = 1
+
+    def __init__(self, autodiff: str = "auto") -> None:
+        self.autodiff = check_autodiff(autodiff)
+
+    def derivatives(
+        self, backend: Any, rhs: Any, t: Array, u: Array, f0: Array, need_tgrad: bool
+    ) -> tuple[Array, Array | None, int]:
+        """``J`` ``(n, n, L)``, ``df/dt`` ``(n, L)`` (if needed) and the RHS evaluations spent."""
+        check_state(self, u)
+        jac, nf = lane_jacobian(backend, rhs, u, t, f0, self.autodiff)
+        if not need_tgrad:
+            return jac, None, nf
+        tgrad, nf_t = lane_tgrad(backend, rhs, u, t, f0)
+        return jac, tgrad, nf + nf_t
+
+    def __repr__(self) -> str:
+        arg = "" if self.autodiff == "auto" else f"autodiff={self.autodiff!r}"
+        return f"{type(self).__name__}({arg})"
