@@ -9,8 +9,9 @@ Jacobian or an error estimate that does not control the error falls below them (
 with a Jacobian missing one term, and with rtol 100x looser).
 
 E5 is not here: its reference splits ``y2`` and ``y3`` only to about three digits
-(see ``test_stiff_problems``), and dxode's Rosenbrock methods do not reach even that at the test
-set's tolerances (a known issue, reported with the stiff solvers).
+(see ``test_stiff_problems``), and dxode's Rodas4 and Rodas5P drift off E5's linear invariant
+``y2 - y3 - y4 = 0`` at the test set's tolerances (scd 1.0 and -1.8; a known issue, reported
+with the stiff solvers; Rosenbrock23 reaches 2.4 there).
 """
 
 from __future__ import annotations
