@@ -48,7 +48,10 @@ from ._ensemble_solution import (
 )
 from ._problem import ODEProblem as ODEProblem
 from ._retcode import ReturnCode as ReturnCode
+from ._sensitivity import BacksolveAdjoint as BacksolveAdjoint
 from ._sensitivity import DiscreteAdjoint as DiscreteAdjoint
+from ._sensitivity import ForwardSensitivity as ForwardSensitivity
+from ._sensitivity import InterpolatingAdjoint as InterpolatingAdjoint
 from ._solution import ODESolution as ODESolution
 from ._solution import SolverStats as SolverStats
 from ._solve import solve as solve
@@ -89,7 +92,10 @@ __all__ = [
     "AbstractStepper",
     "BatchContext",
     "ButcherTableau",
+    "BacksolveAdjoint",
     "DiscreteAdjoint",
+    "ForwardSensitivity",
+    "InterpolatingAdjoint",
     "EnsembleArray",
     "EnsembleDask",
     "EnsembleProblem",
