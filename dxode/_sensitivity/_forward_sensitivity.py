@@ -131,7 +131,7 @@ def contract(
     gf = g.reshape(n_lanes, n_save, 1, n)
     prod = gf * sens.astype(g.dtype)  # (L, nsave, D, n)
     # Per lane, the save points and state components added in a fixed order.
-    terms = np.moveaxis(prod, (1, 3), (0, 1)).reshape(n_save * n, len(dirs), n_lanes)
+    terms = np.moveaxis(prod, (1, 3, 0), (0, 1, 3)).reshape(n_save * n, len(dirs), n_lanes)
     bar = ordered_sum(np, terms) if n_save * n else np.zeros((len(dirs), n_lanes), g.dtype)
     failed = ~np.isin(retcode, _OK)
     bar[:, failed] = np.nan
