@@ -206,7 +206,11 @@ class LaneRecords:
             fields = [xp.concat([c[i] for c in self._checkpoints], axis=-1) for i in range(4)]
             order = xp.argsort(fields[0], stable=True)
             checkpoints = dict(
-                zip(("lane", "index", "u", "f"), [xp.take(f, order, axis=-1) for f in fields])
+                zip(
+                    ("lane", "index", "u", "f"),
+                    [xp.take(f, order, axis=-1) for f in fields],
+                    strict=True,
+                )
             )
         return LaneResult(
             checkpoints=checkpoints,

@@ -64,7 +64,6 @@ class TracedRHS:
             return self._user_pullback(y, t, leaves, diff_idx)
         import autograd
 
-
         def call(y_: Array, *diff_values: Any) -> Array:
             current = list(leaves)
             for i, value in zip(diff_idx, diff_values, strict=True):
