@@ -168,7 +168,10 @@ def test_ensemble_gradients_for_every_sensealg(sensealg, build):
     reference = autograd.grad(_ensemble_loss(dxode.EnsembleArray(), build, None, 1e-11))(theta)
     array = autograd.grad(_ensemble_loss(dxode.EnsembleArray(), build, sensealg))(theta)
     exact = isinstance(sensealg, dxode.DiscreteAdjoint)  # else accurate to the tolerance
-    np.testing.assert_allclose(array, reference, rtol=1e-6 if exact else 2e-5)
+    if exact:
+        np.testing.assert_allclose(array, reference, rtol=1e-6)
+    else:  # to the tolerance, relative to the gradient's size
+        np.testing.assert_allclose(array, reference, atol=1e-5 * np.max(np.abs(reference)))
     serial = autograd.grad(_ensemble_loss(dxode.EnsembleSerial(), build, sensealg))(theta)
     # Lane by lane the same arithmetic: per-lane inputs bitwise, shared ones summed in another
     # order (last bits).
@@ -188,6 +191,7 @@ def test_failed_lanes_give_nan_gradients(sensealg):
     assert np.all(np.isfinite(g[[0, 2]]))
 
 
+@pytest.mark.slow
 def test_backsolve_caveat_on_a_chaotic_horizon():
     # Integrating Lorenz backward over [0, 10] amplifies the forward error by e^(14 t) along
     # the contracting direction: the backsolved gradient is not trustworthy there, while the
