@@ -1,17 +1,32 @@
-"""Cost of a gradient: (forward + gradient) / forward for a 1,000-trajectory Lorenz loss.
+"""Cost and accuracy of gradients: the 1,000-trajectory Lorenz loss, dxode and its peers.
 
 The loss: Lorenz trajectories with a shared 3-parameter vector scaled per trajectory as in
 the ensemble benchmark, t in [0, 10], saved every 1.0, Tsit5, rtol = atol = 1e-6, and
-loss = sum(u**2). Gradients by the discrete adjoint, with autograd tracing the right-hand
-side and with a hand-written VJP; the gradient is checked against central differences at a
-tight tolerance (relative error printed)::
+loss = sum(u**2). For every sensitivity algorithm of dxode (and for Diffrax's
+RecursiveCheckpointAdjoint and BacksolveAdjoint, torchode and torchdiffeq, imported lazily
+and skipped with the reason when missing) it prints the forward time, (forward + gradient)
+time, their ratio and the gradient's relative error against a tight reference: dxode's
+ForwardSensitivity at rtol = atol = 1e-10. Then the peak memory (tracemalloc) of the
+discrete adjoint against the number of steps, with and without checkpoints::
 
-    python asv_bench/gradient_cost.py
+    python asv_bench/gradient_cost.py [--quick]
 """
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "")
+    + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+).strip()
+
+import argparse
 import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
 
 import autograd
 import autograd.numpy as anp
@@ -20,7 +35,11 @@ import numpy as np
 import dxode
 
 N = 1000
+T1 = 10.0
+TOL = 1e-6
 SCALE = 1 + 0.1 * (np.random.default_rng(0).random((N, 3)) - 0.5)
+THETA = np.array([10.0, 28.0, 8 / 3])
+U0 = [1.0, 0.0, 0.0]
 
 
 def lorenz(u, p, t):
@@ -39,45 +58,239 @@ def lorenz_vjp(u, p, t, v):
     return u_bar, np.stack([(y - x) * vx, x * vy, -z * vz])
 
 
-def make_loss(vjp=None, tol=1e-6):
+def make_loss(sensealg=None, vjp=None, tol=TOL, n=N, t1=T1):
     def loss(theta):
-        prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 10.0), (10.0, 28.0, 8 / 3), vjp=vjp)
+        prob = dxode.ODEProblem(lorenz, U0, (0.0, t1), (10.0, 28.0, 8 / 3), vjp=vjp)
         sim = dxode.solve(
-            dxode.EnsembleProblem(prob, p=theta[None, :] * SCALE),
+            dxode.EnsembleProblem(prob, p=theta[None, :] * SCALE[:n]),
             dxode.Tsit5(),
-            trajectories=N,
+            trajectories=n,
             saveat=1.0,
             rtol=tol,
             atol=tol,
+            sensealg=sensealg,
         )
         return anp.sum(sim.u**2)
 
     return loss
 
 
-def best(func, repeat=3):
-    times = []
+def best(func: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    times, out = [], None
     for _ in range(repeat):
         start = time.perf_counter()
-        func()
+        out = func()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return min(times), out
+
+
+def rel_error(g: Any, reference: np.ndarray) -> float:
+    return float(np.max(np.abs(np.asarray(g) - reference) / np.abs(reference)))
+
+
+# ---- peers (imported lazily) ----------------------------------------------------------------
+
+
+def diffrax_rows(reference: np.ndarray, repeat: int) -> list[tuple]:
+    import diffrax
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    term = diffrax.ODETerm(lambda t, u, p: jnp.stack(lorenz(u, p, t)))
+    ts = jnp.arange(0.0, T1 + 0.5, 1.0)
+    scale = jnp.asarray(SCALE)
+    rows = []
+    for name, adjoint in (
+        ("RecursiveCheckpointAdjoint", diffrax.RecursiveCheckpointAdjoint()),
+        ("BacksolveAdjoint", diffrax.BacksolveAdjoint()),
+    ):
+
+        def solve_one(p, adjoint=adjoint):
+            return diffrax.diffeqsolve(
+                term,
+                diffrax.Tsit5(),
+                t0=0.0,
+                t1=T1,
+                dt0=None,
+                y0=jnp.asarray(U0),
+                args=p,
+                saveat=diffrax.SaveAt(ts=ts),
+                stepsize_controller=diffrax.PIDController(rtol=TOL, atol=TOL),
+                max_steps=100_000,
+                adjoint=adjoint,
+            ).ys
+
+        def loss(theta, solve_one=solve_one):
+            return jnp.sum(jax.vmap(solve_one)(theta[None, :] * scale) ** 2)
+
+        theta = jnp.asarray(THETA)
+        fwd = jax.jit(loss).lower(theta).compile()
+        both = jax.jit(jax.value_and_grad(loss)).lower(theta).compile()
+        forward, _ = best(lambda fwd=fwd, th=theta: jax.block_until_ready(fwd(th)), repeat)
+        elapsed, (_, g) = best(lambda b=both, th=theta: jax.block_until_ready(b(th)), repeat)
+        rows.append((f"Diffrax {name}", forward, elapsed, rel_error(g, reference)))
+    return rows
+
+
+def torch_lorenz(torch: Any):
+    def f(t, y, p):
+        return torch.stack(lorenz(y.T, p.T, t), dim=-1)
+
+    return f
+
+
+def torchode_rows(reference: np.ndarray, repeat: int) -> list[tuple]:
+    import torch
+    import torchode
+
+    torch.set_num_threads(1)
+    term = torchode.ODETerm(torch_lorenz(torch), with_args=True)
+    solver = torchode.AutoDiffAdjoint(
+        torchode.Tsit5(term=term),
+        torchode.IntegralController(atol=TOL, rtol=TOL, term=term),
+        max_steps=100_000,
+    )
+    y0 = torch.tensor(U0, dtype=torch.float64).repeat(N, 1)
+    t_eval = torch.arange(0.0, T1 + 0.5, 1.0, dtype=torch.float64).repeat(N, 1)
+    scale = torch.tensor(SCALE)
+
+    def run(grad: bool):
+        theta = torch.tensor(THETA, requires_grad=grad)
+        with torch.set_grad_enabled(grad):
+            sol = solver.solve(
+                torchode.InitialValueProblem(y0=y0, t_eval=t_eval), args=theta * scale
+            )
+            loss = torch.sum(sol.ys**2)
+        if grad:
+            loss.backward()
+            return theta.grad.numpy()
+        return None
+
+    forward, _ = best(lambda: run(False), repeat)
+    elapsed, g = best(lambda: run(True), repeat)
+    return [("torchode AutoDiffAdjoint (backprop)", forward, elapsed, rel_error(g, reference))]
+
+
+def torchdiffeq_rows(reference: np.ndarray, repeat: int) -> list[tuple]:
+    import torch
+    import torchdiffeq
+
+    torch.set_num_threads(1)
+    scale = torch.tensor(SCALE)
+    t = torch.arange(0.0, T1 + 0.5, 1.0, dtype=torch.float64)
+    y0 = torch.tensor(U0, dtype=torch.float64).repeat(N, 1)
+
+    class Field(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.theta = torch.nn.Parameter(torch.tensor(THETA))
+
+        def forward(self, t, y):
+            return torch.stack(lorenz(y.T, (self.theta * scale).T, t), dim=-1)
+
+    rows = []
+    for name, odeint in (
+        ("odeint (backprop)", torchdiffeq.odeint),
+        ("odeint_adjoint", torchdiffeq.odeint_adjoint),
+    ):
+
+        def run(grad: bool, odeint=odeint):
+            field = Field()
+            with torch.set_grad_enabled(grad):
+                ys = odeint(field, y0, t, rtol=TOL, atol=TOL, method="dopri5")
+                loss = torch.sum(ys**2)
+            if grad:
+                loss.backward()
+                return field.theta.grad.numpy()
+            return None
+
+        forward, _ = best(lambda run=run: run(False), repeat)
+        elapsed, g = best(lambda run=run: run(True), repeat)
+        rows.append((f"torchdiffeq {name}", forward, elapsed, rel_error(g, reference)))
+    return rows
+
+
+# ---- memory ---------------------------------------------------------------------------------
+
+
+def peak_memory(sensealg: Any, t1: float, n: int) -> float:
+    """Peak traced memory (MiB) of one forward + gradient."""
+    loss = make_loss(sensealg, lorenz_vjp, n=n, t1=t1)
+    tracemalloc.start()
+    autograd.grad(loss)(THETA)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 2**20
+
+
+def memory_table(quick: bool) -> None:
+    n = 100
+    spans = (10.0, 20.0) if quick else (10.0, 20.0, 40.0)
+    print(f"\nPeak memory (tracemalloc) of forward + gradient, {n} trajectories, hand VJP:")
+    print("| t1 | steps per trajectory | sensealg | peak MiB |")
+    print("|---:|---:|---|---:|")
+    for t1 in spans:
+        prob = dxode.ODEProblem(lorenz, U0, (0.0, t1), tuple(THETA))
+        sim = dxode.solve(
+            dxode.EnsembleProblem(prob, p=THETA[None, :] * SCALE[:n]),
+            trajectories=n,
+            saveat=1.0,
+            rtol=TOL,
+            atol=TOL,
+        )
+        steps = int(np.mean(sim.stats.naccept))
+        every = max(1, int(np.sqrt(steps)))
+        for alg in (
+            dxode.DiscreteAdjoint(),
+            dxode.DiscreteAdjoint(checkpoint_every=every),
+            dxode.InterpolatingAdjoint(),
+            dxode.BacksolveAdjoint(),
+        ):
+            print(f"| {t1:g} | {steps} | `{alg!r}` | {peak_memory(alg, t1, n):.1f} |")
 
 
 def main() -> None:
-    theta = np.array([10.0, 28.0, 8 / 3])
-    forward = best(lambda: make_loss()(theta))
-    print(f"{N:,} Lorenz trajectories, t in [0, 10]; forward {forward:.3f} s")
-    print("| gradient | forward + gradient (s) | ratio to forward | rel. error vs reference |")
-    print("|---|---:|---:|---:|")
-    # Reference: the same discrete-adjoint machinery at a tight tolerance (a converged gradient).
-    reference = autograd.grad(make_loss(lorenz_vjp, tol=1e-10))(theta)
-    for label, vjp in (("autograd-traced RHS", None), ("hand-written VJP", lorenz_vjp)):
-        loss = make_loss(vjp)
-        elapsed = best(lambda loss=loss: autograd.value_and_grad(loss)(theta))
-        g = autograd.grad(loss)(theta)
-        error = np.max(np.abs(g - reference) / np.abs(reference))
-        print(f"| {label} | {elapsed:.3f} | {elapsed / forward:.2f} | {error:.1e} |")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one repeat, fewer memory spans")
+    args = parser.parse_args()
+    repeat = 1 if args.quick else 3
+    start = time.perf_counter()
+    reference = autograd.grad(make_loss(dxode.ForwardSensitivity(), tol=1e-10))(THETA)
+    print(f"reference (ForwardSensitivity, tol 1e-10): {time.perf_counter() - start:.1f} s")
+    forward, _ = best(lambda: make_loss()(THETA), repeat)
+    print(f"{N:,} Lorenz trajectories, t in [0, {T1:g}], saveat 1.0, rtol = atol = {TOL:g}")
+    print("| gradient | forward (s) | forward + gradient (s) | ratio | rel. error vs reference |")
+    print("|---|---:|---:|---:|---:|")
+    cases = [
+        ("dxode DiscreteAdjoint, autograd-traced RHS", dxode.DiscreteAdjoint(), None),
+        ("dxode DiscreteAdjoint, hand VJP", dxode.DiscreteAdjoint(), lorenz_vjp),
+        ("dxode DiscreteAdjoint(checkpoint_every=30), hand VJP", None, lorenz_vjp),
+        ("dxode InterpolatingAdjoint, hand VJP", dxode.InterpolatingAdjoint(), lorenz_vjp),
+        ("dxode BacksolveAdjoint, hand VJP", dxode.BacksolveAdjoint(), lorenz_vjp),
+        ("dxode ForwardSensitivity (autograd JVPs)", dxode.ForwardSensitivity(), None),
+    ]
+    for label, alg, vjp in cases:
+        alg = alg or dxode.DiscreteAdjoint(checkpoint_every=30)
+        loss = make_loss(alg, vjp)
+        elapsed, (_, g) = best(lambda loss=loss: autograd.value_and_grad(loss)(THETA), repeat)
+        print(
+            f"| {label} | {forward:.3f} | {elapsed:.3f} | {elapsed / forward:.1f} "
+            f"| {rel_error(g, reference):.1e} |",
+            flush=True,
+        )
+    for peer in (diffrax_rows, torchode_rows, torchdiffeq_rows):
+        try:
+            rows = peer(reference, repeat)
+        except ImportError as exc:
+            print(f"| {peer.__name__}: skipped ({exc}) | | | | |")
+            continue
+        for label, fwd, elapsed, err in rows:
+            print(
+                f"| {label} | {fwd:.3f} | {elapsed:.3f} | {elapsed / fwd:.1f} | {err:.1e} |",
+                flush=True,
+            )
+    memory_table(args.quick)
 
 
 if __name__ == "__main__":

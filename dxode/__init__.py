@@ -48,7 +48,10 @@ from ._ensemble_solution import (
 )
 from ._problem import ODEProblem as ODEProblem
 from ._retcode import ReturnCode as ReturnCode
+from ._sensitivity import BacksolveAdjoint as BacksolveAdjoint
 from ._sensitivity import DiscreteAdjoint as DiscreteAdjoint
+from ._sensitivity import ForwardSensitivity as ForwardSensitivity
+from ._sensitivity import InterpolatingAdjoint as InterpolatingAdjoint
 from ._solution import ODESolution as ODESolution
 from ._solution import SolverStats as SolverStats
 from ._solve import solve as solve
@@ -99,6 +102,7 @@ __all__ = [
     "AbstractController",
     "AbstractEnsembleAlgorithm",
     "AbstractStepper",
+    "BacksolveAdjoint",
     "BatchContext",
     "ButcherTableau",
     "DiscreteAdjoint",
@@ -111,7 +115,9 @@ __all__ = [
     "EnsembleSummary",
     "Euler",
     "ExplicitRungeKutta",
+    "ForwardSensitivity",
     "IController",
+    "InterpolatingAdjoint",
     "ODEProblem",
     "ODESolution",
     "PIController",

@@ -28,6 +28,7 @@ def solve_ensemble(
     tstops: Any,
     seed: Any,
     options: dict[str, Any],
+    sensealg: Any = None,
 ) -> EnsembleSolution:
     """Solve ``trajectories`` trajectories of ``eprob`` (see ``solve``)."""
     if (
@@ -67,6 +68,7 @@ def solve_ensemble(
             int(seed),
             ensemble_alg.lanes_for_gradients(size),
             ensemble_alg.gradient_client(),
+            sensealg,
         )
     spec = BatchSpec(
         options=opts,

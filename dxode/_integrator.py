@@ -42,10 +42,11 @@ class LaneProblem:
         Per-lane parameters, lanes last.
     save_times : (nsave, L) array or None
         Per-lane save times, ordered in the direction of integration, inside each span.
-    record_steps : {"", "states", "dense"}
+    record_steps : {"", "states", "dense", "checkpoints"}
         Record every accepted step: ``"states"`` keeps its times and end states (for
         save-everything output and the adjoint's replay), ``"dense"`` also its stages (for
-        dense output).
+        dense output), ``"checkpoints"`` only its times, with the start state and RHS of every
+        ``checkpoint_every``-th accepted step of each lane (for a checkpointed adjoint).
     tstops : (K,) array or None
         Times every lane must step to exactly, ordered in the direction of integration.
     f0 : (*shape, L) array, optional
@@ -61,6 +62,7 @@ class LaneProblem:
     record_steps: str = ""
     tstops: Array | None = None
     f0: Array | None = None
+    checkpoint_every: int = 0
 
 
 def integrate(
@@ -221,7 +223,11 @@ def _integrate(
                 t_new,
                 direction,
             )
-        if problem.record_steps:
+        if problem.record_steps == "checkpoints":
+            records.step(lanes["lane"], t, hs, t_new, None, None, None, accept)
+            keep = accept & (lanes["naccept"] % problem.checkpoint_every == 0)
+            records.checkpoint(lanes["lane"], lanes["naccept"], u, lanes["f"], keep)
+        elif problem.record_steps:
             stages = result.stages if problem.record_steps == "dense" else None
             records.step(lanes["lane"], t, hs, t_new, u, result.u1, stages, accept)
         accept_u = _expand(xp, accept, u)

@@ -17,7 +17,9 @@ class LaneResult:
     ``retcode``, ``t``, ``naccept``, ``nreject``, ``nf`` are ``(L,)``; ``u`` is ``(L, *shape)``;
     ``saved`` is ``(L, nsave, *shape)`` (NaN at points a failed lane never reached); ``steps``
     holds the accepted steps lanes-last and grouped by lane (keys ``lane, t, h, u0, u1,
-    stages`` and ``t_end``, the exact end time), enough for each step's dense output.
+    stages`` and ``t_end``, the exact end time), enough for each step's dense output;
+    ``checkpoints`` the states kept every k-th accepted step (keys ``lane``, ``index``: the
+    step's number in its lane, ``u``, ``f``: the RHS there), grouped by lane.
     """
 
     retcode: Array
@@ -28,6 +30,7 @@ class LaneResult:
     nf: Array
     saved: Array | None
     steps: dict[str, Array] | None
+    checkpoints: dict[str, Array] | None = None
 
 
 class WorkingSet:
@@ -84,6 +87,7 @@ class LaneRecords:
         self._shape = shape
         self._saves: list[tuple[Array, Array]] = []
         self._steps: list[tuple[Array, ...]] = []
+        self._checkpoints: list[tuple[Array, ...]] = []
         self._finals: list[tuple[Array, ...]] = []
         self._retired = 0
 
@@ -103,20 +107,32 @@ class LaneRecords:
         t: Array,
         h: Array,
         t_end: Array,
-        u0: Array,
-        u1: Array,
+        u0: Array | None,
+        u1: Array | None,
         stages: Array | None,
         accept: Array,
     ) -> None:
-        """Record the accepted steps among the working set's trial steps (stages optional)."""
+        """Record the accepted steps among the working set's trial steps (states and stages
+        optional)."""
         xp = self._xp
-        fields = (
-            (lane, t, h, t_end, u0, u1) if stages is None else (lane, t, h, t_end, u0, u1, stages)
-        )
+        if u0 is None:
+            fields: tuple[Array, ...] = (lane, t, h, t_end)
+        elif stages is None:
+            fields = (lane, t, h, t_end, u0, u1)
+        else:
+            fields = (lane, t, h, t_end, u0, u1, stages)
         if not bool(xp.all(accept)):
             idx = xp.nonzero(accept)[0]
             fields = tuple(xp.take(a, idx, axis=-1) for a in fields)
         self._steps.append(fields)
+
+    def checkpoint(self, lane: Array, index: Array, u: Array, f: Array, mask: Array) -> None:
+        """Keep the state ``u`` and RHS ``f`` of the lanes where ``mask`` holds, as the start
+        of their step number ``index``."""
+        xp = self._xp
+        if bool(xp.any(mask)):
+            idx = xp.nonzero(mask)[0]
+            self._checkpoints.append(tuple(xp.take(a, idx, axis=-1) for a in (lane, index, u, f)))
 
     def retire(
         self,
@@ -185,7 +201,19 @@ class LaneRecords:
             fields = [xp.take(f, order, axis=-1) for f in fields]
             names = ("lane", "t", "h", "t_end", "u0", "u1", "stages")[:n_fields]
             steps = dict(zip(names, fields, strict=True))
+        checkpoints = None
+        if self._checkpoints:
+            fields = [xp.concat([c[i] for c in self._checkpoints], axis=-1) for i in range(4)]
+            order = xp.argsort(fields[0], stable=True)
+            checkpoints = dict(
+                zip(
+                    ("lane", "index", "u", "f"),
+                    [xp.take(f, order, axis=-1) for f in fields],
+                    strict=True,
+                )
+            )
         return LaneResult(
+            checkpoints=checkpoints,
             retcode=place(code),
             t=place(t),
             u=place(u),

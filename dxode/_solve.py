@@ -15,7 +15,7 @@ from ._options import SolverOptions
 from ._problem import ODEProblem
 from ._retcode import ReturnCode
 from ._rhs import checked_first_call, single_lane_rhs
-from ._sensitivity import DiscreteAdjoint, is_traced, solve_single_traced
+from ._sensitivity import SENSEALGS, is_traced, solve_single_traced
 from ._solution import ODESolution, SolverStats
 from ._timegrid import save_times, stop_times
 from .backends import backend_for
@@ -71,9 +71,11 @@ def solve(
     seed : int, optional
         Ensembles only: the master seed of the per-trajectory random streams (fresh entropy
         by default, recorded as ``sim.seed``).
-    sensealg : DiscreteAdjoint, optional
-        How gradients are computed when ``u0`` or ``p`` are differentiated with autograd
-        (the default, and for now the only choice: ``DiscreteAdjoint()``).
+    sensealg : optional
+        How gradients are computed when ``u0`` or ``p`` are differentiated with autograd:
+        ``DiscreteAdjoint()`` (the default; ``checkpoint_every=k`` bounds its memory),
+        ``InterpolatingAdjoint()``, ``BacksolveAdjoint()`` or ``ForwardSensitivity()`` (see
+        the gradients guide for which to use when). Ignored when nothing is differentiated.
 
     Other Parameters
     ----------------
@@ -112,8 +114,11 @@ def solve(
             f"solve() got unknown option(s) {unknown}; valid options are saveat, dense, tstops, "
             f"{', '.join(_OPTION_NAMES)}"
         )
-    if sensealg is not None and not isinstance(sensealg, DiscreteAdjoint):
-        raise TypeError(f"sensealg must be DiscreteAdjoint(), got {sensealg!r}")
+    if sensealg is not None and not isinstance(sensealg, SENSEALGS):
+        raise TypeError(
+            "sensealg must be DiscreteAdjoint(), InterpolatingAdjoint(), BacksolveAdjoint() or "
+            f"ForwardSensitivity(), got {sensealg!r}"
+        )
     if isinstance(prob, EnsembleProblem):
         if trajectories is None:
             raise TypeError("solving an EnsembleProblem needs trajectories=N")
@@ -128,6 +133,7 @@ def solve(
             tstops=tstops,
             seed=seed,
             options=options,
+            sensealg=sensealg,
         )
     if not isinstance(prob, ODEProblem):
         raise TypeError(
@@ -145,7 +151,7 @@ def solve(
     if is_traced(prob.u0, prob.p):
         if dense:
             raise NotImplementedError("dense output is not differentiable; use saveat")
-        return solve_single_traced(prob, opts, saveat, tstops)
+        return solve_single_traced(prob, opts, saveat, tstops, sensealg)
     backend = backend_for(prob.u0)
     xp = backend.xp
     u0 = prob.u0

@@ -320,3 +320,33 @@ def test_dxode_workers_keep_the_default_malloc_trimming_and_do_not_profile(clien
         assert "MALLOC_TRIM_THRESHOLD_" not in dask.config.get(
             "distributed.nanny.pre-spawn-environ"
         )
+
+
+@pytest.mark.parametrize(
+    "sensealg",
+    [dxode.InterpolatingAdjoint(), dxode.ForwardSensitivity(), dxode.DiscreteAdjoint(2)],
+    ids=repr,
+)
+def test_every_sensealg_runs_its_batches_on_the_workers(client, sensealg):
+    import autograd
+    import autograd.numpy as anp
+
+    def loss_with(ensemble_alg):
+        def loss(theta):
+            prob = dxode.ODEProblem(
+                lambda u, p, t: 1.01 * u * p[0], [theta[0]], (0.0, 1.0), [theta[1]]
+            )
+            eprob = EnsembleProblem(
+                prob, prob_func=lambda prob, i, repeat: prob.remake(u0=[0.5 + i / 10 * theta[0]])
+            )
+            sim = dxode.solve(
+                eprob, ensemble_alg, trajectories=10, batch_size=4, saveat=0.25, sensealg=sensealg
+            )
+            return anp.sum((1.0 - sim.u) ** 2)
+
+        return loss
+
+    theta = np.array([3.0, 1.0])
+    on_workers = autograd.grad(loss_with(EnsembleDask(client)))(theta)
+    here = autograd.grad(loss_with(dxode.EnsembleArray()))(theta)
+    np.testing.assert_array_equal(on_workers, here)  # the same batches, bit for bit

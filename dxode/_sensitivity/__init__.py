@@ -1,6 +1,22 @@
 """Gradients of solutions: ``solve`` as an autograd primitive with adjoint backward passes."""
 
-from ._differentiable import DiscreteAdjoint, is_traced
+from ._algorithms import (
+    SENSEALGS,
+    BacksolveAdjoint,
+    DiscreteAdjoint,
+    ForwardSensitivity,
+    InterpolatingAdjoint,
+)
+from ._differentiable import is_traced
 from ._entry import solve_ensemble_traced, solve_single_traced
 
-__all__ = ["DiscreteAdjoint", "is_traced", "solve_ensemble_traced", "solve_single_traced"]
+__all__ = [
+    "SENSEALGS",
+    "BacksolveAdjoint",
+    "DiscreteAdjoint",
+    "ForwardSensitivity",
+    "InterpolatingAdjoint",
+    "is_traced",
+    "solve_ensemble_traced",
+    "solve_single_traced",
+]

@@ -19,23 +19,17 @@ from .._options import SolverOptions
 from .._rhs import as_array, checked_first_call
 from .._solvers import ExplicitRungeKutta
 from ..backends import get_backend
+from . import _continuous_adjoint, _forward_sensitivity
+from ._algorithms import (
+    BacksolveAdjoint,
+    DiscreteAdjoint,
+    ForwardSensitivity,
+    InterpolatingAdjoint,
+)
 from ._discrete_adjoint import backward
 from ._traced_rhs import TracedRHS
 
 Array = Any
-
-
-@dataclasses.dataclass(frozen=True)
-class DiscreteAdjoint:
-    """Differentiate the discrete solution: replay the accepted steps backward.
-
-    The gradient is exact for the numbers the forward pass computed (the step sizes are
-    constants of that computation), whatever the tolerance, and costs one backward sweep with
-    one RHS vector-Jacobian product per stage. To make save points exact step ends, the
-    forward pass steps onto every save time (so its steps differ slightly from a solve
-    without gradients). The forward pass keeps each accepted step's start state: memory grows
-    with the number of steps.
-    """
 
 
 def is_traced(*values: Any) -> bool:
@@ -63,12 +57,17 @@ class _Static:
     options: SolverOptions
     batch_size: int
     dtype: Any
+    sensealg: Any = dataclasses.field(default_factory=DiscreteAdjoint)
+    u0_diff: bool = True  # whether u0 is differentiated (forward sensitivities skip it if not)
     client: Any = None  # a Dask client: batches run as tasks on its workers
     outcome: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def traced_solve(static: _Static, u0_lanes: Any, diff_values: list[Any]) -> Any:
     """The saved states ``(L, nsave, *shape)`` as an autograd-traced function of its inputs."""
+    from autograd.tracer import isbox
+
+    static.u0_diff = isbox(u0_lanes)
     return _solve_primitive(u0_lanes, *diff_values, static=static)
 
 
@@ -174,50 +173,91 @@ def _forward_batch(
     t0: np.ndarray,
     t1: np.ndarray,
     stops: np.ndarray,
-) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """One batch's forward pass (here or as a Dask task): saved states, steps, statistics."""
-    backend = get_backend("numpy")
-    p = _pytree.rebuild(static.p_template, leaves)
+) -> tuple[np.ndarray, Any, dict[str, np.ndarray]]:
+    """One batch's forward pass (here or as a Dask task): saved states, what the backward
+    pass needs (the method's record), statistics."""
+    batch = BatchRHS.make(static, u0, leaves, t0)
     dtype = u0.dtype
+    n = u0.shape[-1]
+    save_times = np.repeat(static.save_grid.astype(dtype)[:, None], n, axis=1)
+    alg = static.sensealg
+    if isinstance(alg, ForwardSensitivity):
+        saved, payload, result = _forward_sensitivity.forward(
+            static, batch, u0, t0, t1, save_times, stops.astype(dtype)
+        )
+    else:
+        if isinstance(alg, DiscreteAdjoint):
+            # The backward pass recomputes the stages from each start state.
+            record = "checkpoints" if alg.checkpoint_every else "states"
+        else:
+            record = "dense" if isinstance(alg, InterpolatingAdjoint) else ""
+        problem = LaneProblem(
+            rhs_for=batch.rhs_for,
+            u0=u0,
+            t0=np.asarray(t0, dtype=dtype),
+            t1=np.asarray(t1, dtype=dtype),
+            params=batch.params,
+            save_times=save_times,
+            record_steps=record,
+            tstops=stops.astype(dtype),
+            f0=batch.f0,
+            checkpoint_every=getattr(alg, "checkpoint_every", None) or 0,
+        )
+        result = integrate(problem, static.options, batch.backend)
+        saved = result.saved
+        if isinstance(alg, BacksolveAdjoint):
+            payload = saved
+        elif isinstance(alg, InterpolatingAdjoint) or not alg.checkpoint_every:
+            payload = result.steps or _no_steps(u0)
+        else:
+            payload = (result.steps or _no_steps(u0), result.checkpoints)
+    outcome = {k: np.asarray(getattr(result, k)) for k in ("retcode", "nf", "naccept", "nreject")}
+    return saved, payload, outcome
+
+
+@dataclasses.dataclass
+class BatchRHS:
+    """A batch's plain (untraced) lane RHS: ``rhs_for(params)`` for the per-lane leaves."""
+
+    backend: Any
+    rhs_for: Any
+    params: tuple
+    lane_positions: list[int]
+    f0: np.ndarray
+    leaves: list[Any]  # the batch's parameter leaf values (per-lane ones lanes-last)
+
+    @classmethod
+    def make(cls, static: _Static, u0: np.ndarray, leaves: list[Any], t0: np.ndarray) -> BatchRHS:
+        backend = get_backend("numpy")
+        p = _pytree.rebuild(static.p_template, leaves)
+        t0_b = np.asarray(t0, dtype=u0.dtype)
+        if static.single_lane:
+            f0 = checked_first_call(backend, static.f, u0[..., 0], p, t0_b[0])[..., None]
+        else:
+            f0 = checked_first_call(backend, static.f, u0, p, t0_b)
+        lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
+        params = tuple(leaves[i] for i in lane_positions)
+        return cls(backend, plain_rhs_for(static, leaves), params, lane_positions, f0, leaves)
+
+
+def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
+    """``rhs_for(params)``: the untraced lane RHS for the per-lane leaf values ``params``."""
+    backend = get_backend("numpy")
     lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
     if static.single_lane:
         from .._rhs import single_lane_rhs
 
-        rhs = single_lane_rhs(backend, static.f, p)
+        rhs = single_lane_rhs(backend, static.f, _pytree.rebuild(static.p_template, leaves))
+        return lambda params: rhs
 
-        def rhs_for(params: tuple) -> Any:
-            return rhs
-    else:
+    def rhs_for(params: tuple) -> Any:
+        current = list(leaves)
+        for i, value in zip(lane_positions, params, strict=True):
+            current[i] = value
+        p_now = _pytree.rebuild(static.p_template, current)
+        return lambda u, t, out=None: as_array(backend, static.f(u, p_now, t), out=out)
 
-        def rhs_for(params: tuple) -> Any:
-            current = list(leaves)
-            for i, value in zip(lane_positions, params, strict=True):
-                current[i] = value
-            p_now = _pytree.rebuild(static.p_template, current)
-            return lambda u, t, out=None: as_array(backend, static.f(u, p_now, t), out=out)
-
-    params = tuple(leaves[i] for i in lane_positions)
-    t0_b = np.asarray(t0, dtype=dtype)
-    if static.single_lane:
-        f0 = checked_first_call(backend, static.f, u0[..., 0], p, t0_b[0])[..., None]
-    else:
-        f0 = checked_first_call(backend, static.f, u0, p, t0_b)
-    n = u0.shape[-1]
-    problem = LaneProblem(
-        rhs_for=rhs_for,
-        u0=u0,
-        t0=t0_b,
-        t1=np.asarray(t1, dtype=dtype),
-        params=params,
-        save_times=np.repeat(static.save_grid.astype(dtype)[:, None], n, axis=1),
-        record_steps="states",  # the backward pass recomputes the stages from each start state
-        tstops=stops.astype(dtype),
-        f0=f0,
-    )
-    result = integrate(problem, static.options, backend)
-    steps = result.steps or _no_steps(u0)
-    outcome = {k: np.asarray(getattr(result, k)) for k in ("retcode", "nf", "naccept", "nreject")}
-    return result.saved, steps, outcome
+    return rhs_for
 
 
 def _no_steps(u0: np.ndarray) -> dict[str, np.ndarray]:
@@ -263,23 +303,48 @@ def _backward_task(
     g: np.ndarray,
 ) -> tuple[np.ndarray, list[Any]]:
     """One batch's backward pass."""
-    rhs = TracedRHS(
+    rhs = traced_rhs(static)
+    alg = static.sensealg
+    save_grid = static.save_grid.astype(g.dtype)
+    if isinstance(alg, ForwardSensitivity):
+        return _forward_sensitivity.contract(static, forward[1], retcode, g)
+    if isinstance(alg, (InterpolatingAdjoint, BacksolveAdjoint)):
+        return _continuous_adjoint.backward(
+            static,
+            rhs,
+            plain_rhs_for(static, batch_leaves),
+            forward[1],
+            batch_leaves,
+            save_grid,
+            static.t0[lanes],
+            retcode,
+            g,
+        )
+    steps, checkpoints = forward[1] if alg.checkpoint_every else (forward[1], None)
+    return backward(
+        static.options.alg,
+        rhs,
+        steps,
+        batch_leaves,
+        save_grid,
+        static.t0[lanes],
+        retcode,
+        g,
+        checkpoints=checkpoints,
+        checkpoint_every=alg.checkpoint_every or 0,
+        rhs_for=None if checkpoints is None else plain_rhs_for(static, batch_leaves),
+    )
+
+
+def traced_rhs(static: _Static) -> TracedRHS:
+    """The batch RHS with its derivatives (autograd, or the problem's ``vjp``)."""
+    return TracedRHS(
         static.f,
         static.p_template,
         static.lane_leaf,
         static.diff_leaf,
         static.single_lane,
         vjp=static.vjp,
-    )
-    return backward(
-        static.options.alg,
-        rhs,
-        forward[1],
-        batch_leaves,
-        static.save_grid.astype(g.dtype),
-        static.t0[lanes],
-        retcode,
-        g,
     )
 
 

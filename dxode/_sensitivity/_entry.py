@@ -14,11 +14,12 @@ from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import save_times, stop_times
+from ._algorithms import BacksolveAdjoint, DiscreteAdjoint, InterpolatingAdjoint
 from ._differentiable import _Static, check_differentiable, is_traced, traced_solve
 
 
 def solve_single_traced(
-    prob: ODEProblem, opts: SolverOptions, saveat: Any, tstops: Any
+    prob: ODEProblem, opts: SolverOptions, saveat: Any, tstops: Any, sensealg: Any = None
 ) -> ODESolution:
     """``solve`` for a problem whose ``u0`` or ``p`` is being differentiated."""
     import autograd.numpy as anp
@@ -44,6 +45,7 @@ def solve_single_traced(
         options=opts,
         batch_size=1,
         dtype=getval(prob.u0).dtype,
+        sensealg=sensealg or DiscreteAdjoint(),
     )
     saved = traced_solve(
         static,
@@ -73,6 +75,7 @@ def solve_ensemble_traced(
     seed: int,
     lanes_per_batch: int | None,
     client: Any = None,
+    sensealg: Any = None,
 ) -> EnsembleSolution:
     """``solve`` for an ensemble whose trajectories depend on differentiated values."""
     import autograd.numpy as anp
@@ -87,8 +90,14 @@ def solve_ensemble_traced(
     check_differentiable(opts, _backend_name(prob.u0))
     u0, p_template, p_leaves, lane_leaf, spans = _traced_trajectories(eprob, n, seed)
     t0, t1 = spans[:, 0], spans[:, 1]
-    if not (np.all(t0 == t0[0]) and np.all(t1 == t1[0])) and saveat is None:
+    shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
+    if not shared_span and saveat is None:
         raise ValueError("gradients with per-trajectory tspans need a shared saveat array")
+    if not shared_span and isinstance(sensealg, (InterpolatingAdjoint, BacksolveAdjoint)):
+        raise NotImplementedError(
+            f"{sensealg!r} needs one tspan shared by all trajectories; use DiscreteAdjoint() "
+            "or ForwardSensitivity() for per-trajectory tspans"
+        )
     grid = _gradient_grid(saveat, float(t0[0]), float(t1[0]))
     diff = [isbox(leaf) for leaf in p_leaves]
     static = _Static(
@@ -107,6 +116,7 @@ def solve_ensemble_traced(
         batch_size=lanes_per_batch or batch_size,
         client=client,
         dtype=getval(prob.u0).dtype,
+        sensealg=sensealg or DiscreteAdjoint(),
     )
     u0_lanes = anp.moveaxis(u0, 0, -1)
     saved = traced_solve(

@@ -51,18 +51,18 @@ class TracedRHS:
     vjp: Callable[..., Any] | None = None
 
     def pullback(
-        self, y: Array, t: Array, leaves: list[Any]
+        self, y: Array, t: Array, leaves: list[Any], wrt: list[int] | None = None
     ) -> tuple[Array, Callable[[Array], tuple[Array, list[Any]]]]:
         """``f(y, p, t)`` and its VJP ``v -> (y_bar, [leaf cotangents of the diff leaves])``.
 
         ``y`` is ``(*shape, L)`` (``L = 1`` for a single trajectory); ``leaves`` are this
-        working set's parameter leaves.
+        working set's parameter leaves; ``wrt`` the positions of the leaves to differentiate
+        (default: the differentiated ones).
         """
+        diff_idx = self.diff_positions() if wrt is None else wrt
         if self.vjp is not None:
-            return self._user_pullback(y, t, leaves)
+            return self._user_pullback(y, t, leaves, diff_idx)
         import autograd
-
-        diff_idx = [i for i, d in enumerate(self.diff_leaf) if d]
 
         def call(y_: Array, *diff_values: Any) -> Array:
             current = list(leaves)
@@ -91,6 +91,40 @@ class TracedRHS:
 
         return value, pull
 
+    def diff_positions(self) -> list[int]:
+        """Positions of the differentiated parameter leaves."""
+        return [i for i, d in enumerate(self.diff_leaf) if d]
+
+    def jvp(
+        self, y: Array, t: Array, leaves: list[Any], y_dot: Array, leaf_dots: dict[int, Any]
+    ) -> tuple[Array, Array]:
+        """``f(y, p, t)`` and its forward-mode derivative along ``(y_dot, leaf_dots)``.
+
+        ``leaf_dots`` maps leaf positions to tangents shaped like those leaves (the other
+        leaves are held fixed).
+        """
+        import autograd
+
+        idx = sorted(leaf_dots)
+
+        def call(y_: Array, *values: Any) -> Array:
+            current = list(leaves)
+            for i, value in zip(idx, values, strict=True):
+                current[i] = value
+            return self._evaluate(y_, t, current)
+
+        argnums = tuple(range(1 + len(idx)))
+        try:
+            jvp = autograd.make_jvp(call, argnum=argnums)(y, *[leaves[i] for i in idx])
+            value, value_dot = jvp((y_dot, *[leaf_dots[i] for i in idx]))
+        except (TypeError, AttributeError) as exc:
+            if "Box" not in str(exc) and "Node" not in str(exc):
+                raise
+            raise TypeError(_PLAIN_NUMPY) from exc
+        if getattr(value_dot, "dtype", None) == np.dtype(object):
+            raise TypeError(_PLAIN_NUMPY)
+        return value, value_dot
+
     def _evaluate(self, y: Array, t: Array, leaves: list[Any]) -> Array:
         import autograd.numpy as anp
 
@@ -100,7 +134,7 @@ class TracedRHS:
         return _as_traced_array(self.f(y, p, t))
 
     def _user_pullback(
-        self, y: Array, t: Array, leaves: list[Any]
+        self, y: Array, t: Array, leaves: list[Any], wrt: list[int]
     ) -> tuple[Array, Callable[[Array], tuple[Array, list[Any]]]]:
         value = self._evaluate(y, t, leaves)
 
@@ -113,7 +147,7 @@ class TracedRHS:
             else:
                 u_bar, p_bar = self.vjp(y, p, t, v)
                 p_leaves = _pytree.leaves(p_bar)
-            return u_bar, [g for g, d in zip(p_leaves, self.diff_leaf, strict=True) if d]
+            return u_bar, [p_leaves[i] for i in wrt]
 
         return value, pull
 
