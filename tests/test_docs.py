@@ -28,6 +28,7 @@ RUNNABLE_PAGES = [
     "docs/tutorials/batching-vs-ensembles.md",
     "docs/tutorials/ensembles-three-ways.md",
     "docs/tutorials/gpu-ensembles.md",
+    "docs/tutorials/stiff-ensembles.md",
     "docs/tutorials/distributed-lbfgs.md",
     # docs/tutorials/hpc.md runs on a real SLURM cluster: tests/test_slurm_harness.py
 ]
