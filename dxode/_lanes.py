@@ -18,6 +18,8 @@ class LaneResult:
     ``saved`` is ``(L, nsave, *shape)`` (NaN at points a failed lane never reached); ``steps``
     holds the accepted steps lanes-last and grouped by lane (keys ``lane, t, h, u0, u1,
     stages`` and ``t_end``, the exact end time), enough for each step's dense output.
+    ``events`` is the callbacks' event log (keys ``lane, t, callback, u_before, u_after``,
+    lanes last), or ``None``.
     """
 
     retcode: Array
@@ -28,6 +30,7 @@ class LaneResult:
     nf: Array
     saved: Array | None
     steps: dict[str, Array] | None
+    events: dict[str, Array] | None = None
 
 
 class WorkingSet:
