@@ -25,6 +25,7 @@ RUNNABLE_PAGES = [
     "docs/usage/gradients.md",
     "docs/usage/ensembles.md",
     "docs/usage/dask.md",
+    "docs/usage/events.md",
 ]
 
 
