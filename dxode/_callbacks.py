@@ -156,8 +156,10 @@ class PresetTimeCallback:
             times = np.unique(np.asarray(self.times, dtype=np.float64))
         except (TypeError, ValueError) as exc:
             raise TypeError("PresetTimeCallback: times must be a 1-D sequence of numbers") from exc
-        if np.ndim(self.times) != 1 or not np.all(np.isfinite(times)):
-            raise ValueError("PresetTimeCallback: times must be a 1-D sequence of finite numbers")
+        if np.ndim(self.times) != 1 or times.size == 0 or not np.all(np.isfinite(times)):
+            raise ValueError(
+                "PresetTimeCallback: times must be a non-empty 1-D sequence of finite numbers"
+            )
         object.__setattr__(self, "times", times)
         positions = _check_common(
             "PresetTimeCallback", self.affect, self.terminate, self.save_positions

@@ -265,19 +265,18 @@ def _integrate(
             failed = ~finite
         if not all_active:
             failed = failed & lanes["active"]
-        endings = [
-            (done, ReturnCode.Success),
-            (failed & finite, ReturnCode.DtLessThanMin),
-            (failed & ~finite, ReturnCode.Unstable),
-        ]
-        if stop is not None:  # a callback ended these lanes
-            endings[0] = (done & ~stop, ReturnCode.Success)
-            endings.insert(0, (stop, ReturnCode.Terminated))
-            done = done | stop
-        if bool(xp.any(done | failed)):
-            for mask, code in endings:
+        if stop is not None:  # lanes a callback ended, whether or not they reached the end
+            done = done & ~stop
+        ended = done | failed if stop is None else done | failed | stop
+        if bool(xp.any(ended)):
+            for mask, code in (
+                (done, ReturnCode.Success),
+                (failed & finite, ReturnCode.DtLessThanMin),
+                (failed & ~finite, ReturnCode.Unstable),
+                *(() if stop is None else ((stop, ReturnCode.Terminated),)),
+            ):
                 records.retire(lanes, mask, code, iteration, nf_start, evals_per_step)
-            active = lanes["active"] & ~(done | failed)
+            active = lanes["active"] & ~ended
             n_active = int(xp.sum(xp.astype(active, xp.int64)))
             if n_active <= (1 - _COMPACT_FRACTION) * lanes.size:
                 lanes.compact(active)
