@@ -379,3 +379,39 @@ def test_bad_callbacks_are_named():
     shrink = dxode.PresetTimeCallback([1.0], lambda u, p, t, fired: u[:1])
     with pytest.raises(ValueError, match="affect returned"):
         dxode.solve(ball(np), callback=shrink)
+
+
+_RERUNS: dict[int, int] = {}
+
+
+def count_events_rerun_first(sol, i):
+    """Rerun trajectory 0 once; every value is the trajectory's own event count."""
+    _RERUNS[i] = _RERUNS.get(i, 0) + 1
+    return len(sol.events), i == 0 and _RERUNS[i] == 1
+
+
+def test_output_func_sees_events_and_reruns_replace_them():
+    _RERUNS.clear()
+    eprob, _ = ball_ensemble(4)
+    eprob = dxode.EnsembleProblem(
+        eprob.prob, u0=eprob.arrays["u0"], output_func=count_events_rerun_first
+    )
+    cb = dxode.ContinuousCallback(height, bounce, direction="down")
+    sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=4, callback=cb)
+    counts = np.bincount(sim.events.trajectory, minlength=4)
+    assert sim.u.tolist() == counts.tolist()
+    assert _RERUNS[0] == 2
+    assert np.all(np.diff(sim.events.trajectory) >= 0)  # still grouped by trajectory
+
+
+def test_events_integrating_backwards():
+    def half(u, p, t):
+        return t - 0.5
+
+    cbs = [dxode.ContinuousCallback(half, dose), dxode.PresetTimeCallback([0.75, 0.25], dose)]
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (1.0, 0.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cbs, saveat=[1.0, 0.6, 0.4, 0.0])
+    np.testing.assert_allclose(sol.events.t, [0.75, 0.5, 0.25], atol=1e-12)
+    assert sol.events.callback.tolist() == [1, 0, 1]
+    # u' = 1 backwards from u(1) = 0 is u = t - 1, plus 1 at each event passed.
+    np.testing.assert_allclose(sol.u[:, 0], [0.0, 0.6 - 1 + 1, 0.4 - 1 + 2, 0.0 - 1 + 3])
