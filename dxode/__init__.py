@@ -4,6 +4,10 @@ The public surface lives here; everything else is private (``dxode._name``) exce
 ``dxode.backends`` subpackage.
 """
 
+from ._callbacks import CallbackSet as CallbackSet
+from ._callbacks import ContinuousCallback as ContinuousCallback
+from ._callbacks import DiscreteCallback as DiscreteCallback
+from ._callbacks import PresetTimeCallback as PresetTimeCallback
 from ._cluster import local_cluster as local_cluster
 from ._cluster import worker_config as worker_config
 from ._controllers import (
@@ -46,6 +50,7 @@ from ._ensemble_solution import (
 from ._ensemble_solution import (
     EnsembleSummary as EnsembleSummary,
 )
+from ._event_record import EventRecord as EventRecord
 from ._problem import ODEProblem as ODEProblem
 from ._retcode import ReturnCode as ReturnCode
 from ._sensitivity import BacksolveAdjoint as BacksolveAdjoint
@@ -105,7 +110,10 @@ __all__ = [
     "BacksolveAdjoint",
     "BatchContext",
     "ButcherTableau",
+    "CallbackSet",
+    "ContinuousCallback",
     "DiscreteAdjoint",
+    "DiscreteCallback",
     "EnsembleArray",
     "EnsembleDask",
     "EnsembleProblem",
@@ -114,6 +122,7 @@ __all__ = [
     "EnsembleStats",
     "EnsembleSummary",
     "Euler",
+    "EventRecord",
     "ExplicitRungeKutta",
     "ForwardSensitivity",
     "IController",
@@ -122,6 +131,7 @@ __all__ = [
     "ODESolution",
     "PIController",
     "PIDController",
+    "PresetTimeCallback",
     "ReturnCode",
     "Rodas4",
     "Rodas5P",

@@ -19,6 +19,7 @@ import numpy as np
 from . import _pytree
 from ._ensemble_batch import BatchResult, BatchSpec, solve_batch
 from ._ensemble_problem import EnsembleProblem
+from ._event_record import concat_records, replace_trajectories
 from ._problem import ODEProblem
 from ._retcode import ReturnCode
 from ._solution import ODESolution, SolverStats
@@ -101,6 +102,8 @@ def finish_batch(
         pending = np.asarray(rerun)
         repeat[pending] += 1
         current = alg.run_batch(eprob, indices[pending], spec, repeat[pending])
+        if spec.callback is not None:
+            result.events = replace_trajectories(result.events, current.events, indices[pending])
     raise RuntimeError(f"output_func asked for more than {_MAX_RERUNS} reruns of a trajectory")
 
 
@@ -116,6 +119,7 @@ def _trajectory_solution(
 ) -> ODESolution:
     t = batch.t if batch.t.ndim == 1 else batch.t[pos, ...]
     stats = SolverStats(int(batch.nf[pos]), int(batch.naccept[pos]), int(batch.nreject[pos]))
+    events = batch.events
     return ODESolution(
         t,
         batch.u[pos, ...],
@@ -124,6 +128,7 @@ def _trajectory_solution(
         eprob.prob,
         spec.options.alg,
         None,
+        None if events is None else events.for_trajectory(int(batch.indices[pos])),
     )
 
 
@@ -187,6 +192,7 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
                     spec.options.alg,
                     saveat=saveat,
                     tstops=spec.tstops,
+                    callback=spec.callback,
                     **_option_kwargs(spec),
                 )
             )
@@ -201,6 +207,12 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
             nf=np.array([s.stats.nf for s in sols], dtype=np.int64),
             naccept=np.array([s.stats.naccept for s in sols], dtype=np.int64),
             nreject=np.array([s.stats.nreject for s in sols], dtype=np.int64),
+            events=concat_records(
+                [
+                    None if s.events is None else _renumbered(s.events, int(i))
+                    for s, i in zip(sols, indices, strict=True)
+                ]
+            ),
         )
 
 
@@ -225,6 +237,11 @@ def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: in
     if "p" in data:
         changes["p"] = _pytree.map_leaves(lambda leaf: leaf[row, ...], data["p"])
     return eprob.prob.remake(**changes)
+
+
+def _renumbered(events: Any, trajectory: int) -> Any:
+    """A single solve's events as those of ``trajectory``."""
+    return dataclasses.replace(events, trajectory=np.full_like(events.trajectory, trajectory))
 
 
 def _option_kwargs(spec: BatchSpec) -> dict[str, Any]:

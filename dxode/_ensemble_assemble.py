@@ -11,6 +11,7 @@ import numpy as np
 from ._ensemble_batch import BatchResult
 from ._ensemble_problem import EnsembleProblem
 from ._ensemble_solution import EnsembleSolution, EnsembleStats
+from ._event_record import concat_records
 
 
 def assemble(
@@ -23,12 +24,15 @@ def assemble(
     with a reduction, batch outputs are dropped once folded.
     """
     done: list[BatchResult] = []
+    events: list[Any] = []
     acc, converged = eprob.u_init, None
     out, offset = None, 0
     meta = {k: np.empty(n_total, dtype=np.int64) for k in _PER_TRAJECTORY}
     solved = 0
     for batch in results:
         done.append(batch)
+        events.append(batch.events)
+        batch.events = None
         size = len(batch.indices)
         for key, column in meta.items():  # into one array each, batch by batch
             column[solved : solved + size] = getattr(batch, key)
@@ -64,6 +68,7 @@ def assemble(
         converged=converged,
         dense=[b for b in done if b.dense is not None] or None,
         seed=seed,
+        events=concat_records(events),
     )
 
 

@@ -14,6 +14,8 @@ import numpy as np
 
 from . import _pytree
 from ._ensemble_problem import BatchContext, EnsembleProblem
+from ._event_record import EventRecord, record_from_lanes
+from ._events import LaneEvents
 from ._integrator import LaneProblem, integrate
 from ._jacobian import Derivatives, LaneFunction
 from ._options import SolverOptions
@@ -29,7 +31,8 @@ Array = Any
 class BatchSpec:
     """Everything about how to solve batches, shared by all of them (picklable).
 
-    ``backend`` is a backend name, or ``None`` for the backend of ``prob.u0``.
+    ``backend`` is a backend name, or ``None`` for the backend of ``prob.u0``; ``callback``
+    a ``CallbackSet`` or ``None``.
     """
 
     options: SolverOptions
@@ -39,6 +42,7 @@ class BatchSpec:
     backend: str | None = None
     seed: int = 0
     lockstep: bool = False
+    callback: Any = None
 
 
 @dataclasses.dataclass
@@ -48,7 +52,8 @@ class BatchResult:
     ``u`` ``(B, nsave, *shape)`` and ``t`` (``(nsave,)`` or ``(B, nsave)``) are backend arrays;
     ``retcode``, ``nf``, ``naccept``, ``nreject``, ``indices`` are NumPy ``(B,)`` arrays.
     ``values`` holds ``output_func``'s values (a list) when there is one; ``dense`` keeps what
-    ``sim[i](t)`` needs when dense output was asked for.
+    ``sim[i](t)`` needs when dense output was asked for; ``events`` the events callbacks
+    fired (trajectory indices in its ``trajectory`` column), when there are callbacks.
     """
 
     indices: np.ndarray
@@ -60,6 +65,7 @@ class BatchResult:
     nreject: np.ndarray
     values: list[Any] | None = None
     dense: Any = None
+    events: EventRecord | None = None
 
 
 @dataclasses.dataclass
@@ -127,6 +133,7 @@ def solve_batch(
         record_steps="dense" if spec.dense else "",
         tstops=None if tstops is None else backend.asarray(tstops, dtype=dtype),
         f0=f0,
+        events=None if spec.callback is None else LaneEvents(spec.callback, p_for),
     )
     result = integrate(problem, spec.options, backend, lockstep=spec.lockstep)
     t_out = backend.asarray(grid[:, 0] if shared_span else grid.T, dtype=dtype)
@@ -139,6 +146,8 @@ def solve_batch(
         naccept=backend.to_host(result.naccept).astype(np.int64),
         nreject=backend.to_host(result.nreject).astype(np.int64),
     )
+    if result.events is not None:
+        out.events = record_from_lanes(backend, result.events, indices)
     if spec.dense:
         out.dense = _DenseData(
             backend,

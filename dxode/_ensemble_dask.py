@@ -24,6 +24,7 @@ from ._ensemble_assemble import assemble
 from ._ensemble_batch import BatchResult, BatchSpec
 from ._ensemble_problem import EnsembleProblem
 from ._ensemble_solution import EnsembleSolution, EnsembleStats
+from ._event_record import record_to_host
 from ._retcode import ReturnCode
 from .backends import to_host
 
@@ -296,6 +297,7 @@ def _dask_task(
     """One batch on a worker: solve, apply output_func, then keep only what must travel."""
     result = finish_batch(EnsembleArray(backend, spec.lockstep), eprob, indices, spec)
     result.t = to_host(result.t)
+    result.events = record_to_host(result.events)
     if result.u is not None:
         result.u = to_host(result.u)
     if reduce_here:

@@ -83,6 +83,9 @@ class EnsembleSolution:
         RHS evaluations and accepted/rejected steps per trajectory.
     converged : bool or None
         Whether the reduction reported convergence (``None`` without a reduction).
+    events : EventRecord or None
+        The events callbacks fired, by trajectory (its ``trajectory`` column) and time;
+        ``None`` without callbacks, and for reductions on Dask workers and Zarr output.
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class EnsembleSolution:
         dense: list[Any] | None = None,
         seed: int | None = None,
         counts: np.ndarray | None = None,
+        events: Any = None,
     ) -> None:
         self.t = t
         self.u = u
@@ -109,6 +113,7 @@ class EnsembleSolution:
         self.converged = converged
         self.seed = seed
         self._dense = dense
+        self.events = events
 
     def __len__(self) -> int:
         if self.retcodes is None:
@@ -163,6 +168,7 @@ class EnsembleSolution:
             self.eprob.prob,
             self.alg,
             dense,
+            None if self.events is None else self.events.for_trajectory(i),
         )
 
     def _dense_output(self, i: int) -> DenseOutput | None:

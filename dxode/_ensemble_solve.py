@@ -29,6 +29,7 @@ def solve_ensemble(
     seed: Any,
     options: dict[str, Any],
     sensealg: Any = None,
+    callback: Any = None,
 ) -> EnsembleSolution:
     """Solve ``trajectories`` trajectories of ``eprob`` (see ``solve``)."""
     if (
@@ -58,6 +59,10 @@ def solve_ensemble(
     from ._sensitivity._entry import ensemble_is_traced, solve_ensemble_traced
 
     if ensemble_is_traced(eprob, int(seed)):
+        if callback is not None:
+            from ._solve import CALLBACK_GRADIENTS
+
+            raise NotImplementedError(CALLBACK_GRADIENTS)
         return solve_ensemble_traced(
             eprob,
             opts,
@@ -78,6 +83,7 @@ def solve_ensemble(
         backend=ensemble_alg.backend_name(),
         seed=int(seed),
         lockstep=bool(getattr(ensemble_alg, "lockstep", False)),
+        callback=callback,
     )
     # Trajectory ranges, not index arrays: the driver holds O(batches), never O(trajectories).
     batches = [range(start, min(start + size, n)) for start in range(0, n, size)]

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ._events import EventHandler, LaneEvents
 from ._lanes import LaneRecords, LaneResult, WorkingSet
 from ._norms import initial_step, rms_norm
 from ._options import SolverOptions
@@ -51,6 +52,8 @@ class LaneProblem:
         Times every lane must step to exactly, ordered in the direction of integration.
     f0 : (*shape, L) array, optional
         ``f(u0, t0)`` if the caller already evaluated it.
+    events : LaneEvents, optional
+        Callbacks, run per lane (see ``dxode._events``).
     """
 
     rhs_for: Callable[[tuple[Array, ...]], LaneRHS]
@@ -63,6 +66,7 @@ class LaneProblem:
     tstops: Array | None = None
     f0: Array | None = None
     checkpoint_every: int = 0
+    events: LaneEvents | None = None
 
 
 def integrate(
@@ -127,6 +131,7 @@ def _integrate(
     lanes.put_group("ctrl", options.controller.init(xp, t0) if options.adaptive else ())
     lanes.put_group("p", problem.params)
 
+    evals_per_step = stepper.rhs_per_step + (0 if stepper.fsal else 1)
     n_save = 0 if problem.save_times is None else problem.save_times.shape[0]
     save_grid = None
     records = LaneRecords(xp, backend, n_lanes, n_save, u0.shape[:-1])
@@ -148,11 +153,20 @@ def _integrate(
     if stepper.variable_rhs_evals:
         lanes.put(nf_extra=xp.zeros(n_lanes, dtype=xp.int64))
     tstops = problem.tstops
+    handler = None
+    if problem.events is not None:
+        handler = EventHandler(problem.events, backend, stepper, problem.rhs_for, direction, u0)
+        tstops = handler.tstops(tstops)
+        stop = handler.start(lanes, rhs)
+        if stop is not None and bool(xp.any(stop)):
+            records.retire(lanes, stop, ReturnCode.Terminated, 0, nf_start, evals_per_step)
+            lanes.compact(~stop)
+            lanes.put(active=xp.ones(lanes.size, dtype=xp.bool))
+            rhs = problem.rhs_for(lanes.group("p"))
     if tstops is not None:
-        before = direction * (xp.reshape(tstops, (-1, 1)) - t0) <= 0
+        before = direction * (xp.reshape(tstops, (-1, 1)) - lanes["t"]) <= 0
         lanes.put(stop_idx=xp.sum(xp.astype(before, xp.int64), axis=0))
 
-    evals_per_step = stepper.rhs_per_step + (0 if stepper.fsal else 1)
     all_active = True  # no retired lane waits in the working set for compaction
     iteration = 0
     while lanes.size:
@@ -206,6 +220,11 @@ def _integrate(
         if options.dtmax is not None:
             h_next = xp.minimum(h_next, options.dtmax)
 
+        # Continuous events cut lanes' steps short: outputs stop at the event.
+        t_end, u_end, which, cut = t_new, result.u1, None, None
+        if handler is not None:
+            t_end, u_end, which, cut = handler.locate(lanes, rhs, accept, t, hs, u, result, t_new)
+
         # Outputs from the accepted steps, then advance.
         if n_save:
             _save_passed_points(
@@ -220,19 +239,19 @@ def _integrate(
                 hs,
                 u,
                 result,
-                t_new,
+                t_end,
                 direction,
             )
         if problem.record_steps == "checkpoints":
-            records.step(lanes["lane"], t, hs, t_new, None, None, None, accept)
+            records.step(lanes["lane"], t, hs, t_end, None, None, None, accept)
             keep = accept & (lanes["naccept"] % problem.checkpoint_every == 0)
             records.checkpoint(lanes["lane"], lanes["naccept"], u, lanes["f"], keep)
         elif problem.record_steps:
             stages = result.stages if problem.record_steps == "dense" else None
-            records.step(lanes["lane"], t, hs, t_new, u, result.u1, stages, accept)
+            records.step(lanes["lane"], t, hs, t_end, u, u_end, stages, accept)
         accept_u = _expand(xp, accept, u)
-        u = xp.where(accept_u, result.u1, u)
-        t = xp.where(accept, t_new, t)
+        u = xp.where(accept_u, u_end, u)
+        t = xp.where(accept, t_end, t)
         lanes.put(
             u=u, t=t, h=direction * h_next, naccept=lanes["naccept"] + xp.astype(accept, xp.int64)
         )
@@ -241,7 +260,11 @@ def _integrate(
         else:
             lanes.put(f=rhs(u, t))
         if tstops is not None:
-            lanes.put(stop_idx=stop_idx + xp.astype(accept & hit & use_stop, xp.int64))
+            landed = accept & hit & use_stop
+            if cut is not None:
+                landed = landed & ~cut
+            lanes.put(stop_idx=stop_idx + xp.astype(landed, xp.int64))
+        stop = None if handler is None else handler.apply(lanes, rhs, accept, which)
 
         # Retire lanes that finished or failed; drop them once enough have gone.
         done = accept & (t == lanes["t1"])
@@ -252,14 +275,18 @@ def _integrate(
             failed = ~finite
         if not all_active:
             failed = failed & lanes["active"]
-        if bool(xp.any(done | failed)):
+        if stop is not None:  # lanes a callback ended, whether or not they reached the end
+            done = done & ~stop
+        ended = done | failed if stop is None else done | failed | stop
+        if bool(xp.any(ended)):
             for mask, code in (
                 (done, ReturnCode.Success),
                 (failed & finite, ReturnCode.DtLessThanMin),
                 (failed & ~finite, ReturnCode.Unstable),
+                *(() if stop is None else ((stop, ReturnCode.Terminated),)),
             ):
                 records.retire(lanes, mask, code, iteration, nf_start, evals_per_step)
-            active = lanes["active"] & ~(done | failed)
+            active = lanes["active"] & ~ended
             n_active = int(xp.sum(xp.astype(active, xp.int64)))
             if n_active <= (1 - _COMPACT_FRACTION) * lanes.size:
                 lanes.compact(active)
@@ -270,7 +297,10 @@ def _integrate(
                 lanes.put(active=active)
                 all_active = False
 
-    return records.result()
+    result = records.result()
+    if handler is not None:
+        result.events = handler.log()
+    return result
 
 
 def _save_time(xp: Any, ts: Array, save_idx: Array) -> Array:

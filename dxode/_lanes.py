@@ -20,6 +20,8 @@ class LaneResult:
     stages`` and ``t_end``, the exact end time), enough for each step's dense output;
     ``checkpoints`` the states kept every k-th accepted step (keys ``lane``, ``index``: the
     step's number in its lane, ``u``, ``f``: the RHS there), grouped by lane.
+    ``events`` is the callbacks' event log (keys ``lane, t, callback, u_before, u_after``,
+    lanes last), or ``None``.
     """
 
     retcode: Array
@@ -31,6 +33,7 @@ class LaneResult:
     saved: Array | None
     steps: dict[str, Array] | None
     checkpoints: dict[str, Array] | None = None
+    events: dict[str, Array] | None = None
 
 
 class WorkingSet:

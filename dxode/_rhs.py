@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._solvers import LaneRHS
+if TYPE_CHECKING:  # the solvers import this module (through the Jacobians)
+    from ._solvers import LaneRHS
 
 Array = Any
 

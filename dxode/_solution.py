@@ -59,6 +59,8 @@ class ODESolution:
         The problem solved.
     alg : AbstractStepper
         The algorithm instance used.
+    events : EventRecord or None
+        The events callbacks fired (``None`` when no callback was given or none fired).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class ODESolution:
         prob: Any,
         alg: Any,
         dense: DenseOutput | None,
+        events: Any = None,
     ) -> None:
         self.t = t
         self.u = u
@@ -78,6 +81,7 @@ class ODESolution:
         self.prob = prob
         self.alg = alg
         self._dense = dense
+        self.events = events
 
     @property
     def success(self) -> bool:

@@ -5,9 +5,14 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import numpy as np
+
+from ._callbacks import as_callback_set
 from ._ensemble_problem import EnsembleProblem
 from ._ensemble_solution import EnsembleSolution
 from ._ensemble_solve import solve_ensemble
+from ._event_record import record_from_lanes, with_points_after
+from ._events import LaneEvents
 from ._integrator import LaneProblem, integrate
 from ._interpolation import DenseOutput
 from ._jacobian import Derivatives, LaneFunction
@@ -37,6 +42,7 @@ def solve(
     saveat: Any = None,
     dense: bool | None = None,
     tstops: Any = None,
+    callback: Any = None,
     trajectories: int | None = None,
     batch_size: int | None = None,
     seed: int | None = None,
@@ -62,6 +68,10 @@ def solve(
         true without ``saveat`` and false with it.
     tstops : array_like, optional
         Times the integrator must step to exactly (e.g. discontinuities of ``f``).
+    callback : callback or CallbackSet, optional
+        Events: ``ContinuousCallback``, ``DiscreteCallback``, ``PresetTimeCallback``, a
+        ``CallbackSet`` or a list of them, applied per trajectory (see the events guide).
+        The events that fired are in ``sol.events``. Not differentiable.
     ensemble_alg : EnsembleArray or EnsembleSerial, optional
         Ensembles only: how batches are computed (default ``EnsembleArray()``).
     trajectories : int
@@ -119,6 +129,7 @@ def solve(
             "sensealg must be DiscreteAdjoint(), InterpolatingAdjoint(), BacksolveAdjoint() or "
             f"ForwardSensitivity(), got {sensealg!r}"
         )
+    callbacks = as_callback_set(callback)
     if isinstance(prob, EnsembleProblem):
         if trajectories is None:
             raise TypeError("solving an EnsembleProblem needs trajectories=N")
@@ -134,6 +145,7 @@ def solve(
             seed=seed,
             options=options,
             sensealg=sensealg,
+            callback=callbacks,
         )
     if not isinstance(prob, ODEProblem):
         raise TypeError(
@@ -149,6 +161,8 @@ def solve(
             raise TypeError(f"{name} applies to an EnsembleProblem, not to a single ODEProblem")
     opts = SolverOptions.from_user(alg, **options)
     if is_traced(prob.u0, prob.p):
+        if callbacks is not None:
+            raise NotImplementedError(CALLBACK_GRADIENTS)
         if dense:
             raise NotImplementedError("dense output is not differentiable; use saveat")
         return solve_single_traced(prob, opts, saveat, tstops, sensealg)
@@ -177,16 +191,24 @@ def solve(
         record_steps="dense" if keep_dense else ("states" if grid is None else ""),
         tstops=None if stops is None else as_lane_times(stops),
         f0=xp.expand_dims(f0, axis=-1),
+        events=None if callbacks is None else LaneEvents(callbacks, lambda params: prob.p, True),
     )
     result = integrate(lane_problem, opts, backend)
 
     steps = result.steps
+    retcode = ReturnCode(int(result.retcode[0]))
     if grid is not None:
         t, u = as_lane_times(grid), result.saved[0, ...]
     else:
         assert steps is not None
         t = xp.concat([lane_problem.t0, steps["t_end"]])
         u = xp.concat([xp.expand_dims(u0, axis=0), xp.moveaxis(steps["u1"], -1, 0)])
+    events = None
+    if callbacks is not None:
+        events = record_from_lanes(backend, result.events, None)
+        if grid is None:
+            keep_after = np.array([cb.save_positions[1] for cb in callbacks], dtype=bool)
+            t, u = with_points_after(t, u, events, keep_after)
     dense_output = None
     if keep_dense and steps is not None and steps["t"].shape[0] > 0:
         dense_output = DenseOutput(backend, opts.alg, rhs, steps, direction)
@@ -198,6 +220,10 @@ def solve(
         njac=opts.alg.jacobians_per_step * (naccept + nreject),
         nlu=opts.alg.factorizations_per_step * (naccept + nreject),
     )
-    return ODESolution(
-        t, u, ReturnCode(int(result.retcode[0])), stats, prob, opts.alg, dense_output
-    )
+    return ODESolution(t, u, retcode, stats, prob, opts.alg, dense_output, events)
+
+
+CALLBACK_GRADIENTS = (
+    "gradients through callbacks are not supported yet: solve without callback=... when u0 or "
+    "p is differentiated (or pass plain arrays to solve with callbacks)"
+)

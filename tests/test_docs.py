@@ -25,6 +25,7 @@ RUNNABLE_PAGES = [
     "docs/usage/gradients.md",
     "docs/usage/ensembles.md",
     "docs/usage/dask.md",
+    "docs/usage/events.md",
     "docs/tutorials/batching-vs-ensembles.md",
     "docs/tutorials/ensembles-three-ways.md",
     "docs/tutorials/gpu-ensembles.md",

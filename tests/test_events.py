@@ -1,0 +1,417 @@
+"""Callbacks and events: located per lane, applied per lane, recorded, batch-independent."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import dxode
+
+from conftest import to_numpy
+
+G, E, H0 = 9.81, 0.8, 1.0
+
+
+# Module-level functions (so they pickle for Dask).
+def fall(u, p, t):
+    return [u[1], -G + 0.0 * u[0]]
+
+
+def height(u, p, t):
+    return u[0, ...]
+
+
+def bounce(u, p, t, fired):
+    return [u[0], -E * u[1]]
+
+
+def growth(u, p, t):
+    return p[0, ...] * u
+
+
+def above_two(u, p, t):
+    return u[0, ...] - 2.0
+
+
+def decay(u, p, t):
+    return -p[0] * u
+
+
+def dose(u, p, t, fired):
+    return u + 1.0
+
+
+def impact_times(n: int) -> np.ndarray:
+    """Closed form: first impact at sqrt(2 h0 / g); each later flight is e times the last."""
+    first = math.sqrt(2 * H0 / G)
+    times = [first]
+    for k in range(1, n):
+        times.append(times[-1] + 2 * E**k * first)
+    return np.array(times)
+
+
+def ball(xp, dtype=None, t1=3.0):
+    dtype = xp.float64 if dtype is None else dtype
+    return dxode.ODEProblem(fall, xp.asarray([H0, 0.0], dtype=dtype), (0.0, t1))
+
+
+# ---- continuous events ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direction", ["down", "both"])
+def test_bouncing_ball_event_times_match_closed_form(xp, direction):
+    cb = dxode.ContinuousCallback(height, bounce, direction=direction)
+    sol = dxode.solve(ball(xp), dxode.Tsit5(), callback=cb, rtol=1e-10, atol=1e-12)
+    expected = impact_times(12)
+    expected = expected[expected < 3.0]
+    ev = sol.events
+    assert len(ev) == len(expected)
+    np.testing.assert_allclose(to_numpy(ev.t), expected, rtol=0, atol=1e-10)
+    assert np.all(ev.callback == 0) and np.all(ev.trajectory == 0)
+    before, after = to_numpy(ev.u_before), to_numpy(ev.u_after)
+    np.testing.assert_allclose(before[:, 0], 0.0, atol=1e-9)  # on the floor, falling
+    v_impact = -G * math.sqrt(2 * H0 / G) * E ** np.arange(len(expected))
+    np.testing.assert_allclose(before[:, 1], v_impact, rtol=1e-9)
+    np.testing.assert_allclose(after[:, 1], -E * before[:, 1], rtol=1e-12)
+    assert sol.retcode == dxode.ReturnCode.Success
+    # The ball never goes through the floor (dense output between events).
+    grid = np.linspace(0.0, 3.0, 601)
+    assert np.all(to_numpy(sol(xp.asarray(grid)))[:, 0] > -1e-9)
+
+
+def test_every_step_output_has_both_sides_of_each_event(xp):
+    cb = dxode.ContinuousCallback(height, bounce, direction="down")
+    sol = dxode.solve(ball(xp, t1=1.0), dxode.Tsit5(), callback=cb, rtol=1e-8)
+    t, u = to_numpy(sol.t), to_numpy(sol.u)
+    t_ev = to_numpy(sol.events.t)[0]
+    (at,) = np.nonzero(t == t_ev)
+    assert len(at) == 2  # the state before and the state after, in that order
+    assert u[at[0], 1] < 0 < u[at[1], 1]
+    assert np.all(np.diff(t) >= 0)
+
+
+def test_save_positions_off_keeps_nan_and_no_extra_point():
+    cb = dxode.ContinuousCallback(height, bounce, direction="down", save_positions=(False, False))
+    sol = dxode.solve(ball(np, t1=1.0), dxode.Tsit5(), callback=cb)
+    assert len(sol.events) == 1 and np.all(np.isnan(sol.events.u_before))
+    assert np.all(np.isnan(sol.events.u_after))
+    assert len(np.unique(sol.t)) == len(sol.t)
+
+
+def test_float32_bouncing_ball(xp):
+    cb = dxode.ContinuousCallback(height, bounce, direction="down")
+    sol = dxode.solve(ball(xp, xp.float32), dxode.Tsit5(), callback=cb, rtol=1e-5, atol=1e-6)
+    expected = impact_times(12)
+    expected = expected[expected < 3.0]
+    assert sol.events.t.dtype == xp.float32 and sol.u.dtype == xp.float32
+    assert len(sol.events) == len(expected)
+    # Each bounce starts from a state rounded to float32 (eps 1.2e-7): errors add up.
+    np.testing.assert_allclose(to_numpy(sol.events.t), expected, rtol=0, atol=5e-5)
+
+
+def ramp(u, p, t):
+    return 0.0 * u + 1.0
+
+
+def sine_of_time(u, p, t):
+    return np.sin(2 * np.pi * t / 0.1)
+
+
+def test_many_events_in_one_step_are_all_found():
+    """u' = 1 takes huge steps; the condition crosses zero every 0.05 time units, many times
+    per step, and each step is sampled finely enough to see every crossing."""
+    cb = dxode.ContinuousCallback(sine_of_time, interp_points=60)
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 1.02))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cb)
+    assert sol.stats.naccept - len(sol.events) < 10  # only a handful of steps of its own
+    np.testing.assert_allclose(sol.events.t, 0.05 * np.arange(1, 21), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("direction, first", [("up", 0.1), ("down", 0.05)])
+def test_direction_selects_crossings(direction, first):
+    cb = dxode.ContinuousCallback(sine_of_time, direction=direction)
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 0.32))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cb)
+    np.testing.assert_allclose(sol.events.t, first + 0.1 * np.arange(3), atol=1e-12)
+
+
+def test_event_at_tspan_end_and_just_before_it():
+    def at(c):  # u' = 1 from 0: crosses zero at t = c (exactly zero at the end for c = 1)
+        return lambda u, p, t: t - c
+
+    for c in (1.0, 1.0 - 1e-9):
+        cb = dxode.ContinuousCallback(at(c), lambda u, p, t, fired: u + 10.0)
+        sol = dxode.solve(
+            dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 1.0)), dxode.Tsit5(), callback=cb
+        )
+        assert sol.retcode == dxode.ReturnCode.Success
+        np.testing.assert_allclose(sol.events.t, [c], atol=1e-14)
+        np.testing.assert_allclose(sol.u[-1], [11.0], atol=1e-12)
+        assert float(sol.t[-1]) == 1.0
+
+
+def test_saveat_points_around_an_event():
+    """Saves just before, at and just after the first impact: before-values, then after."""
+    t_hit = impact_times(1)[0]
+    saveat = [0.0, t_hit - 1e-6, t_hit + 1e-6, 0.6]
+    cb = dxode.ContinuousCallback(height, bounce, direction="down")
+    sol = dxode.solve(ball(np), dxode.Tsit5(), callback=cb, saveat=saveat, rtol=1e-10, atol=1e-12)
+    v_hit = -G * t_hit
+    np.testing.assert_allclose(sol.u[1, 1], v_hit + G * 1e-6, rtol=1e-8)  # still falling
+    np.testing.assert_allclose(sol.u[2, 1], -E * v_hit - G * 1e-6, rtol=1e-8)  # rebounded
+    # Closed form after the bounce at 0.6.
+    s = 0.6 - t_hit
+    np.testing.assert_allclose(sol.u[3], [-E * v_hit * s - G * s**2 / 2, -E * v_hit - G * s])
+
+
+def test_terminating_continuous_callback_single():
+    cb = dxode.ContinuousCallback(above_two, terminate=True)
+    prob = dxode.ODEProblem(growth, np.array([1.0]), (0.0, 5.0), np.array([1.0]))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cb, rtol=1e-10, atol=1e-12)
+    assert sol.retcode == dxode.ReturnCode.Terminated and sol.success
+    np.testing.assert_allclose(sol.t[-1], math.log(2), rtol=1e-10)
+    np.testing.assert_allclose(sol.u[-1], [2.0], rtol=1e-9)
+    saved = dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=1.0)
+    assert np.all(np.isnan(saved.u[1:]))  # save points never reached, as for failures
+    np.testing.assert_allclose(saved.u[0], [1.0])
+
+
+# ---- discrete and preset-time callbacks -----------------------------------------------------
+
+
+def past_one(u, p, t):
+    return u[0] > 1.0
+
+
+def reset(u, p, t, fired):
+    return u - 1.0
+
+
+def test_discrete_callback_checked_after_each_step():
+    cb = dxode.DiscreteCallback(past_one, reset)
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 3.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cb, dtmax=0.3, saveat=3.0)
+    ev = sol.events
+    assert len(ev) == 2
+    np.testing.assert_allclose(ev.u_after, ev.u_before - 1.0)
+    assert np.all(ev.u_before[:, 0] > 1.0)
+    np.testing.assert_allclose(sol.u[-1], [3.0 - 2.0])  # u' = 1 exactly: two resets
+
+
+def test_dosing_at_preset_times(xp):
+    k, dose_times = 0.7, [1.0, 2.0, 2.5]
+    cb = dxode.PresetTimeCallback(dose_times, dose)
+    prob = dxode.ODEProblem(decay, xp.asarray([1.0], dtype=xp.float64), (0.0, 4.0), [k])
+    saveat = np.linspace(0.0, 4.0, 17)
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=saveat, rtol=1e-10, atol=1e-12)
+
+    def exact(t):  # each dose adds 1 and decays from then on
+        total = np.exp(-k * t)
+        for td in dose_times:
+            total = total + np.where(t > td, np.exp(-k * (t - td)), 0.0)
+        return total
+
+    np.testing.assert_allclose(to_numpy(sol.u)[:, 0], exact(saveat), rtol=1e-9)
+    ev = sol.events
+    assert to_numpy(ev.t).tolist() == dose_times  # hit exactly
+    np.testing.assert_allclose(to_numpy(ev.u_after) - to_numpy(ev.u_before), 1.0)
+
+
+def test_preset_time_at_t0_and_outside_span():
+    cb = dxode.PresetTimeCallback([-1.0, 0.0, 9.0], dose)
+    prob = dxode.ODEProblem(decay, np.array([1.0]), (0.0, 1.0), [0.0])
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=[0.0, 1.0])
+    np.testing.assert_allclose(sol.events.t, [0.0])
+    np.testing.assert_allclose(sol.u, [[1.0], [2.0]])  # the save at t0 is before the dose
+
+
+def never(u, p, t):
+    return u[0] < -1.0
+
+
+def test_callback_set_order_and_indices():
+    cbs = dxode.CallbackSet(
+        dxode.PresetTimeCallback([0.5], dose),
+        dxode.CallbackSet(dxode.DiscreteCallback(never, reset)),
+        dxode.ContinuousCallback(above_two, reset),
+    )
+    assert len(cbs) == 3
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 2.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cbs)
+    # +1 at 0.5 (callback 0) makes u = t + 1 cross 2 at t = 1 (callback 2), reset to 1; then
+    # u = t reaches 2 exactly at the end, where callback 2 fires again.
+    assert sol.events.callback.tolist() == [0, 2, 2]
+    np.testing.assert_allclose(sol.events.t, [0.5, 1.0, 2.0], atol=1e-12)
+    np.testing.assert_allclose(sol.u[-1], [1.0], atol=1e-12)
+
+
+def test_terminate_function_ends_only_where_true():
+    def stop_if_large(u, p, t):
+        return u[0] > 1.5
+
+    cb = dxode.PresetTimeCallback([1.0, 2.0], dose, terminate=stop_if_large)
+    prob = dxode.ODEProblem(decay, np.array([1.0]), (0.0, 3.0), [0.1])
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cb)
+    assert sol.retcode == dxode.ReturnCode.Terminated
+    assert float(sol.t[-1]) == 1.0
+
+
+# ---- ensembles: per-lane events, batch independence ----------------------------------------
+
+
+def ball_ensemble(n: int):
+    heights = np.linspace(0.5, 2.0, n)
+    u0 = np.stack([heights, np.zeros(n)], axis=1)
+    return dxode.EnsembleProblem(ball(np), u0=u0), heights
+
+
+def test_termination_in_some_lanes_only():
+    rates = np.linspace(0.1, 2.0, 9)
+    prob = dxode.ODEProblem(growth, np.array([1.0]), (0.0, 1.0), np.array([1.0]))
+    eprob = dxode.EnsembleProblem(prob, p=rates[:, None])
+    cb = dxode.ContinuousCallback(above_two, terminate=True)
+    sim = dxode.solve(
+        eprob, dxode.Tsit5(), trajectories=9, callback=cb, saveat=1.0, rtol=1e-10, atol=1e-12
+    )
+    stops = rates > math.log(2)
+    expected = np.where(stops, dxode.ReturnCode.Terminated, dxode.ReturnCode.Success)
+    assert sim.retcodes.tolist() == expected.tolist()
+    assert sim.events.trajectory.tolist() == np.nonzero(stops)[0].tolist()
+    np.testing.assert_allclose(sim.events.t, math.log(2) / rates[stops], rtol=1e-9)
+    # The others ran to the end: closed form at t = 1.
+    np.testing.assert_allclose(sim.u[~stops, -1, 0], np.exp(rates[~stops]), rtol=1e-8)
+    assert sim.success
+    assert len(sim[int(np.nonzero(stops)[0][0])].events) == 1 and len(sim[0].events) == 0
+
+
+def _same(a, b):
+    for name in ("t", "u_before", "u_after"):
+        np.testing.assert_array_equal(to_numpy(getattr(a, name)), to_numpy(getattr(b, name)))
+    assert a.callback.tolist() == b.callback.tolist()
+    assert a.trajectory.tolist() == b.trajectory.tolist()
+
+
+@pytest.mark.parametrize("alg", [dxode.Tsit5(), dxode.Vern7()])
+def test_ensemble_equals_each_trajectory_alone(alg):
+    n = 7
+    eprob, heights = ball_ensemble(n)
+    cbs = dxode.CallbackSet(
+        dxode.ContinuousCallback(height, bounce, direction="down"),
+        dxode.PresetTimeCallback([0.3, 1.1], kick),
+    )
+    kw = {"callback": cbs, "saveat": np.linspace(0, 3, 31), "rtol": 1e-6}
+    sim = dxode.solve(eprob, alg, trajectories=n, **kw)
+    small = dxode.solve(eprob, alg, trajectories=n, batch_size=2, **kw)
+    serial = dxode.solve(eprob, alg, dxode.EnsembleSerial(), trajectories=n, **kw)
+    for other in (small, serial):
+        np.testing.assert_array_equal(other.u, sim.u)
+        np.testing.assert_array_equal(other.stats.nf, sim.stats.nf)
+        np.testing.assert_array_equal(other.stats.naccept, sim.stats.naccept)
+        _same(other.events, sim.events)
+    for i in (0, n - 1):
+        alone = dxode.solve(ball(np).remake(u0=np.array([heights[i], 0.0])), alg, **kw)
+        np.testing.assert_array_equal(alone.u, sim.u[i])
+        _same(alone.events, sim[i].events)
+
+
+def kick(u, p, t, fired):
+    return [u[0], u[1] + 0.5]
+
+
+def test_lane_mask_protects_lanes_that_did_not_fire():
+    def wild(u, p, t, fired):
+        return u * 0.0 + 123.0  # touches every lane; only fired lanes may change
+
+    spans = np.array([[0.0, 1.0], [0.0, 2.0]])
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 2.0))
+    eprob = dxode.EnsembleProblem(prob, tspan=spans)
+    cb = dxode.PresetTimeCallback([1.5], wild)
+    sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=2, callback=cb, saveat=[0.0, 1.0])
+    np.testing.assert_allclose(sim.u[:, -1, 0], [1.0, 1.0])
+    assert sim.events.trajectory.tolist() == [1]
+
+
+def test_ensemble_events_array_api(xp):
+    one = xp.asarray([1.0], dtype=xp.float64)
+    prob = dxode.ODEProblem(growth, one, (0.0, 1.0), one)
+    rates = np.array([[0.5], [1.5], [2.0]])
+    eprob = dxode.EnsembleProblem(prob, p=rates)
+    cb = dxode.ContinuousCallback(above_two, terminate=True)
+    sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=3, callback=cb, rtol=1e-10, atol=1e-12)
+    assert sim.retcodes.tolist() == [0, 4, 4]
+    np.testing.assert_allclose(to_numpy(sim.events.t), math.log(2) / rates[1:, 0], rtol=1e-9)
+
+
+# ---- errors ----------------------------------------------------------------------------------
+
+
+def test_gradients_through_callbacks_raise_clearly():
+    autograd = pytest.importorskip("autograd")
+    cb = dxode.ContinuousCallback(above_two, terminate=True)
+
+    def loss(k):
+        prob = dxode.ODEProblem(growth, np.array([1.0]), (0.0, 1.0), k)
+        return dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=[1.0]).u[0, 0]
+
+    with pytest.raises(NotImplementedError, match="callbacks"):
+        autograd.grad(loss)(np.array([1.0]))
+
+
+def test_bad_callbacks_are_named():
+    with pytest.raises(ValueError, match="direction"):
+        dxode.ContinuousCallback(height, direction="sideways")
+    with pytest.raises(ValueError, match="interp_points"):
+        dxode.ContinuousCallback(height, interp_points=0)
+    with pytest.raises(TypeError, match="CallbackSet takes"):
+        dxode.CallbackSet(height)
+    with pytest.raises(TypeError, match="callback must be"):
+        dxode.solve(ball(np), callback=height)
+    with pytest.raises(ValueError, match="finite"):
+        dxode.PresetTimeCallback([1.0, float("nan")])
+    bad_shape = dxode.ContinuousCallback(lambda u, p, t: u, bounce)
+    with pytest.raises(ValueError, match="condition returned shape"):
+        dxode.solve(ball(np), callback=bad_shape)
+    bools = dxode.ContinuousCallback(lambda u, p, t: u[0] > 0)
+    with pytest.raises(TypeError, match="not bools"):
+        dxode.solve(ball(np), callback=bools)
+    shrink = dxode.PresetTimeCallback([1.0], lambda u, p, t, fired: u[:1])
+    with pytest.raises(ValueError, match="affect returned"):
+        dxode.solve(ball(np), callback=shrink)
+
+
+_RERUNS: dict[int, int] = {}
+
+
+def count_events_rerun_first(sol, i):
+    """Rerun trajectory 0 once; every value is the trajectory's own event count."""
+    _RERUNS[i] = _RERUNS.get(i, 0) + 1
+    return len(sol.events), i == 0 and _RERUNS[i] == 1
+
+
+def test_output_func_sees_events_and_reruns_replace_them():
+    _RERUNS.clear()
+    eprob, _ = ball_ensemble(4)
+    eprob = dxode.EnsembleProblem(
+        eprob.prob, u0=eprob.arrays["u0"], output_func=count_events_rerun_first
+    )
+    cb = dxode.ContinuousCallback(height, bounce, direction="down")
+    sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=4, callback=cb)
+    counts = np.bincount(sim.events.trajectory, minlength=4)
+    assert sim.u.tolist() == counts.tolist()
+    assert _RERUNS[0] == 2
+    assert np.all(np.diff(sim.events.trajectory) >= 0)  # still grouped by trajectory
+
+
+def test_events_integrating_backwards():
+    def half(u, p, t):
+        return t - 0.5
+
+    cbs = [dxode.ContinuousCallback(half, dose), dxode.PresetTimeCallback([0.75, 0.25], dose)]
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (1.0, 0.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cbs, saveat=[1.0, 0.6, 0.4, 0.0])
+    np.testing.assert_allclose(sol.events.t, [0.75, 0.5, 0.25], atol=1e-12)
+    assert sol.events.callback.tolist() == [1, 0, 1]
+    # u' = 1 backwards from u(1) = 0 is u = t - 1, plus 1 at each event passed.
+    np.testing.assert_allclose(sol.u[:, 0], [0.0, 0.6 - 1 + 1, 0.4 - 1 + 2, 0.0 - 1 + 3])
