@@ -109,11 +109,9 @@ def _integrate(
             h = xp.zeros_like(h) + xp.min(h)
     if options.dtmax is not None:
         h = xp.minimum(h, options.dtmax)
-    dtmin = (
-        options.dtmin
-        if options.dtmin is not None
-        else (16 * eps * xp.maximum(xp.maximum(xp.abs(t0), xp.abs(t1)), xp.ones_like(t0)))
-    )
+    # Without a user dtmin, a lane fails once its step no longer moves its own time by more
+    # than a few ulps (relative to where it is now, so long spans can start with tiny steps).
+    tiny = float(xp.finfo(dtype).smallest_normal)
 
     lanes = WorkingSet(xp)
     lanes.put(
@@ -126,8 +124,6 @@ def _integrate(
         naccept=xp.zeros(n_lanes, dtype=xp.int64),
         active=xp.ones(n_lanes, dtype=xp.bool),
     )
-    if not isinstance(dtmin, float):
-        lanes.put(dtmin=dtmin)
     lanes.put_group("ctrl", options.controller.init(xp, t0) if options.adaptive else ())
     lanes.put_group("p", problem.params)
 
@@ -270,7 +266,8 @@ def _integrate(
         done = accept & (t == lanes["t1"])
         if options.adaptive:
             # Written so that a NaN step size fails too.
-            failed = ~accept & ~(h_next >= lanes.get("dtmin", dtmin))
+            dtmin = options.dtmin if options.dtmin is not None else 16 * eps * xp.abs(t) + tiny
+            failed = ~accept & ~(h_next >= dtmin)
         else:
             failed = ~finite
         if not all_active:

@@ -102,7 +102,8 @@ def solve(
     maxiters : int
         Maximum number of steps (accepted or rejected), default ``100_000``.
     dtmin : float, optional
-        Smallest step size; defaults to ``16 * eps * max(|t0|, |t1|, 1)``.
+        Smallest step size. By default a trajectory fails (``DtLessThanMin``) when its step
+        falls below ``16 * eps * |t|`` at its current time ``t``: too small to move ``t``.
     dtmax : float, optional
         Largest step size.
 

@@ -111,6 +111,15 @@ def test_blowup_gives_dt_less_than_min():
     assert float(sol.t[-1]) == pytest.approx(1.0, abs=1e-3)
 
 
+def test_default_dtmin_is_relative_to_the_current_time():
+    # A fast transient at t = 0 inside a span of 1e11: steps of 1e-6 must be allowed there
+    # (a floor of 16 eps |t1| = 3.6e-4 failed this), while a blow-up still fails.
+    prob = dxode.ODEProblem(lambda u, p, t: -1e6 * (u - np.exp(-t * 1e-11)), [0.0], (0.0, 1e11))
+    sol = dxode.solve(prob, dxode.Rodas5P(), rtol=1e-6, atol=1e-10, saveat=[1e-3, 1e11])
+    assert sol.retcode == ReturnCode.Success
+    np.testing.assert_allclose(np.asarray(sol.u)[:, 0], [1.0, np.exp(-1.0)], rtol=1e-5)
+
+
 def test_nan_rhs_gives_unstable():
     def f(u, p, t):
         return -u + (np.nan if t > 0.5 else 0.0)
