@@ -25,6 +25,8 @@ RUNNABLE_PAGES = [
     "docs/usage/gradients.md",
     "docs/usage/ensembles.md",
     "docs/usage/dask.md",
+    "docs/tutorials/neural-ode.md",
+    "docs/tutorials/scaling.md",
 ]
 
 
