@@ -28,7 +28,9 @@ two workers. Run from the repository root::
 Epoch time is the mean wall time of epochs 2..E (the first epoch ships the functions to the
 workers and warms caches); runtime is the wall time of all E epochs (cluster start excluded);
 CPU s / epoch is the CPU time of the driver (with a LocalCluster's scheduler) and the worker
-processes over epochs 2..E per epoch, which a busy machine inflates less than wall time.
+processes over epochs 2..E per epoch, which a busy machine inflates less than wall time;
+steps / trajectory is the mean number of accepted steps of a trajectory's forward pass (in
+lock-step, of its group), averaged over the epochs.
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ def adam_train(
     m = np.zeros_like(theta)
     v = np.zeros_like(theta)
     b1, b2, eps = 0.9, 0.999, 1e-8
-    times, losses, cpu = [], [], []
+    times, losses, cpu, steps = [], [], [], []
     for k in range(1, epochs + 1):
         start = time.perf_counter()
         value, g = value_and_grad(theta)
@@ -176,13 +178,14 @@ def adam_train(
         theta = theta - lr * (m / (1 - b1**k)) / (np.sqrt(v / (1 - b2**k)) + eps)
         times.append(time.perf_counter() - start)
         losses.append(float(value))
+        steps.append(loss.steps)  # type: ignore[attr-defined]
         if k == 1 or k == epochs:
             cpu.append(cpu_clock())
     return {
         "times": times,
         "losses": losses,
         "theta": theta,
-        "steps": loss.steps,  # type: ignore[attr-defined]
+        "steps": float(np.mean(steps)),
         "cpu": (cpu[-1] - cpu[0]) / (epochs - 1) if epochs > 1 else float("nan"),
     }
 
