@@ -19,10 +19,11 @@ configuration:
   steps onto every save time) or ``fixed`` (``dt=0.1, adaptive=False``: one step per save
   interval).
 
-Then weak scaling (trajectories per worker fixed) and strong scaling (total fixed) from one to
-two workers. Run from the repository root::
+Then the in-process epoch time against the number of trajectories, and weak scaling
+(trajectories per worker fixed) and strong scaling (total fixed) from one to two workers, at
+the main size and at ``--large`` trajectories (fewer epochs). Run from the repository root::
 
-    python asv_bench/neural_ode_training.py             # full run, ~10 min on 2 cores
+    python asv_bench/neural_ode_training.py             # full run, 4-8 min on 2 cores
     python asv_bench/neural_ode_training.py --quick     # a smoke test, ~1 min
 
 Epoch time is the mean wall time of epochs 2..E (the first epoch ships the functions to the
@@ -201,19 +202,22 @@ CONTROLLERS = {
 
 
 def run_config(
-    workers: int, client: Any, mode: str, controller: str, n: int, args: argparse.Namespace
+    workers: int, client: Any, job: tuple[str, str, int, int], args: argparse.Namespace
 ) -> dict[str, Any]:
+    """Train from scratch for one job ``(mode, controller, trajectories, epochs)``."""
+    mode, controller, n, epochs = job
     u0, data = training_data(n)
     groups = max(workers, 1)
     alg = dxode.EnsembleArray() if client is None else dxode.EnsembleDask(client)
     loss = make_loss(u0, data, groups, mode == "lock-step", alg, CONTROLLERS[controller](args.rtol))
-    result = adam_train(loss, init_theta(), args.epochs, args.lr, lambda: cpu_seconds(client))
+    result = adam_train(loss, init_theta(), epochs, args.lr, lambda: cpu_seconds(client))
     times = result["times"]
     return {
         "workers": workers,
         "mode": mode,
         "controller": controller,
         "n": n,
+        "epochs": epochs,
         "runtime": sum(times),
         "epoch": float(np.mean(times[1:])) if len(times) > 1 else times[0],
         "first_loss": result["losses"][0],
@@ -223,16 +227,28 @@ def run_config(
     }
 
 
+def find(results: list[dict[str, Any]], workers: int, controller: str, n: int) -> dict[str, Any]:
+    """The per-lane result for ``workers``, ``controller`` and ``n`` trajectories."""
+    return next(
+        r
+        for r in results
+        if (r["workers"], r["mode"], r["controller"], r["n"])
+        == (workers, "per-lane", controller, n)
+    )
+
+
 def cpu_seconds(client: Any) -> float:
     """CPU time of this process (driver and, for a LocalCluster, scheduler) and the workers."""
     workers = 0.0 if client is None else sum(client.run(time.process_time).values())
     return time.process_time() + workers
 
 
-def with_cluster(workers: int, jobs: list[tuple[str, str, int]], args) -> list[dict[str, Any]]:
-    """Run ``jobs`` (mode, controller, trajectories) in this process or on a fresh cluster."""
+def with_cluster(
+    workers: int, jobs: list[tuple[str, str, int, int]], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Run ``jobs`` in this process (``workers == 0``) or on a fresh local cluster."""
     if workers == 0:
-        return [run_config(0, None, *job, args) for job in jobs]
+        return [run_config(0, None, job, args) for job in jobs]
     import distributed
 
     with (
@@ -240,7 +256,7 @@ def with_cluster(workers: int, jobs: list[tuple[str, str, int]], args) -> list[d
         distributed.Client(cluster) as client,
     ):
         client.wait_for_workers(workers)
-        return [run_config(workers, client, *job, args) for job in jobs]
+        return [run_config(workers, client, job, args) for job in jobs]
 
 
 def main_table(results: list[dict[str, Any]]) -> str:
@@ -272,47 +288,60 @@ def main_table(results: list[dict[str, Any]]) -> str:
     return table(header, rows)
 
 
-def scaling_table(results: list[dict[str, Any]], n: int) -> str:
-    """Strong: n trajectories on 1 and 2 workers. Weak: n / 2 per worker on 1 and 2."""
-
-    def find(workers: int, controller: str, size: int) -> dict[str, Any]:
-        return next(
-            r
-            for r in results
-            if (r["workers"], r["mode"], r["controller"], r["n"])
-            == (workers, "per-lane", controller, size)
-        )
-
+def size_table(results: list[dict[str, Any]], sizes: list[int]) -> str:
+    """In-process epoch time against the number of trajectories (per-lane mode)."""
     rows = []
     for controller in CONTROLLERS:
-        one, two = find(1, controller, n), find(2, controller, n)
-        rows.append(
-            [
-                "strong",
-                controller,
-                f"{n} / {n}",
-                f"{one['epoch']:.3f}",
-                f"{two['epoch']:.3f}",
-                f"{one['epoch'] / two['epoch']:.2f}",
-                f"{one['epoch'] / (2 * two['epoch']):.0%}",
-            ]
-        )
-        half = find(1, controller, n // 2)
-        rows.append(
-            [
-                "weak",
-                controller,
-                f"{n // 2} / {n}",
-                f"{half['epoch']:.3f}",
-                f"{two['epoch']:.3f}",
-                f"{half['epoch'] / two['epoch']:.2f}",
-                f"{half['epoch'] / two['epoch']:.0%}",
-            ]
-        )
+        for n in sizes:
+            r = find(results, 0, controller, n)
+            rows.append(
+                [
+                    controller,
+                    n,
+                    r["epochs"],
+                    f"{r['steps']:.1f}",
+                    f"{r['epoch']:.3f}",
+                    f"{r['cpu']:.3f}",
+                    f"{1e3 * r['cpu'] / n:.2f}",
+                ]
+            )
+    header = [
+        "controller",
+        "trajectories",
+        "epochs",
+        "steps / trajectory",
+        "epoch time (s)",
+        "CPU s / epoch",
+        "CPU ms per trajectory",
+    ]
+    return table(header, rows)
+
+
+def scaling_table(results: list[dict[str, Any]], sizes: list[int]) -> str:
+    """Strong: n trajectories on 1 and 2 workers. Weak: n / 2 per worker on 1 and 2."""
+    rows = []
+    for n in sizes:
+        for controller in CONTROLLERS:
+            one, two = find(results, 1, controller, n), find(results, 2, controller, n)
+            half = find(results, 1, controller, n // 2)
+            for kind, base, ideal in (("strong", one, 2.0), ("weak", half, 1.0)):
+                rows.append(
+                    [
+                        kind,
+                        controller,
+                        f"{base['n']} / {n}",
+                        two["epochs"],
+                        f"{base['epoch']:.3f}",
+                        f"{two['epoch']:.3f}",
+                        f"{base['epoch'] / two['epoch']:.2f}",
+                        f"{base['epoch'] / (ideal * two['epoch']):.0%}",
+                    ]
+                )
     header = [
         "scaling",
         "controller",
         "trajectories (1 / 2 workers)",
+        "epochs",
         "epoch, 1 worker (s)",
         "epoch, 2 workers (s)",
         "speedup",
@@ -325,23 +354,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--trajectories", type=int, default=512)
+    parser.add_argument("--large", type=int, default=4096, help="trajectories, size/scaling runs")
+    parser.add_argument("--large-epochs", type=int, default=6, help="epochs of those runs")
     parser.add_argument("--rtol", type=float, default=1e-6, help="adaptive runs; atol = rtol/100")
     parser.add_argument("--lr", type=float, default=0.02, help="Adam step size")
-    parser.add_argument("--quick", action="store_true", help="64 trajectories, 4 epochs")
+    parser.add_argument("--quick", action="store_true", help="a smoke test: small and short")
     parser.add_argument("--out", default=None, help="append the tables to this file")
     args = parser.parse_args()
     if args.quick:
-        args.trajectories, args.epochs = 64, 4
-    n = args.trajectories
-    if n % 4:
-        parser.error("--trajectories must be a multiple of 4")
-    grid = [(mode, c, n) for mode in ("per-lane", "lock-step") for c in CONTROLLERS]
+        args.trajectories, args.epochs, args.large, args.large_epochs = 64, 4, 256, 3
+    n, large = args.trajectories, args.large
+    if n % 16 or large % 4 or large <= n:
+        parser.error("--trajectories must be a multiple of 16, --large one of 4 and larger")
+    main_jobs = [
+        (mode, c, n, args.epochs) for mode in ("per-lane", "lock-step") for c in CONTROLLERS
+    ]
+
+    def per_lane(*sizes: int, epochs: int = args.large_epochs) -> list[tuple[str, str, int, int]]:
+        return [("per-lane", c, size, epochs) for size in sizes for c in CONTROLLERS]
+
+    sweep = sorted({n // 8, n // 2, large} - {n})
+    jobs = {
+        0: main_jobs + per_lane(*sweep),
+        1: main_jobs + per_lane(n // 2, epochs=args.epochs) + per_lane(large // 2, large),
+        2: main_jobs + per_lane(large),
+    }
     results = []
-    for workers in (0, 1, 2):
-        jobs = grid + ([("per-lane", c, n // 2) for c in CONTROLLERS] if workers == 1 else [])
-        results += with_cluster(workers, jobs, args)
+    for workers, worker_jobs in jobs.items():
+        results += with_cluster(workers, worker_jobs, args)
         print(f"done: {workers} workers", file=sys.stderr, flush=True)
-    main_rows = [r for r in results if r["n"] == n]
+    main_rows = [r for r in results if r["n"] == n and r["epochs"] == args.epochs]
     text = "\n\n".join(
         [
             f"Machine: {machine()}",
@@ -349,8 +391,11 @@ def main() -> None:
             f"### Neural ODE training, {n} trajectories, {args.epochs} epochs "
             f"(adaptive: rtol={args.rtol:g}, atol={args.rtol * 1e-2:g})",
             main_table(main_rows),
-            f"### Weak and strong scaling (per-lane mode; weak: {n // 2} trajectories per worker)",
-            scaling_table(results, n),
+            "### Epoch time against batch size, in one process (per-lane)",
+            size_table(results, sorted({*sweep, n})),
+            "### Weak and strong scaling, 1 -> 2 workers (per-lane; weak: half the "
+            "trajectories on 1 worker)",
+            scaling_table(results, [n, large]),
         ]
     )
     print(text)
