@@ -37,6 +37,7 @@ lock-step, of its group), averaged over the epochs.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
 import time
@@ -386,7 +387,7 @@ def main() -> None:
     main_rows = [r for r in results if r["n"] == n and r["epochs"] == args.epochs]
     text = "\n\n".join(
         [
-            f"Machine: {machine()}",
+            f"Machine: {machine()}, autograd {importlib.metadata.version('autograd')}",
             f"Command: python {' '.join(sys.argv)}",
             f"### Neural ODE training, {n} trajectories, {args.epochs} epochs "
             f"(adaptive: rtol={args.rtol:g}, atol={args.rtol * 1e-2:g})",
