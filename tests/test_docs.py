@@ -31,6 +31,8 @@ RUNNABLE_PAGES = [
     "docs/tutorials/gpu-ensembles.md",
     "docs/tutorials/stiff-ensembles.md",
     "docs/tutorials/distributed-lbfgs.md",
+    "docs/tutorials/neural-ode.md",
+    "docs/tutorials/scaling.md",
     # docs/tutorials/hpc.md runs on a real SLURM cluster: tests/test_slurm_harness.py
 ]
 
