@@ -63,6 +63,11 @@ def solve_ensemble(
             from ._solve import CALLBACK_GRADIENTS
 
             raise NotImplementedError(CALLBACK_GRADIENTS)
+        if getattr(ensemble_alg, "lockstep", False):
+            raise NotImplementedError(
+                "lock-step ensembles are not differentiable: use EnsembleArray() (per-lane "
+                "steps), or stack the trajectories into one ODEProblem with a (n, B) u0"
+            )
         return solve_ensemble_traced(
             eprob,
             opts,

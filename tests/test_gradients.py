@@ -220,6 +220,14 @@ def test_unsupported_combinations_raise_clearly():
     with pytest.raises(ValueError, match="needs a running cluster"):
         autograd.grad(dask_loss)(theta)
 
+    def lockstep_loss(th):
+        eprob = dxode.EnsembleProblem(dxode.ODEProblem(lorenz, th, (0.0, 1.0), P0))
+        sim = dxode.solve(eprob, dxode.EnsembleArray(lockstep=True), trajectories=2, saveat=[1.0])
+        return anp.sum(sim.u)
+
+    with pytest.raises(NotImplementedError, match="lock-step ensembles are not differentiable"):
+        autograd.grad(lockstep_loss)(theta)
+
 
 def lorenz_vjp(u, p, t, v):
     x, y, z = u

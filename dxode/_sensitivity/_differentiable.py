@@ -143,12 +143,14 @@ def _forward(
             batches.append((lanes, batch_leaves, _forward_batch(*args)))
         else:
             batches.append((lanes, batch_leaves, static.client.submit(_forward_batch, *args)))
+    if static.client is None:
+        small = [(result[0], result[2]) for _, _, result in batches]
+    else:  # one round trip for all batches' saved states and statistics
+        small = static.client.gather(
+            [static.client.submit(_small_part, result) for _, _, result in batches]
+        )
     records, saved_parts, outcomes = [], [], []
-    for lanes, batch_leaves, result in batches:
-        if static.client is None:
-            saved, outcome = result[0], result[2]
-        else:
-            saved, outcome = static.client.submit(_small_part, result).result()
+    for (lanes, batch_leaves, result), (saved, outcome) in zip(batches, small, strict=True):
         saved_parts.append(saved)
         outcomes.append(outcome)
         records.append((lanes, result, outcome["retcode"], batch_leaves))
@@ -157,8 +159,12 @@ def _forward(
 
 
 def _without_client(static: _Static) -> _Static:
-    """The static data a batch task needs (the client stays on the driver)."""
-    return dataclasses.replace(static, client=None, outcome={})
+    """The static data a batch task needs: no client, and a parameter template without
+    autograd boxes (those would travel with every task)."""
+    from autograd.tracer import getval
+
+    template = _pytree.map_leaves(getval, static.p_template)
+    return dataclasses.replace(static, client=None, outcome={}, p_template=template)
 
 
 def _small_part(result: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
