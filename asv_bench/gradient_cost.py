@@ -23,6 +23,7 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 
 import argparse
+import json
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -253,7 +254,10 @@ def memory_table(quick: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer memory spans")
+    parser.add_argument("--json", help="also write the table (for plot_benchmarks.py) here")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory table")
     args = parser.parse_args()
+    rows: list[dict[str, Any]] = []
     repeat = 1 if args.quick else 3
     start = time.perf_counter()
     reference = autograd.grad(make_loss(dxode.ForwardSensitivity(), tol=1e-10))(THETA)
@@ -274,23 +278,32 @@ def main() -> None:
         alg = alg or dxode.DiscreteAdjoint(checkpoint_every=30)
         loss = make_loss(alg, vjp)
         elapsed, (_, g) = best(lambda loss=loss: autograd.value_and_grad(loss)(THETA), repeat)
+        err = rel_error(g, reference)
+        rows.append({"code": label, "forward": forward, "total": elapsed, "error": err})
         print(
-            f"| {label} | {forward:.3f} | {elapsed:.3f} | {elapsed / forward:.1f} "
-            f"| {rel_error(g, reference):.1e} |",
+            f"| {label} | {forward:.3f} | {elapsed:.3f} | {elapsed / forward:.1f} | {err:.1e} |",
             flush=True,
         )
     for peer in (diffrax_rows, torchode_rows, torchdiffeq_rows):
         try:
-            rows = peer(reference, repeat)
+            peer_rows = peer(reference, repeat)
         except ImportError as exc:
             print(f"| {peer.__name__}: skipped ({exc}) | | | | |")
             continue
-        for label, fwd, elapsed, err in rows:
+        for label, fwd, elapsed, err in peer_rows:
+            rows.append({"code": label, "forward": fwd, "total": elapsed, "error": err})
             print(
                 f"| {label} | {fwd:.3f} | {elapsed:.3f} | {elapsed / fwd:.1f} | {err:.1e} |",
                 flush=True,
             )
-    memory_table(args.quick)
+    for row in rows:
+        row["ratio"] = row["total"] / row["forward"]
+    if args.json:
+        title = f"(forward + gradient) / forward, {N:,} Lorenz trajectories, t in [0, {T1:g}]"
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"title": title, "rows": rows}, fh, indent=1)
+    if not args.no_memory:
+        memory_table(args.quick)
 
 
 if __name__ == "__main__":
