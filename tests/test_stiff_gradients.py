@@ -9,6 +9,8 @@ stiffness, and the unsupported sensealgs raise clearly.
 
 from __future__ import annotations
 
+import functools
+
 import autograd
 import autograd.numpy as anp
 import numpy as np
@@ -73,26 +75,40 @@ def vdp_loss(alg, sensealg, rtol, dtype=np.float64):
 
 
 VDP_THETA = np.array([2.0, -0.5, np.log(300.0)])
+ENSEMBLE_THETA = np.array([1.0, *np.log([10.0, 100.0, 1000.0])])
+
+
+@functools.cache
+def reference(name):
+    """Central differences of tight plain solves (computed once per module)."""
+    if name == "robertson":
+        return central_difference(robertson_loss(dxode.Rodas5P(), None, 1e-11), LOG_K, 1e-5)
+    if name == "vdp":
+        return central_difference(vdp_loss(dxode.Rodas5P(), None, 1e-10), VDP_THETA, 1e-6)
+    loss = _ensemble_loss(dxode.EnsembleArray(), None, 1e-9)
+    return central_difference(loss, ENSEMBLE_THETA, 1e-6)
 
 
 @pytest.mark.parametrize("sensealg", SUPPORTED, ids=repr)
 def test_robertson_gradients_match_central_differences(sensealg):
     grad = autograd.grad(robertson_loss(dxode.Rodas5P(), sensealg, 1e-6))(LOG_K)
-    reference = central_difference(robertson_loss(dxode.Rodas5P(), None, 1e-11), LOG_K, 1e-5)
-    np.testing.assert_allclose(grad, reference, rtol=1e-3)
+    np.testing.assert_allclose(grad, reference("robertson"), rtol=1e-3)
 
 
-@pytest.mark.parametrize("alg", STIFF, ids=repr)
+@pytest.mark.parametrize(
+    "alg", [STIFF[0], *[pytest.param(alg, marks=pytest.mark.slow) for alg in STIFF[1:]]], ids=repr
+)
 def test_van_der_pol_gradients_match_central_differences(alg):
     # To the tolerance: the small d/d(log mu) is the least accurate component (the adjoint's
     # quadrature of g), a 2nd-order method's global error is several times its rtol.
     second_order = isinstance(alg, dxode.Rosenbrock23)
     rtol = 1e-5 if second_order else 1e-6
-    reference = central_difference(vdp_loss(dxode.Rodas5P(), None, 1e-11), VDP_THETA, 1e-6)
-    scale = np.max(np.abs(reference))
+    scale = np.max(np.abs(reference("vdp")))
     for sensealg in SUPPORTED:
         grad = autograd.grad(vdp_loss(alg, sensealg, rtol))(VDP_THETA)
-        np.testing.assert_allclose(grad, reference, rtol=1e-3, atol=1e-4 * scale * second_order)
+        np.testing.assert_allclose(
+            grad, reference("vdp"), rtol=1e-3, atol=1e-4 * scale * second_order
+        )
 
 
 def test_interpolating_adjoint_is_the_default_for_stiff_methods():
@@ -106,26 +122,25 @@ def test_interpolating_adjoint_is_the_default_for_stiff_methods():
 def test_jacobian_sources_agree():
     # The problem's jac, autograd and difference Jacobians in the forward pass (and in J of
     # the sensitivity system) give the same gradient to the tolerance.
-    base = autograd.grad(robertson_loss(dxode.Rodas5P(), dxode.ForwardSensitivity(), 1e-6))(LOG_K)
+    base = reference("robertson")
     for alg, jac in (
         (dxode.Rodas5P(), robertson_jac),
         (dxode.Rodas5P(autodiff="finite_difference"), None),
     ):
         for sensealg in SUPPORTED:
-            grad = autograd.grad(robertson_loss(alg, sensealg, 1e-6, jac))(LOG_K)
+            grad = autograd.grad(robertson_loss(alg, sensealg, 1e-5, jac))(LOG_K)
             np.testing.assert_allclose(grad, base, rtol=1e-3)
 
 
 def test_float32_gradients():
     theta = VDP_THETA.astype(np.float32)
-    reference = autograd.grad(vdp_loss(dxode.Rodas5P(), None, 1e-10))(VDP_THETA)
     for sensealg in SUPPORTED:
         grad = autograd.grad(vdp_loss(dxode.Rodas5P(), sensealg, 1e-4, np.float32))(theta)
         assert grad.dtype == np.float32
-        np.testing.assert_allclose(grad, reference, rtol=2e-2)
+        np.testing.assert_allclose(grad, reference("vdp"), rtol=2e-2)
 
 
-def _ensemble_loss(ensemble_alg, sensealg, rtol=1e-7):
+def _ensemble_loss(ensemble_alg, sensealg, rtol=1e-6):
     # Van der Pol with mu = 10, 100, 1000 (per-lane stiffness), a shared u0 scale and per-lane
     # log mu: theta = [scale, log mu_1, log mu_2, log mu_3].
     def loss(theta):
@@ -153,15 +168,14 @@ def _ensemble_loss(ensemble_alg, sensealg, rtol=1e-7):
 
 @pytest.mark.parametrize("sensealg", SUPPORTED, ids=repr)
 def test_ensemble_with_per_lane_stiffness(sensealg):
-    theta = np.array([1.0, *np.log([10.0, 100.0, 1000.0])])
+    theta = ENSEMBLE_THETA
     array = autograd.grad(_ensemble_loss(dxode.EnsembleArray(), sensealg))(theta)
     serial = autograd.grad(_ensemble_loss(dxode.EnsembleSerial(), sensealg))(theta)
     # Lane by lane the same arithmetic: per-lane inputs bitwise, the shared one summed in
     # another order (last bits).
     np.testing.assert_array_equal(serial[1:], array[1:])
     np.testing.assert_allclose(serial[0], array[0], rtol=1e-13)
-    reference = central_difference(_ensemble_loss(dxode.EnsembleArray(), None, 1e-11), theta, 1e-6)
-    np.testing.assert_allclose(array, reference, rtol=1e-4)
+    np.testing.assert_allclose(array, reference("ensemble"), rtol=1e-3)
 
 
 @pytest.mark.parametrize(
