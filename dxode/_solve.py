@@ -83,9 +83,10 @@ def solve(
         by default, recorded as ``sim.seed``).
     sensealg : optional
         How gradients are computed when ``u0`` or ``p`` are differentiated with autograd:
-        ``DiscreteAdjoint()`` (the default; ``checkpoint_every=k`` bounds its memory),
-        ``InterpolatingAdjoint()``, ``BacksolveAdjoint()`` or ``ForwardSensitivity()`` (see
-        the gradients guide for which to use when). Ignored when nothing is differentiated.
+        ``DiscreteAdjoint()`` (the default for explicit methods; ``checkpoint_every=k`` bounds
+        its memory), ``InterpolatingAdjoint()`` (the default for stiff methods),
+        ``BacksolveAdjoint()`` or ``ForwardSensitivity()`` (see the gradients guide for which
+        to use when). Ignored when nothing is differentiated.
 
     Other Parameters
     ----------------

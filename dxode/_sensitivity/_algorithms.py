@@ -11,7 +11,8 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class DiscreteAdjoint:
-    """Differentiate the discrete solution: replay the accepted steps backward (the default).
+    """Differentiate the discrete solution: replay the accepted steps backward (the default
+    for explicit methods; stiff methods raise ``NotImplementedError``).
 
     The gradient is exact for the numbers the forward pass computed (the step sizes are
     constants of that computation), whatever the tolerance, and costs one backward sweep with
@@ -46,7 +47,8 @@ class InterpolatingAdjoint:
     ``t0`` with the same method and tolerances, adding each save point's cotangent to ``a``
     when it reaches that time; ``u(t)`` comes from the forward pass's interpolant. The
     gradient is accurate to the tolerances (not exact for the discrete solution); memory
-    holds every forward step with its stages.
+    holds every forward step with its stages. The default for stiff methods, which integrate
+    the adjoint with its exact Jacobian ``[[-J^T, 0], [-(df/dp)^T, 0]]``.
     """
 
 
@@ -58,7 +60,8 @@ class BacksolveAdjoint:
     forward pass but the saved states: the least memory. Integrating ``u`` backward is
     unstable for dissipative or chaotic systems (Lorenz over more than a few time units): the
     reconstructed ``u`` drifts from the forward solution and the gradient is then wrong.
-    Use it for non-stiff, non-chaotic, reversible problems only.
+    Use it for non-stiff, non-chaotic, reversible problems only (stiff methods raise
+    ``NotImplementedError``).
     """
 
 
@@ -70,7 +73,8 @@ class ForwardSensitivity:
     elements of the traced parameter leaves), with one forward-mode Jacobian-vector product
     of ``f`` per input and stage, all under the same error control. It gives the Jacobian of
     every save point, so its cost grows with the number of inputs: use it for few inputs
-    (a handful per trajectory), or as a tight reference.
+    (a handful per trajectory), or as a tight reference. Stiff methods integrate it with the
+    exact block lower triangular Jacobian of ``[u, S]``.
     """
 
 

@@ -26,6 +26,7 @@ from ..backends import get_backend
 from ..backends._base import ordered_sum
 from ._algorithms import BacksolveAdjoint
 from ._forward_sensitivity import leaf_size, one_hot
+from ._stiff import augmented_options, is_stiff, with_jacobian
 from ._traced_rhs import TracedRHS
 
 Array = Any
@@ -69,8 +70,9 @@ def backward(
         lane_positions = [i for i, lane in enumerate(rhs.lane_leaf) if lane]
         params = (ok, *[leaves[i][..., ok] for i in lane_positions])
         dense = None if backsolve else _Dense(static.options.alg, record, n_lanes, plain_rhs_for)
-        system = _AdjointSystem(rhs, leaves, lane_positions, shape, off, sizes, dense)
-        options = _backward_options(static.options)
+        stiff = is_stiff(static.options.alg)
+        system = _AdjointSystem(rhs, leaves, lane_positions, shape, off, sizes, dense, stiff)
+        options = augmented_options(_backward_options(static.options))
         backend = get_backend("numpy")
         good = np.ones(width, dtype=bool)
         start = float(t0[0])
@@ -123,6 +125,7 @@ class _AdjointSystem:
     off: int  # rows of u in the state (0 or n)
     sizes: list[int]
     dense: Any  # u(t) for the interpolating adjoint, None when u is part of the state
+    stiff: bool = False  # give the method the system's Jacobian
 
     def rhs_for(self, params: tuple) -> Any:
         lanes, lane_values = params[0], params[1:]
@@ -163,7 +166,36 @@ class _AdjointSystem:
                 row += k
             return dz
 
-        return f
+        if not self.stiff:
+            return f
+
+        def jac(z: Array, t: Array) -> Array:
+            # Linear in a: column c of the a-block from the VJP with cotangent e_c.
+            width = z.shape[-1]
+            u = self.dense(t, lanes, lane_values)
+            _, pull = rhs.pullback(u, t, current, by_vjp)
+            out = np.zeros((z.shape[0], z.shape[0], width), dtype=z.dtype)
+            for c in range(n):
+                e_c = np.zeros((n, width), dtype=z.dtype)
+                e_c[c] = 1.0
+                u_bar, bars = pull(e_c.reshape(*self.shape, width))
+                out[:n, c] = -np.reshape(u_bar, (n, width))
+                row = n
+                for i, k in zip(diff, self.sizes, strict=True):
+                    if i in by_vjp:
+                        out[row : row + k, c] = -np.reshape(bars[by_vjp.index(i)], (k, width))
+                    row += k
+            row = n
+            for i, k in zip(diff, self.sizes, strict=True):
+                if i not in by_vjp:
+                    zero = np.zeros_like(u)
+                    for j in range(k):
+                        _, dot = rhs.jvp(u, t, current, zero, {i: one_hot(current[i], j, rhs, i)})
+                        out[row + j, :n] = -np.reshape(dot, (n, width))
+                row += k
+            return out
+
+        return with_jacobian(f, jac)
 
 
 class _Dense:

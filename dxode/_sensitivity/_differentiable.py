@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import _pytree
 from .._integrator import LaneProblem, integrate
+from .._jacobian import Derivatives, LaneFunction
 from .._options import SolverOptions
 from .._rhs import as_array, checked_first_call
 from .._solvers import ExplicitRungeKutta
@@ -27,6 +28,7 @@ from ._algorithms import (
     InterpolatingAdjoint,
 )
 from ._discrete_adjoint import backward
+from ._stiff import is_stiff
 from ._traced_rhs import TracedRHS
 
 Array = Any
@@ -58,6 +60,8 @@ class _Static:
     batch_size: int
     dtype: Any
     sensealg: Any = dataclasses.field(default_factory=DiscreteAdjoint)
+    jac: Any = None  # the problem's jac and tgrad (stiff methods)
+    tgrad: Any = None
     u0_diff: bool = True  # whether u0 is differentiated (forward sensitivities skip it if not)
     client: Any = None  # a Dask client: batches run as tasks on its workers
     outcome: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
@@ -247,13 +251,25 @@ class BatchRHS:
 
 
 def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
-    """``rhs_for(params)``: the untraced lane RHS for the per-lane leaf values ``params``."""
+    """``rhs_for(params)``: the untraced lane RHS for the per-lane leaf values ``params``.
+
+    For a stiff method the RHS carries the problem's derivatives (``jac``, ``tgrad``, ``vjp``),
+    so its Jacobians are computed as in a solve without gradients.
+    """
     backend = get_backend("numpy")
     lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
+    derivatives = None
+    if is_stiff(static.options.alg):
+        derivatives = Derivatives(
+            static.f, static.jac, static.tgrad, static.vjp, single_lane=static.single_lane
+        )
     if static.single_lane:
         from .._rhs import single_lane_rhs
 
-        rhs = single_lane_rhs(backend, static.f, _pytree.rebuild(static.p_template, leaves))
+        p = _pytree.rebuild(static.p_template, leaves)
+        rhs = single_lane_rhs(backend, static.f, p)
+        if derivatives is not None:
+            rhs = LaneFunction(rhs, p, derivatives)
         return lambda params: rhs
 
     def rhs_for(params: tuple) -> Any:
@@ -261,7 +277,8 @@ def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
         for i, value in zip(lane_positions, params, strict=True):
             current[i] = value
         p_now = _pytree.rebuild(static.p_template, current)
-        return lambda u, t, out=None: as_array(backend, static.f(u, p_now, t), out=out)
+        rhs = lambda u, t, out=None: as_array(backend, static.f(u, p_now, t), out=out)
+        return rhs if derivatives is None else LaneFunction(rhs, p_now, derivatives)
 
     return rhs_for
 
@@ -361,10 +378,33 @@ def _like(grad: Any, arg: Any) -> Any:
     return np.asarray(grad).reshape(np.shape(arg)).astype(np.result_type(arg), copy=False)
 
 
-def check_differentiable(options: SolverOptions, backend_name: str) -> None:
-    """Clear errors for combinations the discrete adjoint does not support."""
-    if not isinstance(options.alg, ExplicitRungeKutta):
-        raise NotImplementedError(f"gradients through {options.alg!r} are not supported yet")
+def default_sensealg(alg: Any) -> Any:
+    """The sensitivity algorithm used when none is given: the discrete adjoint for explicit
+    methods, the interpolating adjoint for stiff ones."""
+    return InterpolatingAdjoint() if is_stiff(alg) else DiscreteAdjoint()
+
+
+def check_differentiable(options: SolverOptions, backend_name: str, sensealg: Any) -> None:
+    """Clear errors for combinations the sensitivity algorithms do not support."""
+    alg = options.alg
+    if is_stiff(alg):
+        if isinstance(sensealg, DiscreteAdjoint):
+            raise NotImplementedError(
+                f"DiscreteAdjoint() cannot differentiate through {alg!r}: replaying its steps "
+                "backward would need the derivative of the Jacobian inside every step; use "
+                "sensealg=InterpolatingAdjoint() (the default for stiff methods) or "
+                "ForwardSensitivity()"
+            )
+        if isinstance(sensealg, BacksolveAdjoint):
+            raise NotImplementedError(
+                f"BacksolveAdjoint() cannot differentiate through {alg!r}: integrating a stiff "
+                "problem's state backward in time is unstable (its fast decaying modes grow "
+                "backward), so the recomputed states and the gradient are wrong; use "
+                "sensealg=InterpolatingAdjoint() (the default for stiff methods) or "
+                "ForwardSensitivity()"
+            )
+    elif not isinstance(alg, ExplicitRungeKutta):
+        raise NotImplementedError(f"gradients through {alg!r} are not supported yet")
     if backend_name != "numpy":
         raise NotImplementedError(
             "gradients are computed with autograd on NumPy arrays; for CuPy problems supply "

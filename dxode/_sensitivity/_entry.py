@@ -14,8 +14,14 @@ from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import save_times, stop_times
-from ._algorithms import BacksolveAdjoint, DiscreteAdjoint, InterpolatingAdjoint
-from ._differentiable import _Static, check_differentiable, is_traced, traced_solve
+from ._algorithms import BacksolveAdjoint, InterpolatingAdjoint
+from ._differentiable import (
+    _Static,
+    check_differentiable,
+    default_sensealg,
+    is_traced,
+    traced_solve,
+)
 
 
 def solve_single_traced(
@@ -25,7 +31,8 @@ def solve_single_traced(
     import autograd.numpy as anp
     from autograd.tracer import getval, isbox
 
-    check_differentiable(opts, _backend_name(prob.u0))
+    sensealg = sensealg or default_sensealg(opts.alg)
+    check_differentiable(opts, _backend_name(prob.u0), sensealg)
     t0, t1 = prob.tspan
     grid = _gradient_grid(saveat, t0, t1)
     leaves = _pytree.leaves(prob.p)
@@ -45,7 +52,9 @@ def solve_single_traced(
         options=opts,
         batch_size=1,
         dtype=getval(prob.u0).dtype,
-        sensealg=sensealg or DiscreteAdjoint(),
+        sensealg=sensealg,
+        jac=prob.jac,
+        tgrad=prob.tgrad,
     )
     saved = traced_solve(
         static,
@@ -87,7 +96,8 @@ def solve_ensemble_traced(
             "loss from sim.u instead"
         )
     prob = eprob.prob
-    check_differentiable(opts, _backend_name(prob.u0))
+    sensealg = sensealg or default_sensealg(opts.alg)
+    check_differentiable(opts, _backend_name(prob.u0), sensealg)
     u0, p_template, p_leaves, lane_leaf, spans = _traced_trajectories(eprob, n, seed)
     t0, t1 = spans[:, 0], spans[:, 1]
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
@@ -116,7 +126,9 @@ def solve_ensemble_traced(
         batch_size=lanes_per_batch or batch_size,
         client=client,
         dtype=getval(prob.u0).dtype,
-        sensealg=sensealg or DiscreteAdjoint(),
+        sensealg=sensealg,
+        jac=prob.jac,
+        tgrad=prob.tgrad,
     )
     u0_lanes = anp.moveaxis(u0, 0, -1)
     saved = traced_solve(

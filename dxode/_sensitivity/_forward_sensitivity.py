@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 
 from .._integrator import LaneProblem, integrate
+from .._jacobian import lane_jacobian
 from .._retcode import ReturnCode
 from ..backends._base import ordered_sum
+from ._stiff import augmented_options, is_stiff, sensitivity_jacobian, u_jacobian, with_jacobian
 from ._traced_rhs import TracedRHS
 
 Array = Any
@@ -70,6 +72,8 @@ def forward(
         static.single_lane,
     )
 
+    stiff = is_stiff(static.options.alg)
+
     def rhs_for(params: tuple) -> Any:
         current = list(leaves)
         for i, value in zip(batch.lane_positions, params, strict=True):
@@ -89,7 +93,33 @@ def forward(
             dz[:n] = np.reshape(value, (n, width))
             return dz
 
-        return rhs
+        if not stiff:
+            return rhs
+
+        def jac(z: Array, t: Array) -> Array:
+            # J from the problem's jac / autograd / differences, the couplings M_d exactly.
+            width = z.shape[-1]
+            u = z[:n]
+            plain = batch.rhs_for(params)
+            mode = static.options.alg.autodiff
+            j_u, _ = lane_jacobian(batch.backend, plain, u, t, plain(u, t), mode)
+            tangents = [
+                {} if pos is None else {pos: one_hot(current[pos], j, static, pos)}
+                for pos, j in dirs
+            ]
+
+            def products(u_: Array) -> Array:
+                import autograd.numpy as anp
+
+                rows = [
+                    traced.jvp(u_, t, current, z[n * (1 + d) : n * (2 + d)], tangents[d])[1]
+                    for d in range(len(dirs))
+                ]
+                return anp.concatenate(rows) if rows else anp.zeros((0, width))
+
+            return sensitivity_jacobian(np.asarray(j_u), u_jacobian(products, u))
+
+        return with_jacobian(rhs, jac)
 
     problem = LaneProblem(
         rhs_for=rhs_for,
@@ -100,7 +130,7 @@ def forward(
         save_times=save_times,
         tstops=stops,
     )
-    result = integrate(problem, static.options, batch.backend)
+    result = integrate(problem, augmented_options(static.options), batch.backend)
     saved = result.saved  # (L, nsave, n (1 + D))
     n_save = saved.shape[1]
     u_saved = saved[..., :n].reshape(n_lanes, n_save, *shape)
