@@ -234,7 +234,9 @@ def test_a_hand_written_vjp_serves_the_adjoints():
     for alg in (dxode.InterpolatingAdjoint(), dxode.BacksolveAdjoint()):
         by_hand = autograd.grad(lambda th, alg=alg: loss(th, lorenz_vjp, alg))(theta)
         traced = autograd.grad(lambda th, alg=alg: loss(th, None, alg))(theta)
-        np.testing.assert_allclose(by_hand, traced, rtol=1e-10)
+        # The same derivatives with different rounding steer the adaptive backward solve
+        # differently within its tolerance (1e-8): agreement to ~1e-10, not to the last bit.
+        np.testing.assert_allclose(by_hand, traced, rtol=1e-8)
 
 
 def test_bad_sensealgs_raise_clearly():
@@ -246,7 +248,7 @@ def test_bad_sensealgs_raise_clearly():
 
     def loss(theta):
         eprob = dxode.EnsembleProblem(
-            prob, tspan=np.array([[0.0, 1.0], [0.0, 2.0]]), p=np.outer([1.0, 2.0], theta)
+            prob, tspan=np.array([[0.0, 1.0], [0.0, 2.0]]), p=anp.outer([1.0, 2.0], theta)
         )
         sim = dxode.solve(
             eprob, trajectories=2, saveat=[0.5], sensealg=dxode.InterpolatingAdjoint()
@@ -255,3 +257,10 @@ def test_bad_sensealgs_raise_clearly():
 
     with pytest.raises(NotImplementedError, match="one tspan shared by all trajectories"):
         autograd.grad(loss)(np.array([1.0, 1.0]))
+
+    def plain_numpy_loss(theta):
+        eprob = dxode.EnsembleProblem(prob, p=np.outer([1.0, 2.0], theta))
+        return anp.sum(dxode.solve(eprob, trajectories=2, saveat=[0.5]).u)
+
+    with pytest.raises(TypeError, match="plain `numpy` function"):
+        autograd.grad(plain_numpy_loss)(np.array([1.0, 1.0]))

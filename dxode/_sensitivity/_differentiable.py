@@ -35,10 +35,24 @@ Array = Any
 
 
 def is_traced(*values: Any) -> bool:
-    """Whether any leaf of ``values`` is an autograd value being traced."""
+    """Whether any leaf of ``values`` is an autograd value being traced.
+
+    Raises ``TypeError`` for a NumPy object array of traced values: what a plain ``numpy``
+    function (``np.outer``, ``np.stack``, ...) makes of them, which autograd cannot follow.
+    """
     from autograd.tracer import isbox
 
-    return any(isbox(leaf) for value in values for leaf in _pytree.leaves(value))
+    leaves = [leaf for value in values for leaf in _pytree.leaves(value)]
+    for leaf in leaves:
+        if getattr(leaf, "dtype", None) == np.dtype(object) and any(
+            isbox(x) for x in np.ravel(leaf)
+        ):
+            raise TypeError(
+                "an array of traced autograd values was built with a plain `numpy` function; "
+                "use `autograd.numpy` (import autograd.numpy as anp) to build u0, p or tspan "
+                "from differentiated values"
+            )
+    return any(isbox(leaf) for leaf in leaves)
 
 
 @dataclasses.dataclass
