@@ -86,6 +86,9 @@ from ._solvers import (
     RosenbrockTableau as RosenbrockTableau,
 )
 from ._solvers import (
+    TRBDF2 as TRBDF2,
+)
+from ._solvers import (
     Tsit5 as Tsit5,
 )
 from ._solvers import (
@@ -128,6 +131,7 @@ __all__ = [
     "Rosenbrock23",
     "RosenbrockTableau",
     "SolverStats",
+    "TRBDF2",
     "TrajectoryContext",
     "Tsit5",
     "Vern7",

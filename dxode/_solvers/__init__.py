@@ -14,6 +14,7 @@ from .rk4 import RK4
 from .rodas4 import Rodas4
 from .rodas5p import Rodas5P
 from .rosenbrock23 import Rosenbrock23
+from .trbdf2 import TRBDF2
 from .tsit5 import Tsit5
 from .vern7 import Vern7
 
@@ -32,6 +33,7 @@ __all__ = [
     "Rosenbrock23",
     "RosenbrockTableau",
     "StepResult",
+    "TRBDF2",
     "Tsit5",
     "Vern7",
     "get_algorithm",
@@ -39,7 +41,7 @@ __all__ = [
 
 ALGORITHMS: dict[str, type[AbstractStepper]] = {
     cls.__name__.lower(): cls
-    for cls in (Euler, RK4, BS3, DP5, Tsit5, Vern7, Rosenbrock23, Rodas4, Rodas5P)
+    for cls in (Euler, RK4, BS3, DP5, Tsit5, Vern7, Rosenbrock23, Rodas4, Rodas5P, TRBDF2)
 }
 
 
