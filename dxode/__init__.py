@@ -65,6 +65,9 @@ from ._solvers import (
     RK4 as RK4,
 )
 from ._solvers import (
+    TRBDF2 as TRBDF2,
+)
+from ._solvers import (
     AbstractStepper as AbstractStepper,
 )
 from ._solvers import (
@@ -86,9 +89,6 @@ from ._solvers import (
     RosenbrockTableau as RosenbrockTableau,
 )
 from ._solvers import (
-    TRBDF2 as TRBDF2,
-)
-from ._solvers import (
     Tsit5 as Tsit5,
 )
 from ._solvers import (
@@ -102,6 +102,7 @@ __all__ = [
     "BS3",
     "DP5",
     "RK4",
+    "TRBDF2",
     "AbstractController",
     "AbstractEnsembleAlgorithm",
     "AbstractStepper",
@@ -131,7 +132,6 @@ __all__ = [
     "Rosenbrock23",
     "RosenbrockTableau",
     "SolverStats",
-    "TRBDF2",
     "TrajectoryContext",
     "Tsit5",
     "Vern7",

@@ -23,6 +23,8 @@ PREDICT = (1.0 - 1.0 / GAMMA, 1.0 / GAMMA)
 """The BDF2 stage's starting ``h f(t + h)``: linear extrapolation from ``t`` and ``t + GAMMA h``."""
 ERROR = ((1.0 - _SQRT2) / 3.0, 1.0 / 3.0, (_SQRT2 - 2.0) / 3.0)
 """Weights of ``h f`` at ``t``, ``t + GAMMA h``, ``t + h`` in the local error estimate."""
+DEFAULT_KAPPA = 1e-2
+DEFAULT_MAX_ITERS = 10
 
 
 class TRBDF2(StiffMethod, AbstractStepper):
@@ -63,7 +65,12 @@ class TRBDF2(StiffMethod, AbstractStepper):
     fsal = False
     rhs_per_step = 0  # every Newton iteration is counted per lane (StepResult.nf_extra)
 
-    def __init__(self, autodiff: str = "auto", kappa: float = 1e-2, max_iters: int = 10) -> None:
+    def __init__(
+        self,
+        autodiff: str = "auto",
+        kappa: float = DEFAULT_KAPPA,
+        max_iters: int = DEFAULT_MAX_ITERS,
+    ) -> None:
         super().__init__(autodiff)
         if not (isinstance(kappa, (int, float)) and 0.0 < kappa < 1.0):
             raise ValueError(f"kappa must be a number in (0, 1), got {kappa!r}")
@@ -138,8 +145,8 @@ class TRBDF2(StiffMethod, AbstractStepper):
 
     def __repr__(self) -> str:
         args = [] if self.autodiff == "auto" else [f"autodiff={self.autodiff!r}"]
-        if self.kappa != 1e-2:
+        if self.kappa != DEFAULT_KAPPA:
             args.append(f"kappa={self.kappa!r}")
-        if self.max_iters != 10:
+        if self.max_iters != DEFAULT_MAX_ITERS:
             args.append(f"max_iters={self.max_iters!r}")
         return f"TRBDF2({', '.join(args)})"
