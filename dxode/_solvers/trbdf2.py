@@ -19,8 +19,6 @@ D = GAMMA / 2.0
 """The diagonal coefficient: both implicit stages solve ``y = base + D h f(y)``."""
 W = _SQRT2 / 4.0
 """Weight of ``h f`` at ``t`` and at ``t + GAMMA h`` in the BDF2 stage."""
-PREDICT = (1.0 - 1.0 / GAMMA, 1.0 / GAMMA)
-"""The BDF2 stage's starting ``h f(t + h)``: linear extrapolation from ``t`` and ``t + GAMMA h``."""
 ERROR = ((1.0 - _SQRT2) / 3.0, 1.0 / 3.0, (_SQRT2 - 2.0) / 3.0)
 """Weights of ``h f`` at ``t``, ``t + GAMMA h``, ``t + h`` in the local error estimate."""
 DEFAULT_KAPPA = 1e-2
@@ -108,14 +106,17 @@ class TRBDF2(StiffMethod, AbstractStepper):
             )
 
         z0 = h * f0
-        # Trapezoidal rule to t + gamma h, started from an explicit Euler step.
+        # Trapezoidal rule to t + gamma h, started from the linearly implicit Euler step (the
+        # first Newton iterate from u, free since f(u) is known): stable at any step size.
         base = u + D * z0
-        tr = stage(t + GAMMA * h, base, u + GAMMA * z0, xp.ones(h.shape, dtype=xp.bool))
+        guess = u + backend.lu_solve(factors, GAMMA * z0)
+        tr = stage(t + GAMMA * h, base, guess, xp.ones(h.shape, dtype=xp.bool))
         z_gamma = (tr.y - base) / D
-        # BDF2 through u, the trapezoidal stage and u1 (only where the first stage converged).
+        # BDF2 through u, the trapezoidal stage and u1 (only where the first stage converged),
+        # started from the trapezoidal stage: extrapolating its derivative would carry the
+        # trapezoidal rule's undamped stiff components into the guess.
         base = u + W * z0 + W * z_gamma
-        guess = base + D * linear_combination(PREDICT, [z0, z_gamma])
-        bdf = stage(t + h, base, guess, tr.converged)
+        bdf = stage(t + h, base, tr.y, tr.converged)
         z1 = (bdf.y - base) / D
         error = backend.lu_solve(factors, linear_combination(ERROR, [z0, z_gamma, z1]))
         return StepResult(
