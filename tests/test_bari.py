@@ -6,8 +6,8 @@ thresholds are about half a digit under what each method reached on 2026-11-21; 
 SciPy at the same tolerances with the analytic Jacobian reached (Radau / BDF): hires 4.8 / 2.8,
 vdpol 8.2 / 4.8, orego 7.4 / 4.2, pollu 5.4 / 4.2, rober 10.1 / 5.9. A method with a wrong
 Jacobian or an error estimate that does not control the error falls below them (checked by hand
-with a Jacobian missing one term, and with rtol 100x looser). TRBDF2 reached hires 2.5,
-pollu 3.6, vdpol 4.0, orego 3.0, rober 4.8 (and 1.6, 2.7, 2.8, 1.7 on the first four with
+with a Jacobian missing one term, and with rtol 100x looser). TRBDF2 reached hires 2.6,
+pollu 3.6, vdpol 4.0, orego 3.0, rober 4.8 (and 1.4, 2.9, 2.8, 1.7 on the first four with
 rtol and atol 100x looser); its Newton iteration corrects an inexact Jacobian, which then
 costs iterations rather than digits.
 

@@ -211,3 +211,25 @@ def test_options_and_repr():
         dxode.TRBDF2(max_iters=0)
     with pytest.raises(ValueError, match="autodiff"):
         dxode.TRBDF2(autodiff="forward")
+
+
+def test_an_approximate_jacobian_costs_iterations_not_accuracy():
+    """Robertson with a Jacobian missing its d/dy3 terms: same steps and error as the exact one."""
+
+    def robertson(u, p, t):
+        y1, y2, y3 = u
+        return [-0.04 * y1 + 1e4 * y2 * y3, 0.04 * y1 - 1e4 * y2 * y3 - 3e7 * y2**2, 3e7 * y2**2]
+
+    def jac(u, p, t, exact=True):
+        _, y2, y3 = u
+        d3 = 1e4 * y2 if exact else 0.0 * y2
+        return [[-0.04, 1e4 * y3, d3], [0.04, -1e4 * y3 - 6e7 * y2, -d3], [0.0, 6e7 * y2, 0.0]]
+
+    prob = dxode.ODEProblem(robertson, [1.0, 0.0, 0.0], (0.0, 1e3), jac=jac)
+    opts = {"rtol": 1e-5, "atol": 1e-9, "saveat": [1e3]}
+    exact = dxode.solve(prob, dxode.TRBDF2(), **opts)
+    rough = dxode.solve(prob.remake(jac=lambda u, p, t: jac(u, p, t, False)), "trbdf2", **opts)
+    assert exact.retcode == rough.retcode == dxode.ReturnCode.Success
+    np.testing.assert_allclose(rough.u[-1], exact.u[-1], rtol=1e-3)
+    assert rough.stats.naccept < 1.2 * exact.stats.naccept
+    assert rough.stats.nf > exact.stats.nf  # the price: more Newton iterations

@@ -37,10 +37,10 @@ class TRBDF2(StiffMethod, AbstractStepper):
     size controller shrinks that lane's step as much as it can, without touching the other
     lanes. The local error estimate is the paper's third-order one filtered through ``W``
     (one more solve), and the dense output is the cubic Hermite interpolant of the step's
-    ends. Suited to loose tolerances (``rtol`` about ``1e-2`` to ``1e-5``), to problems
-    with discontinuities or whose Jacobian is inaccurate (the Newton iteration corrects
-    an approximate ``W``, where a Rosenbrock method would lose its order), and to
-    oscillatory stiff problems.
+    ends. Its advantage over the Rosenbrock methods is robustness to an approximate
+    Jacobian: the Newton iteration corrects it at the cost of a few iterations, where a
+    Rosenbrock method loses its order and falls back on many small steps. With an exact
+    Jacobian, ``Rodas5P`` (or ``Rosenbrock23`` at loose tolerances) is usually cheaper.
 
     Parameters
     ----------
