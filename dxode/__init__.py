@@ -70,6 +70,9 @@ from ._solvers import (
     RK4 as RK4,
 )
 from ._solvers import (
+    TRBDF2 as TRBDF2,
+)
+from ._solvers import (
     AbstractStepper as AbstractStepper,
 )
 from ._solvers import (
@@ -104,6 +107,7 @@ __all__ = [
     "BS3",
     "DP5",
     "RK4",
+    "TRBDF2",
     "AbstractController",
     "AbstractEnsembleAlgorithm",
     "AbstractStepper",

@@ -96,6 +96,7 @@ def _integrate(
     direction = 1.0 if bool(xp.all(t1 > t0)) else -1.0
     eps = float(xp.finfo(dtype).eps)
     atol = options.atol if isinstance(options.atol, float) else _lanes_last(xp, options.atol, u0)
+    stepper = stepper.configure(options.rtol, atol)
 
     rhs = problem.rhs_for(problem.params)
     f0 = problem.f0 if problem.f0 is not None else rhs(u0, t0)
@@ -200,15 +201,19 @@ def _integrate(
         if options.adaptive:
             scale = options.rtol * xp.maximum(xp.abs(u), xp.abs(result.u1)) + atol
             err = rms_norm(xp, result.error / scale)
+            if result.failed is not None:  # no solution to the implicit stages: shrink h most
+                err = xp.where(result.failed, math.inf, err)
             if lockstep:
                 err = _shared_error(xp, err, None if all_active else lanes["active"])
-            finite = xp.isfinite(err)
+            finite = xp.isfinite(err) if result.failed is None else xp.isfinite(err) | result.failed
             accept, h_next, ctrl = options.controller.adapt(
                 xp, xp.where(finite, err, math.inf), habs, lanes.group("ctrl"), stepper.error_order
             )
             lanes.put_group("ctrl", ctrl)
         else:
             finite = xp.all(xp.isfinite(result.u1), axis=tuple(range(u.ndim - 1)))
+            if result.failed is not None:
+                finite = finite & ~result.failed
             accept = finite
             h_next = xp.full_like(habs, options.dt)
         if not all_active:

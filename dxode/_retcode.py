@@ -40,7 +40,8 @@ _MESSAGES = {
     ReturnCode.Unstable: (
         "the solution became non-finite (NaN or inf) and smaller steps did not help; check "
         "the right-hand side for invalid operations (e.g. log or sqrt of negatives) at the "
-        "states reached"
+        "states reached; with fixed steps, an implicit method (TRBDF2) also stops here when "
+        "its Newton iteration fails: try a smaller dt"
     ),
     ReturnCode.Terminated: "a callback terminated the integration",
 }

@@ -15,8 +15,8 @@ from dxode.backends import _lu, backend_for, get_backend
 
 from conftest import to_numpy
 
-STIFF = ["Rosenbrock23", "Rodas4", "Rodas5P"]
-ORDERS = {"Rosenbrock23": 2, "Rodas4": 4, "Rodas5P": 5}
+STIFF = ["Rosenbrock23", "Rodas4", "Rodas5P", "TRBDF2"]
+ORDERS = {"Rosenbrock23": 2, "Rodas4": 4, "Rodas5P": 5, "TRBDF2": 2}
 
 
 def method(name, **kwargs):

@@ -14,6 +14,7 @@ from .rk4 import RK4
 from .rodas4 import Rodas4
 from .rodas5p import Rodas5P
 from .rosenbrock23 import Rosenbrock23
+from .trbdf2 import TRBDF2
 from .tsit5 import Tsit5
 from .vern7 import Vern7
 
@@ -22,6 +23,7 @@ __all__ = [
     "BS3",
     "DP5",
     "RK4",
+    "TRBDF2",
     "AbstractStepper",
     "Euler",
     "ExplicitRungeKutta",
@@ -39,7 +41,7 @@ __all__ = [
 
 ALGORITHMS: dict[str, type[AbstractStepper]] = {
     cls.__name__.lower(): cls
-    for cls in (Euler, RK4, BS3, DP5, Tsit5, Vern7, Rosenbrock23, Rodas4, Rodas5P)
+    for cls in (Euler, RK4, BS3, DP5, Tsit5, Vern7, Rosenbrock23, Rodas4, Rodas5P, TRBDF2)
 }
 
 

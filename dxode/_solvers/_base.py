@@ -30,6 +30,10 @@ class StepResult(NamedTuple):
         RHS evaluations beyond ``rhs_per_step`` made by this attempt (per lane): finite-
         difference Jacobians, Newton iterations. Counted only for methods that set
         ``variable_rhs_evals``.
+    failed : (L,) bool array or None
+        Lanes whose implicit stage equations could not be solved (their ``u1`` and ``error``
+        mean nothing): the integrator rejects their step and, when adaptive, shrinks it as
+        after a non-finite error. ``None`` when every lane's step is valid.
     """
 
     u1: Array
@@ -37,6 +41,7 @@ class StepResult(NamedTuple):
     stages: Array
     f1: Array | None
     nf_extra: Any = 0
+    failed: Array | None = None
 
 
 class AbstractStepper(abc.ABC):
@@ -73,6 +78,15 @@ class AbstractStepper(abc.ABC):
     def adaptive(self) -> bool:
         """Whether the method estimates its local error (and so supports adaptive steps)."""
         return self.error_order is not None
+
+    def configure(self, rtol: float, atol: Any) -> AbstractStepper:
+        """The stepper to integrate with at these tolerances; the integrator calls it once.
+
+        Methods whose steps need the tolerances (the Newton iteration of implicit methods)
+        return a configured copy; the default returns ``self``. ``atol`` is a float or an
+        array that broadcasts against lanes-last states ``(*shape, L)``.
+        """
+        return self
 
     @abc.abstractmethod
     def step(
