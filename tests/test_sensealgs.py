@@ -191,15 +191,16 @@ def test_failed_lanes_give_nan_gradients(sensealg):
     assert np.all(np.isfinite(g[[0, 2]]))
 
 
-@pytest.mark.slow
 def test_backsolve_caveat_on_a_chaotic_horizon():
-    # Integrating Lorenz backward over [0, 10] amplifies the forward error by e^(14 t) along
-    # the contracting direction: the backsolved gradient is not trustworthy there, while the
-    # interpolating adjoint still agrees with forward sensitivities. Shown, not asserted.
+    # Integrating Lorenz backward amplifies the forward error along the contracting
+    # direction (about e^(14 t)): already on [0, 1.5] the backsolved gradient is off by
+    # about 200 %, while the interpolating adjoint agrees with forward sensitivities to 1e-6
+    # (on [0, 2] backsolve is off 700x; from t = 4 it returns NaN). The docs say to trust
+    # InterpolatingAdjoint or DiscreteAdjoint on such problems.
     def make(alg):
         def loss(theta):
-            prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 10.0), (theta[0], 28.0, 8 / 3))
-            sol = dxode.solve(prob, saveat=1.0, rtol=1e-6, atol=1e-6, sensealg=alg)
+            prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.5), (theta[0], 28.0, 8 / 3))
+            sol = dxode.solve(prob, saveat=0.5, rtol=1e-6, atol=1e-6, sensealg=alg)
             return anp.sum(sol.u**2)
 
         return loss
@@ -207,10 +208,9 @@ def test_backsolve_caveat_on_a_chaotic_horizon():
     theta = np.array([10.0])
     reference = autograd.grad(make(dxode.ForwardSensitivity()))(theta)
     interpolating = autograd.grad(make(dxode.InterpolatingAdjoint()))(theta)
-    np.testing.assert_allclose(interpolating, reference, rtol=0.1)
+    np.testing.assert_allclose(interpolating, reference, rtol=1e-4)
     backsolve = autograd.grad(make(dxode.BacksolveAdjoint()))(theta)
-    error = np.abs(backsolve - reference) / np.abs(reference)
-    print(f"BacksolveAdjoint relative error on Lorenz [0, 10]: {error}")
+    assert np.abs(backsolve - reference) / np.abs(reference) > 0.2
 
 
 def test_a_hand_written_vjp_serves_the_adjoints():
