@@ -1,4 +1,4 @@
-"""Gradients through stiff solves (Rodas5P, Rodas4, Rosenbrock23).
+"""Gradients through stiff solves (Rodas5P, Rodas4, Rosenbrock23, TRBDF2).
 
 InterpolatingAdjoint (the default for stiff methods) and ForwardSensitivity integrate their
 augmented systems with the same stiff method and exact Jacobians; both are checked against
@@ -18,7 +18,7 @@ import pytest
 
 import dxode
 
-STIFF = [dxode.Rodas5P(), dxode.Rodas4(), dxode.Rosenbrock23()]
+STIFF = [dxode.Rodas5P(), dxode.Rodas4(), dxode.Rosenbrock23(), dxode.TRBDF2()]
 SUPPORTED = [dxode.InterpolatingAdjoint(), dxode.ForwardSensitivity()]
 
 
@@ -101,7 +101,7 @@ def test_robertson_gradients_match_central_differences(sensealg):
 def test_van_der_pol_gradients_match_central_differences(alg):
     # To the tolerance: the small d/d(log mu) is the least accurate component (the adjoint's
     # quadrature of g), a 2nd-order method's global error is several times its rtol.
-    second_order = isinstance(alg, dxode.Rosenbrock23)
+    second_order = isinstance(alg, (dxode.Rosenbrock23, dxode.TRBDF2))
     rtol = 1e-5 if second_order else 1e-6
     scale = np.max(np.abs(reference("vdp")))
     for sensealg in SUPPORTED:
