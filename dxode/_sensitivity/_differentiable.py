@@ -44,9 +44,7 @@ def is_traced(*values: Any) -> bool:
 
     leaves = [leaf for value in values for leaf in _pytree.leaves(value)]
     for leaf in leaves:
-        if getattr(leaf, "dtype", None) == np.dtype(object) and any(
-            isbox(x) for x in np.ravel(leaf)
-        ):
+        if isinstance(leaf, np.ndarray) and leaf.dtype == object and any(map(isbox, leaf.flat)):
             raise TypeError(
                 "an array of traced autograd values was built with a plain `numpy` function; "
                 "use `autograd.numpy` (import autograd.numpy as anp) to build u0, p or tspan "
