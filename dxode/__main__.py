@@ -3,7 +3,7 @@
 Subcommands:
 
 ``dxode demo [--output lorenz.png] [--trajectories N] [--workers W]
-[--scheduler ADDRESS | --jobqueue SYSTEM] [--backend numpy|cupy] [--fit-iterations K]``
+[--scheduler ADDRESS | --jobqueue SYSTEM] [--backend auto|numpy|cupy] [--fit-iterations K]``
     Solve the Lorenz system once and as an ensemble on a Dask cluster (an embedded local one
     by default), fit its parameters to noisy data with adjoint gradients, print summaries and
     write a plot.
@@ -74,9 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--backend",
-        choices=("numpy", "cupy"),
-        default="numpy",
-        help="array backend of the ensemble's workers (cupy: a CUDA cluster)",
+        choices=("auto", "numpy", "cupy"),
+        default="auto",
+        help="array backend of the ensemble's workers: cupy (a CUDA cluster, one worker per "
+        "GPU), numpy, or auto (the default: cupy when CuPy sees a GPU, else numpy)",
     )
     demo.add_argument(
         "--fit-iterations",

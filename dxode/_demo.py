@@ -23,7 +23,7 @@ def run_demo(
     trajectories: int = 100_000,
     workers: int | None = None,
     scheduler: str | None = None,
-    backend: str = "numpy",
+    backend: str = "auto",
     fit_iterations: int = 60,
     jobqueue: str | None = None,
 ) -> int:
@@ -32,7 +32,8 @@ def run_demo(
     The ensemble perturbs (sigma, rho, beta) by up to ±5 % per trajectory; the fit recovers
     them from noisy synthetic data with adjoint gradients computed on the workers and Adam
     (``fit_iterations`` steps; 0 skips it). The cluster is an embedded local one (``workers``
-    processes; a CUDA cluster with ``backend="cupy"``), the running scheduler at
+    processes; a CUDA cluster with ``backend="cupy"``, which "auto" picks when CuPy sees a
+    GPU), the running scheduler at
     ``scheduler``, or ``workers`` dask-jobqueue jobs of the batch system ``jobqueue``
     configured in Dask's ``jobqueue`` settings. Returns the process exit status.
     """
@@ -49,16 +50,17 @@ def run_demo(
             'dxode demo: the ensemble runs on Dask: pip install "dxode[dask,plot]"', file=sys.stderr
         )
         return 1
-    if backend == "cupy":
-        from .backends import cupy_available
+    from .backends import cupy_available
 
-        if not cupy_available():
-            print(
-                "dxode demo: --backend cupy needs CuPy and an NVIDIA GPU; none was found "
-                "(install dxode[gpu] on a GPU machine, or use --backend numpy)",
-                file=sys.stderr,
-            )
-            return 1
+    if backend == "auto":
+        backend = "cupy" if cupy_available() else "numpy"
+    if backend == "cupy" and not cupy_available():
+        print(
+            "dxode demo: --backend cupy needs CuPy and an NVIDIA GPU; none was found "
+            "(install dxode[gpu] on a GPU machine, or use --backend numpy)",
+            file=sys.stderr,
+        )
+        return 1
 
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
@@ -75,7 +77,8 @@ def run_demo(
         if jobqueue is not None:
             print(f"waiting for {workers or 1} {jobqueue} job(s) to start Dask workers ...")
             client.wait_for_workers(workers or 1, timeout=600)
-        print(f"Dask cluster: {len(client.scheduler_info()['workers'])} workers")
+        workers_now = len(client.scheduler_info()["workers"])
+        print(f"Dask cluster: {workers_now} workers, {backend} backend")
         sim, rate = _ensemble(client, trajectories, backend)
         fit = None
         if fit_iterations:

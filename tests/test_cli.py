@@ -24,7 +24,10 @@ def test_demo_writes_png(tmp_path, capsys):
     assert "RHS evals" in out
     assert "sol(5.0)" in out
     assert "2,000 trajectories" in out and "trajectories/s" in out
-    assert "Dask cluster: 2 workers" in out
+    from dxode.backends import cupy_available
+
+    backend = "cupy" if cupy_available() else "numpy"  # the default picks the GPU when there is one
+    assert f"Dask cluster: 2 workers, {backend} backend" in out
     # The fit prints its loss every ten iterations and ends with a summary.
     assert "iteration   0  loss" in out and "iteration  10  loss" in out
     assert "fitted       sigma" in out
