@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import dxode
+from dxode._lorenz import lorenz  # importable on the workers, unlike asv's benchmark package
 
 from .ensemble import PROBLEM, parameters
 
@@ -31,7 +32,7 @@ class LorenzEnsembleDask:
         self.cluster = dxode.local_cluster(n_workers=workers)
         self.client = distributed.Client(self.cluster)
         self.client.wait_for_workers(workers)
-        self.eprob = dxode.EnsembleProblem(PROBLEM, p=parameters(10_000))
+        self.eprob = dxode.EnsembleProblem(PROBLEM.remake(f=lorenz), p=parameters(10_000))
         self.solve(batch_size=10_000)  # warm the workers (imports, caches)
 
     def teardown(self, workers):
