@@ -246,7 +246,6 @@ def memory_table(quick: bool) -> None:
             dxode.DiscreteAdjoint(),
             dxode.DiscreteAdjoint(checkpoint_every=every),
             dxode.InterpolatingAdjoint(),
-            dxode.BacksolveAdjoint(),
         ):
             print(f"| {t1:g} | {steps} | `{alg!r}` | {peak_memory(alg, t1, n):.1f} |")
 
@@ -271,7 +270,6 @@ def main() -> None:
         ("dxode DiscreteAdjoint, hand VJP", dxode.DiscreteAdjoint(), lorenz_vjp),
         ("dxode DiscreteAdjoint(checkpoint_every=30), hand VJP", None, lorenz_vjp),
         ("dxode InterpolatingAdjoint, hand VJP", dxode.InterpolatingAdjoint(), lorenz_vjp),
-        ("dxode BacksolveAdjoint, hand VJP", dxode.BacksolveAdjoint(), lorenz_vjp),
         ("dxode ForwardSensitivity (autograd JVPs)", dxode.ForwardSensitivity(), None),
     ]
     for label, alg, vjp in cases:
@@ -284,6 +282,9 @@ def main() -> None:
             f"| {label} | {forward:.3f} | {elapsed:.3f} | {elapsed / forward:.1f} | {err:.1e} |",
             flush=True,
         )
+    # BacksolveAdjoint is left out: integrating Lorenz backward over [0, 10] diverges (off by
+    # ~200 % already over [0, 1.5], NaN from t = 4: tests/test_sensealgs.py shows it).
+    print("| dxode BacksolveAdjoint | | | | diverges on this horizon (not run) |")
     for peer in (diffrax_rows, torchode_rows, torchdiffeq_rows):
         try:
             peer_rows = peer(reference, repeat)
@@ -299,7 +300,7 @@ def main() -> None:
     for row in rows:
         row["ratio"] = row["total"] / row["forward"]
     if args.json:
-        title = f"(forward + gradient) / forward, {N:,} Lorenz trajectories, t in [0, {T1:g}]"
+        title = f"gradient cost, {N:,} Lorenz trajectories, t in [0, {T1:g}]"
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"title": title, "rows": rows}, fh, indent=1)
     if not args.no_memory:

@@ -31,11 +31,11 @@ ENSEMBLE_CODES = {
 }
 
 
-def _figure() -> tuple[Any, Any]:
+def _figure(width: float = 6.4) -> tuple[Any, Any]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    fig = Figure(figsize=(width, 4.2), layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.subplots()
 
@@ -74,7 +74,7 @@ def plot_dask_scaling(data: dict[str, Any], out: pathlib.Path) -> pathlib.Path:
 
 def plot_gradient_cost(data: dict[str, Any], out: pathlib.Path) -> pathlib.Path:
     """(forward + gradient) / forward for each code, with the ratio-2 target."""
-    fig, ax = _figure()
+    fig, ax = _figure(width=8.0)
     rows = [r for r in data["rows"] if r.get("ratio") is not None]
     ax.barh([r["code"] for r in rows], [r["ratio"] for r in rows], color="tab:green")
     ax.axvline(2.0, color="black", lw=0.8, ls="--", label="target 2")
