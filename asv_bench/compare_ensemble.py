@@ -244,31 +244,46 @@ def scipy_loop(params: np.ndarray) -> list[Any]:
 
 
 class Diffrax:
-    """``jax.jit(jax.vmap(solve_one))`` of Diffrax's Tsit5 with a PID controller."""
+    """``jax.jit(jax.vmap(solve_one))`` of a Diffrax solver with a PID controller, float64.
 
-    def __init__(self) -> None:
+    By default the Lorenz ensemble of this script with Tsit5; ``compare_stiff.py`` passes
+    Robertson's problem and ``"Kvaerno5"``.
+    """
+
+    def __init__(
+        self,
+        rhs: Callable[..., Any] = lorenz,
+        solver: str = "Tsit5",
+        y0: Any = U0,
+        ts: Any = SAVE_GRID,
+        span: tuple[float, float] = T_SPAN,
+        rtol: float = TOL,
+        atol: float = TOL,
+        max_steps: int = MAX_STEPS,
+    ) -> None:
         import diffrax
         import jax
         import jax.numpy as jnp
 
         jax.config.update("jax_enable_x64", True)
         self.jax, self.jnp = jax, jnp
-        term = diffrax.ODETerm(lambda t, u, p: jnp.stack(lorenz(u, p, t)))
-        y0 = jnp.asarray(U0, dtype=jnp.float64)
-        ts = jnp.asarray(SAVE_GRID, dtype=jnp.float64)
+        term = diffrax.ODETerm(lambda t, u, p: jnp.stack(rhs(u, p, t)))
+        y0 = jnp.asarray(y0, dtype=jnp.float64)
+        ts = jnp.asarray(ts, dtype=jnp.float64)
+        method = getattr(diffrax, solver)()
 
         def solve_one(p):
             sol = diffrax.diffeqsolve(
                 term,
-                diffrax.Tsit5(),
-                t0=T_SPAN[0],
-                t1=T_SPAN[1],
+                method,
+                t0=span[0],
+                t1=span[1],
                 dt0=None,
                 y0=y0,
                 args=p,
                 saveat=diffrax.SaveAt(ts=ts),
-                stepsize_controller=diffrax.PIDController(rtol=TOL, atol=TOL),
-                max_steps=MAX_STEPS,
+                stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+                max_steps=max_steps,
             )
             return sol.ys, sol.stats["num_steps"], sol.result._value
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import compare_ensemble as common  # sets the one-thread environment before NumPy loads
@@ -77,43 +76,11 @@ def worst_errors(u: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     return float(np.max(state)), float(np.max(y2))
 
 
-class Kvaerno5:
-    """``jax.jit(jax.vmap(solve_one))`` of Diffrax's Kvaerno5 with a PID controller."""
-
-    def __init__(self) -> None:
-        import diffrax
-        import jax
-        import jax.numpy as jnp
-
-        jax.config.update("jax_enable_x64", True)
-        self.jax, self.jnp = jax, jnp
-        term = diffrax.ODETerm(lambda t, u, p: jnp.stack(robertson(u, p, t)))
-        y0 = jnp.asarray(U0, dtype=jnp.float64)
-        ts = jnp.asarray(SAVE_TIMES, dtype=jnp.float64)
-
-        def solve_one(p):
-            sol = diffrax.diffeqsolve(
-                term,
-                diffrax.Kvaerno5(),
-                t0=T_SPAN[0],
-                t1=T_SPAN[1],
-                dt0=None,
-                y0=y0,
-                args=p,
-                saveat=diffrax.SaveAt(ts=ts),
-                stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
-                max_steps=MAX_STEPS,
-            )
-            return sol.ys, sol.stats["num_steps"], sol.result._value
-
-        self.fn = jax.jit(jax.vmap(solve_one))
-
-    def compile(self, params: np.ndarray) -> tuple[Callable[[], Any], float]:
-        p = self.jnp.asarray(params, dtype=self.jnp.float64)
-        start = time.perf_counter()
-        compiled = self.fn.lower(p).compile()
-        seconds = time.perf_counter() - start
-        return (lambda: self.jax.block_until_ready(compiled(p))), seconds
+def kvaerno5() -> common.Diffrax:
+    """Diffrax's Kvaerno5 on the Robertson ensemble, under ``jax.jit(jax.vmap(...))``."""
+    return common.Diffrax(
+        robertson, "Kvaerno5", U0, SAVE_TIMES, T_SPAN, RTOL, ATOL, max_steps=MAX_STEPS
+    )
 
 
 def measure(args: argparse.Namespace, skipped: list[str]) -> list[dict[str, Any]]:
@@ -147,7 +114,7 @@ def measure(args: argparse.Namespace, skipped: list[str]) -> list[dict[str, Any]
         common.log(f"  SciPy {method} loop over {m}: {seconds:.3f} s")
 
     try:
-        kv = Kvaerno5()
+        kv = kvaerno5()
     except ImportError as exc:
         skipped.append(f"Diffrax Kvaerno5: cannot import ({exc})")
         common.log(skipped[-1])
