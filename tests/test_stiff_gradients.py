@@ -200,3 +200,16 @@ def test_solves_without_gradients_are_unchanged():
     prob = dxode.ODEProblem(vdp, VDP_THETA[:2], (0.0, 0.4), [300.0])
     sol = dxode.solve(prob, dxode.Rodas5P(), saveat=[0.4], sensealg=dxode.DiscreteAdjoint())
     assert sol.retcode == dxode.ReturnCode.Success
+
+
+def test_augmented_systems_keep_the_method_settings():
+    # The augmented systems take the assembled Jacobian (autodiff "auto"); every other setting
+    # of the user's method (here TRBDF2's Newton tolerance and iteration limit) is kept.
+    from dxode._options import SolverOptions
+    from dxode._sensitivity._stiff import augmented_options
+
+    method = dxode.TRBDF2(autodiff="finite_difference", kappa=0.05, max_iters=7)
+    alg = augmented_options(SolverOptions.from_user(method)).alg
+    assert isinstance(alg, dxode.TRBDF2) and alg is not method
+    assert (alg.autodiff, alg.kappa, alg.max_iters) == ("auto", 0.05, 7)
+    assert method.autodiff == "finite_difference"  # the user's instance is unchanged

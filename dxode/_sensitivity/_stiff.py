@@ -50,7 +50,7 @@ def augmented_options(options: Any) -> Any:
     alg = options.alg
     if isinstance(alg, ExplicitRungeKutta) or getattr(alg, "autodiff", "auto") == "auto":
         return options
-    return dataclasses.replace(options, alg=type(alg)())
+    return dataclasses.replace(options, alg=alg.with_autodiff("auto"))
 
 
 def u_jacobian(func: Callable[[Array], Array], u: Array) -> Array:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from .._jacobian import check_autodiff, lane_jacobian, lane_tgrad
@@ -54,6 +55,12 @@ class StiffMethod:
 
     def __init__(self, autodiff: str = "auto") -> None:
         self.autodiff = check_autodiff(autodiff)
+
+    def with_autodiff(self, autodiff: str) -> Any:
+        """A copy of this method (its other settings kept) computing Jacobians by ``autodiff``."""
+        changed = copy.copy(self)
+        changed.autodiff = check_autodiff(autodiff)
+        return changed
 
     def derivatives(
         self, backend: Any, rhs: Any, t: Array, u: Array, f0: Array, need_tgrad: bool
