@@ -145,9 +145,9 @@ def _integrate(
         else:
             lanes.put(ts=ts)
         lanes.put(save_idx=save_idx, next_save=next_save)
-        if stepper.interpolation_rhs_evals:
-            lanes.put(nf_extra=xp.zeros(n_lanes, dtype=xp.int64))
-    if stepper.variable_rhs_evals:
+    if stepper.variable_rhs_evals or (n_save and stepper.interpolation_rhs_evals):
+        # Per-lane RHS evaluations beyond the fixed count per step (Jacobians, Newton
+        # iterations, interpolation stages for saves).
         lanes.put(nf_extra=xp.zeros(n_lanes, dtype=xp.int64))
     tstops = problem.tstops
     handler = None
