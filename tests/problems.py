@@ -201,3 +201,34 @@ def _scipy(problem: Reference, times: np.ndarray, method: str, tol: float) -> np
     )
     assert sol.success
     return sol.y.T
+
+
+def lorenz(u, p, t):
+    """The Lorenz system for a state ``(3,)`` or lanes ``(3, L)``."""
+    x, y, z = u
+    sigma, rho, beta = p
+    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+
+def _lorenz_u_bar(u, p, v):
+    x, y, z = u
+    sigma, rho, beta = p
+    vx, vy, vz = v
+    return np.stack(
+        [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
+    )
+
+
+def lorenz_vjp(u, p, t, v):
+    """Lorenz's VJP for a parameter tuple shared by all lanes (its cotangent summed)."""
+    x, y, z = u
+    vx, vy, vz = v
+    p_bar = (np.sum((y - x) * vx), np.sum(x * vy), np.sum(-z * vz))
+    return _lorenz_u_bar(u, p, v), p_bar
+
+
+def lorenz_vjp_lanes(u, p, t, v):
+    """Lorenz's VJP for per-lane parameters ``(3, L)`` (one cotangent per lane)."""
+    x, y, z = u
+    vx, vy, vz = v
+    return _lorenz_u_bar(u, p, v), np.stack([(y - x) * vx, x * vy, -z * vz])

@@ -9,13 +9,9 @@ import pytest
 
 import dxode
 
+from problems import lorenz, lorenz_vjp, lorenz_vjp_lanes
+
 P0 = (10.0, 28.0, 8.0 / 3.0)
-
-
-def lorenz(u, p, t):
-    x, y, z = u
-    sigma, rho, beta = p
-    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
 
 
 def central_difference(func, x, eps=1e-6):
@@ -227,26 +223,6 @@ def test_unsupported_combinations_raise_clearly():
 
     with pytest.raises(NotImplementedError, match="lock-step ensembles are not differentiable"):
         autograd.grad(lockstep_loss)(theta)
-
-
-def lorenz_vjp(u, p, t, v):
-    x, y, z = u
-    sigma, rho, beta = p
-    vx, vy, vz = v
-    u_bar = np.stack(
-        [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
-    )
-    return u_bar, (np.sum((y - x) * vx), np.sum(x * vy), np.sum(-z * vz))
-
-
-def lorenz_vjp_lanes(u, p, t, v):
-    x, y, z = u
-    sigma, rho, beta = p
-    vx, vy, vz = v
-    u_bar = np.stack(
-        [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
-    )
-    return u_bar, np.stack([(y - x) * vx, x * vy, -z * vz])
 
 
 def test_a_hand_written_vjp_gives_the_same_gradients():

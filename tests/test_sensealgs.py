@@ -9,6 +9,8 @@ import pytest
 
 import dxode
 
+from problems import lorenz, lorenz_vjp
+
 SENSEALGS = [
     dxode.DiscreteAdjoint(),
     dxode.DiscreteAdjoint(checkpoint_every=3),
@@ -25,12 +27,6 @@ def central_difference(func, x, eps=1e-6):
 
 def forced_decay(u, p, t):
     return -p * u + anp.sin(t)
-
-
-def lorenz(u, p, t):
-    x, y, z = u
-    sigma, rho, beta = p
-    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
 
 
 def decay_loss(sensealg, dtype=np.float64, tol=1e-10, alg=None):
@@ -214,15 +210,6 @@ def test_backsolve_caveat_on_a_chaotic_horizon():
 
 
 def test_a_hand_written_vjp_serves_the_adjoints():
-    def lorenz_vjp(u, p, t, v):
-        x, y, z = u
-        sigma, rho, beta = p
-        vx, vy, vz = v
-        u_bar = np.stack(
-            [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
-        )
-        return u_bar, (np.sum((y - x) * vx), np.sum(x * vy), np.sum(-z * vz))
-
     def loss(theta, vjp, alg):
         prob = dxode.ODEProblem(
             lorenz, theta[:3], (0.0, 1.0), (theta[3], theta[4], theta[5]), vjp=vjp
