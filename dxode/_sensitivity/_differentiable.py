@@ -19,7 +19,7 @@ from .._jacobian import Derivatives, LaneFunction
 from .._options import SolverOptions
 from .._rhs import as_array, checked_first_call
 from .._solvers import ExplicitRungeKutta
-from ..backends import get_backend
+from ..backends import get_backend, to_host
 from . import _continuous_adjoint, _forward_sensitivity
 from ._algorithms import (
     BacksolveAdjoint,
@@ -76,6 +76,7 @@ class _Static:
     tgrad: Any = None
     u0_diff: bool = True  # whether u0 is differentiated (forward sensitivities skip it if not)
     client: Any = None  # a Dask client: batches run as tasks on its workers
+    backend: Any = "numpy"  # where batches compute: a backend or its name
     outcome: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
@@ -198,10 +199,15 @@ def _forward_batch(
 ) -> tuple[np.ndarray, Any, dict[str, np.ndarray]]:
     """One batch's forward pass (here or as a Dask task): saved states, what the backward
     pass needs (the method's record), statistics."""
+    backend = get_backend(static.backend)
+    u0 = backend.asarray(u0)
+    leaves = _on_backend(backend, static, leaves)
     batch = BatchRHS.make(static, u0, leaves, t0)
     dtype = u0.dtype
     n = u0.shape[-1]
-    save_times = np.repeat(static.save_grid.astype(dtype)[:, None], n, axis=1)
+    save_times = backend.asarray(
+        np.repeat(to_host(static.save_grid)[:, None], n, axis=1), dtype=dtype
+    )
     alg = static.sensealg
     if isinstance(alg, ForwardSensitivity):
         saved, payload, result = _forward_sensitivity.forward(
@@ -216,25 +222,36 @@ def _forward_batch(
         problem = LaneProblem(
             rhs_for=batch.rhs_for,
             u0=u0,
-            t0=np.asarray(t0, dtype=dtype),
-            t1=np.asarray(t1, dtype=dtype),
+            t0=backend.asarray(t0, dtype=dtype),
+            t1=backend.asarray(t1, dtype=dtype),
             params=batch.params,
             save_times=save_times,
             record_steps=record,
-            tstops=stops.astype(dtype),
+            tstops=backend.asarray(stops, dtype=dtype),
             f0=batch.f0,
             checkpoint_every=getattr(alg, "checkpoint_every", None) or 0,
         )
         result = integrate(problem, static.options, batch.backend)
-        saved = result.saved
+        saved = to_host(result.saved)
         if isinstance(alg, BacksolveAdjoint):
             payload = saved
         elif isinstance(alg, InterpolatingAdjoint) or not alg.checkpoint_every:
-            payload = result.steps or _no_steps(u0)
+            payload = result.steps or _no_steps(backend, u0)
         else:
-            payload = (result.steps or _no_steps(u0), result.checkpoints)
-    outcome = {k: np.asarray(getattr(result, k)) for k in ("retcode", "nf", "naccept", "nreject")}
+            payload = (result.steps or _no_steps(backend, u0), result.checkpoints)
+    outcome = {k: to_host(getattr(result, k)) for k in ("retcode", "nf", "naccept", "nreject")}
     return saved, payload, outcome
+
+
+def _on_backend(backend: Any, static: _Static, leaves: list[Any]) -> list[Any]:
+    """A batch's parameter leaves where it computes: per-lane and differentiated array leaves
+    move to the backend; other leaves stay as the user gave them."""
+    if backend.name == "numpy":
+        return leaves
+    return [
+        backend.asarray(leaf) if (lane or diff) and np.ndim(leaf) else leaf
+        for leaf, lane, diff in zip(leaves, static.lane_leaf, static.diff_leaf, strict=True)
+    ]
 
 
 @dataclasses.dataclass
@@ -249,10 +266,10 @@ class BatchRHS:
     leaves: list[Any]  # the batch's parameter leaf values (per-lane ones lanes-last)
 
     @classmethod
-    def make(cls, static: _Static, u0: np.ndarray, leaves: list[Any], t0: np.ndarray) -> BatchRHS:
-        backend = get_backend("numpy")
+    def make(cls, static: _Static, u0: Array, leaves: list[Any], t0: np.ndarray) -> BatchRHS:
+        backend = get_backend(static.backend)
         p = _pytree.rebuild(static.p_template, leaves)
-        t0_b = np.asarray(t0, dtype=u0.dtype)
+        t0_b = backend.asarray(t0, dtype=u0.dtype)
         if static.single_lane:
             f0 = checked_first_call(backend, static.f, u0[..., 0], p, t0_b[0])[..., None]
         else:
@@ -268,7 +285,7 @@ def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
     For a stiff method the RHS carries the problem's derivatives (``jac``, ``tgrad``, ``vjp``),
     so its Jacobians are computed as in a solve without gradients.
     """
-    backend = get_backend("numpy")
+    backend = get_backend(static.backend)
     lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
     derivatives = None
     if is_stiff(static.options.alg):
@@ -295,14 +312,15 @@ def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
     return rhs_for
 
 
-def _no_steps(u0: np.ndarray) -> dict[str, np.ndarray]:
-    empty = np.zeros(0)
+def _no_steps(backend: Any, u0: Array) -> dict[str, Array]:
+    xp = backend.xp
+    empty = xp.zeros(0, dtype=u0.dtype)
     return {
-        "lane": np.zeros(0, dtype=np.int64),
+        "lane": xp.zeros(0, dtype=xp.int64),
         "t": empty,
         "h": empty,
         "t_end": empty,
-        "u0": np.zeros((*u0.shape[:-1], 0), dtype=u0.dtype),
+        "u0": xp.zeros((*u0.shape[:-1], 0), dtype=u0.dtype),
     }
 
 
@@ -356,7 +374,10 @@ def _backward_task(
             g,
         )
     steps, checkpoints = forward[1] if alg.checkpoint_every else (forward[1], None)
-    return backward(
+    backend = get_backend(static.backend)
+    batch_leaves = _on_backend(backend, static, batch_leaves)
+    u0_bar, leaf_bars = backward(
+        backend,
         static.options.alg,
         rhs,
         steps,
@@ -364,11 +385,12 @@ def _backward_task(
         save_grid,
         static.t0[lanes],
         retcode,
-        g,
+        backend.asarray(g),
         checkpoints=checkpoints,
         checkpoint_every=alg.checkpoint_every or 0,
         rhs_for=None if checkpoints is None else plain_rhs_for(static, batch_leaves),
     )
+    return to_host(u0_bar), [_host_value(bar) for bar in leaf_bars]
 
 
 def traced_rhs(static: _Static) -> TracedRHS:
@@ -380,7 +402,13 @@ def traced_rhs(static: _Static) -> TracedRHS:
         static.diff_leaf,
         static.single_lane,
         vjp=static.vjp,
+        backend=get_backend(static.backend),
     )
+
+
+def _host_value(x: Any) -> Any:
+    """A cotangent on the host: NumPy arrays and Python numbers pass through."""
+    return x if isinstance(x, (int, float, np.ndarray, np.generic)) else to_host(x)
 
 
 def _like(grad: Any, arg: Any) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
+from .._rhs import as_array
 
 Array = Any
 
@@ -41,6 +42,9 @@ class TracedRHS:
         ``f`` takes one trajectory without a lane axis (a plain ``solve``).
     vjp : callable, optional
         A user-supplied ``vjp(u, p, t, v) -> (u_bar, p_bar)`` (``p_bar`` a pytree like ``p``).
+    backend : Backend, optional
+        Where the batch computes (NumPy by default). Autograd traces NumPy only; on other
+        backends the derivatives come from ``vjp``.
     """
 
     f: Callable[..., Any]
@@ -49,6 +53,13 @@ class TracedRHS:
     diff_leaf: list[bool]
     single_lane: bool
     vjp: Callable[..., Any] | None = None
+    backend: Any = None
+
+    def __post_init__(self) -> None:
+        if self.backend is None:
+            from ..backends import get_backend
+
+            self.backend = get_backend("numpy")
 
     def pullback(
         self, y: Array, t: Array, leaves: list[Any], wrt: list[int] | None = None
@@ -136,18 +147,23 @@ class TracedRHS:
     def _user_pullback(
         self, y: Array, t: Array, leaves: list[Any], wrt: list[int]
     ) -> tuple[Array, Callable[[Array], tuple[Array, list[Any]]]]:
-        value = self._evaluate(y, t, leaves)
+        """``f`` evaluated plainly (nothing to trace) and the user's ``vjp`` as the pullback."""
+        backend = self.backend
+        p = _pytree.rebuild(self.p_template, leaves)
+        if self.single_lane:
+            value = backend.xp.expand_dims(as_array(backend, self.f(y[..., 0], p, t[0])), -1)
+        else:
+            value = as_array(backend, self.f(y, p, t))
 
         def pull(v: Array) -> tuple[Array, list[Any]]:
-            p = _pytree.rebuild(self.p_template, leaves)
             if self.single_lane:
                 u_bar, p_bar = self.vjp(y[..., 0], p, t[0], v[..., 0])
-                u_bar = np.asarray(u_bar)[..., None]
-                p_leaves = _pytree.leaves(p_bar)
+                u_bar = backend.xp.expand_dims(as_array(backend, u_bar), -1)
             else:
                 u_bar, p_bar = self.vjp(y, p, t, v)
-                p_leaves = _pytree.leaves(p_bar)
-            return u_bar, [p_leaves[i] for i in wrt]
+                u_bar = as_array(backend, u_bar)
+            p_leaves = _pytree.leaves(p_bar)
+            return u_bar, [as_array(backend, p_leaves[i]) for i in wrt]
 
         return value, pull
 
