@@ -79,6 +79,7 @@ def solve_ensemble(
             ensemble_alg.lanes_for_gradients(size),
             ensemble_alg.gradient_client(),
             sensealg,
+            ensemble_alg.backend_name(),
         )
     spec = BatchSpec(
         options=opts,

@@ -424,7 +424,9 @@ def default_sensealg(alg: Any) -> Any:
     return InterpolatingAdjoint() if is_stiff(alg) else DiscreteAdjoint()
 
 
-def check_differentiable(options: SolverOptions, backend_name: str, sensealg: Any) -> None:
+def check_differentiable(
+    options: SolverOptions, backend_name: str, sensealg: Any, vjp: Any = None
+) -> None:
     """Clear errors for combinations the sensitivity algorithms do not support."""
     alg = options.alg
     if is_stiff(alg):
@@ -445,8 +447,16 @@ def check_differentiable(options: SolverOptions, backend_name: str, sensealg: An
             )
     elif not isinstance(alg, ExplicitRungeKutta):
         raise NotImplementedError(f"gradients through {alg!r} are not supported yet")
-    if backend_name != "numpy":
+    if backend_name == "numpy":
+        return
+    if not isinstance(sensealg, DiscreteAdjoint) or is_stiff(alg):
         raise NotImplementedError(
-            "gradients are computed with autograd on NumPy arrays; for CuPy problems supply "
-            "NumPy inputs (see the gradients guide)"
+            f"on the {backend_name} backend gradients are computed with DiscreteAdjoint() "
+            f"through an explicit method; {sensealg!r} with {alg!r} runs on NumPy only"
+        )
+    if vjp is None:
+        raise NotImplementedError(
+            f"on the {backend_name} backend autograd cannot trace f: give the problem its "
+            "vector-Jacobian product, ODEProblem(..., vjp=vjp) with vjp(u, p, t, v) -> "
+            "(u_bar, p_bar), written with the arrays' own namespace (see the gradients guide)"
         )

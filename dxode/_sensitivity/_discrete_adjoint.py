@@ -174,7 +174,7 @@ class _Sweep:
         # The save point each recorded step ends at (-1: none).
         t_end = np.asarray(to_host(steps["t_end"]), dtype=np.float64)
         self.save_of_step = self.index(_save_index(save_grid, t_end), None)
-        self.u_bar = xp.zeros(cotangent.shape[2:] + (n_lanes,), dtype=cotangent.dtype)
+        self.u_bar = xp.zeros((*cotangent.shape[2:], n_lanes), dtype=cotangent.dtype)
         self.diff_idx = rhs.diff_positions()
         self.leaf_bars: list[Any] = [_zero_cotangent(xp, leaves[i]) for i in self.diff_idx]
         self.coefficients = _StageWeights(stepper, xp, self.u_bar)
@@ -309,7 +309,7 @@ def _save_index(grid: np.ndarray, times: np.ndarray) -> np.ndarray:
 
 
 def _zero_cotangent(xp: Any, leaf: Any) -> Any:
-    if isinstance(leaf, (int, float)) or np.ndim(leaf) == 0 and isinstance(leaf, np.generic):
+    if isinstance(leaf, (int, float)) or (np.ndim(leaf) == 0 and isinstance(leaf, np.generic)):
         return 0.0
     if isinstance(leaf, np.ndarray):
         return np.zeros(leaf.shape, dtype=np.result_type(leaf, np.float32))

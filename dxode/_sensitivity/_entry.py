@@ -14,6 +14,7 @@ from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import save_times, stop_times
+from ..backends import backend_for, get_backend, to_host
 from ._algorithms import BacksolveAdjoint, InterpolatingAdjoint
 from ._differentiable import (
     _Static,
@@ -32,7 +33,7 @@ def solve_single_traced(
     from autograd.tracer import getval, isbox
 
     sensealg = sensealg or default_sensealg(opts.alg)
-    check_differentiable(opts, _backend_name(prob.u0), sensealg)
+    check_differentiable(opts, _backend_name(prob.u0), sensealg, prob.vjp)
     t0, t1 = prob.tspan
     grid = _gradient_grid(saveat, t0, t1)
     leaves = _pytree.leaves(prob.p)
@@ -85,6 +86,7 @@ def solve_ensemble_traced(
     lanes_per_batch: int | None,
     client: Any = None,
     sensealg: Any = None,
+    backend: str | None = None,
 ) -> EnsembleSolution:
     """``solve`` for an ensemble whose trajectories depend on differentiated values."""
     import autograd.numpy as anp
@@ -97,7 +99,8 @@ def solve_ensemble_traced(
         )
     prob = eprob.prob
     sensealg = sensealg or default_sensealg(opts.alg)
-    check_differentiable(opts, _backend_name(prob.u0), sensealg)
+    backend = backend or _compute_backend(prob.u0)
+    check_differentiable(opts, get_backend(backend).name, sensealg, prob.vjp)
     u0, p_template, p_leaves, lane_leaf, spans = _traced_trajectories(eprob, n, seed)
     t0, t1 = spans[:, 0], spans[:, 1]
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
@@ -125,7 +128,8 @@ def solve_ensemble_traced(
         options=opts,
         batch_size=lanes_per_batch or batch_size,
         client=client,
-        dtype=getval(prob.u0).dtype,
+        backend=backend,
+        dtype=_host_dtype(prob.u0),
         sensealg=sensealg,
         jac=prob.jac,
         tgrad=prob.tgrad,
@@ -179,7 +183,7 @@ def _traced_trajectories(
     base = _pytree.leaves(prob.p)
     if eprob.prob_func is not None:
         problems = [eprob.trajectory(i, 0, seed) for i in range(n)]
-        u0 = anp.stack([p.u0 for p in problems])
+        u0 = anp.stack([_on_host(p.u0) for p in problems])
         columns = [[_pytree.leaves(p.p)[k] for p in problems] for k in range(len(base))]
         # A leaf every trajectory shares (one object: a fitted parameter vector, say) stays
         # one leaf, so its cotangent is accumulated jointly; others become lanes-last arrays.
@@ -194,7 +198,7 @@ def _traced_trajectories(
         data = eprob.batch_func(prob, BatchContext(np.arange(n), np.zeros(n, dtype=np.int64), seed))
     else:
         data = {key: _first_rows(value, n) for key, value in eprob.arrays.items()}
-    u0 = data["u0"] if "u0" in data else anp.stack([prob.u0] * n)
+    u0 = data["u0"] if "u0" in data else anp.stack([_on_host(prob.u0)] * n)
     spans = (
         np.asarray(data["tspan"], dtype=float)
         if "tspan" in data
@@ -216,9 +220,31 @@ def _gradient_grid(saveat: Any, t0: float, t1: float) -> np.ndarray:
     return grid
 
 
+def _on_host(u0: Any) -> Any:
+    """An untraced ``u0`` on another backend comes to the host (the primitive's inputs are
+    NumPy; batches move to their backend); a traced one is NumPy already."""
+    from autograd.tracer import isbox
+
+    return u0 if isbox(u0) else to_host(u0)
+
+
+def _host_dtype(u0: Any) -> Any:
+    from autograd.tracer import getval
+
+    value = getval(u0)
+    return value.dtype if isinstance(value, np.ndarray) else to_host(value).dtype
+
+
 def _backend_name(u0: Any) -> str:
     from autograd.tracer import getval
 
-    from ..backends import backend_for
-
     return backend_for(getval(u0)).name
+
+
+def _compute_backend(u0: Any) -> Any:
+    """Where an ensemble computes by default, that of ``prob.u0``: a backend's name (it
+    travels to Dask workers) or, for a generic array-API library, the backend itself."""
+    from autograd.tracer import getval
+
+    backend = backend_for(getval(u0))
+    return backend.name if backend.name in ("numpy", "cupy") else backend
