@@ -91,11 +91,9 @@ def backward(
 
 def _plain_sweep(sweep: _Sweep, counts: np.ndarray, starts: np.ndarray) -> None:
     """Every lane's steps in reverse, from the recorded start states."""
-    xp = sweep.xp
     for k in range(int(counts.max(initial=0))):
         active = k < counts
-        idx = sweep.index(np.where(active, starts + counts - 1 - k, starts))
-        sweep.step_back(idx, sweep.device(active), xp.take(sweep.steps["u0"], idx, axis=-1))
+        sweep.step_back(np.where(active, starts + counts - 1 - k, starts), active)
 
 
 def _checkpointed_sweep(
@@ -140,8 +138,7 @@ def _checkpointed_sweep(
             states.append(u)
         for q in range(len(states) - 1, -1, -1):
             active = q < length
-            idx = sweep.index(np.where(active, first + q, first))
-            sweep.step_back(idx, sweep.device(active), states[q])
+            sweep.step_back(np.where(active, first + q, first), active, states[q])
 
 
 class _Sweep:
@@ -173,7 +170,7 @@ class _Sweep:
         self.lane_rows = xp.arange(n_lanes, dtype=xp.int64) * n_save
         # The save point each recorded step ends at (-1: none).
         t_end = np.asarray(to_host(steps["t_end"]), dtype=np.float64)
-        self.save_of_step = self.index(_save_index(save_grid, t_end), None)
+        self.save_of_step = _save_index(save_grid, t_end)
         self.u_bar = xp.zeros((*cotangent.shape[2:], n_lanes), dtype=cotangent.dtype)
         self.diff_idx = rhs.diff_positions()
         self.leaf_bars: list[Any] = [_zero_cotangent(xp, leaves[i]) for i in self.diff_idx]
@@ -190,18 +187,25 @@ class _Sweep:
     def device(self, mask: np.ndarray) -> Array:
         return self.backend.asarray(mask, dtype=self.xp.bool)
 
-    def step_back(self, idx: Array, active: Array, u_n: Array) -> None:
-        """Every lane pulls its cotangent back through its step ``idx`` (a global step index)
-        that started from ``u_n``; lanes not ``active`` take a zero step."""
+    def step_back(self, step: np.ndarray, active: np.ndarray, u_n: Array | None = None) -> None:
+        """Every lane pulls its cotangent back through its step ``step`` (host global step
+        indices) that started from ``u_n`` (by default the recorded start states); lanes not
+        ``active`` take a zero step."""
         xp, steps = self.xp, self.steps
+        idx = self.index(step)
+        if u_n is None:
+            u_n = xp.take(steps["u0"], idx, axis=-1)
         t_start = xp.take(steps["t"], idx)
-        h = xp.where(active, xp.take(steps["h"], idx), xp.zeros_like(t_start))
-        # A save point at this step's end: its cotangent enters here.
-        save = xp.take(self.save_of_step, idx)
+        h = xp.take(steps["h"], idx)
+        if not active.all():
+            h = xp.where(self.device(active), h, xp.zeros_like(h))
+        ub = self.u_bar
+        save = self.save_of_step[np.clip(step, 0, max(self.n_steps - 1, 0))]
         hit = active & (save >= 0)
-        rows = xp.take(self.g, self.lane_rows + xp.clip(save, 0, None), axis=0)
-        entering = xp.moveaxis(rows, 0, -1)
-        ub = self.u_bar + xp.where(hit, entering, xp.zeros_like(entering))
+        if hit.any():  # a save point at this step's end: its cotangent enters here
+            rows = xp.take(self.g, self.lane_rows + self.index(save, self.n_save), axis=0)
+            entering = xp.moveaxis(rows, 0, -1)
+            ub = ub + xp.where(self.device(hit), entering, xp.zeros_like(entering))
         self.u_bar, step_bars = _step_vjp(
             self.backend, self.coefficients, self.rhs, u_n, t_start, h, ub, self.leaves
         )
