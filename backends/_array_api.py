@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
@@ -24,5 +25,14 @@ class ArrayAPIBackend(Backend):
     def xp(self) -> Any:
         return self._xp
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Travels (to Dask workers) as the name of its namespace's module.
+        return _for_module, (self._xp.__name__,)
+
     def to_host(self, x: Array) -> np.ndarray:
         return np.from_dlpack(x)
+
+
+def _for_module(name: str) -> ArrayAPIBackend:
+    """The backend of the array namespace importable as ``name``."""
+    return ArrayAPIBackend(importlib.import_module(name))

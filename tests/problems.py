@@ -232,3 +232,24 @@ def lorenz_vjp_lanes(u, p, t, v):
     x, y, z = u
     vx, vy, vz = v
     return _lorenz_u_bar(u, p, v), np.stack([(y - x) * vx, x * vy, -z * vz])
+
+
+def lorenz_xp(u, p, t):
+    """Lorenz for lanes-last states ``(3, L)`` and per-lane parameters ``(3, L)``, written
+    with the arrays' own namespace (NumPy, array_api_strict, CuPy)."""
+    xp = array_api_compat.array_namespace(u)
+    x, y, z = u[0, ...], u[1, ...], u[2, ...]
+    sigma, rho, beta = p[0, ...], p[1, ...], p[2, ...]
+    return xp.stack([sigma * (y - x), x * (rho - z) - y, x * y - beta * z])
+
+
+def lorenz_xp_vjp(u, p, t, v):
+    """The VJP of ``lorenz_xp``: state and per-lane parameter cotangents."""
+    xp = array_api_compat.array_namespace(u)
+    x, y, z = u[0, ...], u[1, ...], u[2, ...]
+    sigma, rho, beta = p[0, ...], p[1, ...], p[2, ...]
+    vx, vy, vz = v[0, ...], v[1, ...], v[2, ...]
+    u_bar = xp.stack(
+        [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
+    )
+    return u_bar, xp.stack([(y - x) * vx, x * vy, -z * vz])

@@ -350,3 +350,29 @@ def test_every_sensealg_runs_its_batches_on_the_workers(client, sensealg):
     on_workers = autograd.grad(loss_with(EnsembleDask(client)))(theta)
     here = autograd.grad(loss_with(dxode.EnsembleArray()))(theta)
     np.testing.assert_array_equal(on_workers, here)  # the same batches, bit for bit
+
+
+def test_gradients_on_another_backend_run_on_the_workers(client):
+    import array_api_strict as xps
+    import autograd
+    import autograd.numpy as anp
+
+    from problems import lorenz_xp, lorenz_xp_vjp
+
+    scale = 1 + 0.1 * (np.random.default_rng(1).random((20, 3)) - 0.5)
+
+    def loss_with(ensemble_alg):
+        def loss(theta):
+            u0 = xps.asarray([1.0, 0.0, 0.0])
+            prob = dxode.ODEProblem(lorenz_xp, u0, (0.0, 1.0), P0, vjp=lorenz_xp_vjp)
+            eprob = EnsembleProblem(prob, p=theta[None, :] * scale)
+            sim = dxode.solve(
+                eprob, dxode.Tsit5(), ensemble_alg, trajectories=20, batch_size=7, saveat=0.5
+            )
+            return anp.sum(sim.u**2)
+
+        return loss
+
+    theta = np.array(P0)
+    on_workers = autograd.grad(loss_with(EnsembleDask(client)))(theta)
+    np.testing.assert_array_equal(on_workers, autograd.grad(loss_with(None))(theta))

@@ -11,33 +11,15 @@ import autograd
 import autograd.numpy as anp
 import numpy as np
 import pytest
-from array_api_compat import array_namespace
 
 import dxode
 
 from conftest import _namespace
+from problems import lorenz_xp as lorenz
+from problems import lorenz_xp_vjp as lorenz_vjp
 
 SCALE = 1 + 0.1 * (np.random.default_rng(3).random((12, 3)) - 0.5)
 THETA = np.array([10.0, 28.0, 8.0 / 3.0])
-
-
-def lorenz(u, p, t):
-    """Lorenz for lanes-last states and per-lane parameters, in any array namespace."""
-    xp = array_namespace(u)
-    x, y, z = u[0, ...], u[1, ...], u[2, ...]
-    sigma, rho, beta = p[0, ...], p[1, ...], p[2, ...]
-    return xp.stack([sigma * (y - x), x * (rho - z) - y, x * y - beta * z])
-
-
-def lorenz_vjp(u, p, t, v):
-    xp = array_namespace(u)
-    x, y, z = u[0, ...], u[1, ...], u[2, ...]
-    sigma, rho, beta = p[0, ...], p[1, ...], p[2, ...]
-    vx, vy, vz = v[0, ...], v[1, ...], v[2, ...]
-    u_bar = xp.stack(
-        [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
-    )
-    return u_bar, xp.stack([(y - x) * vx, x * vy, -z * vz])
 
 
 def ensemble_loss(
