@@ -51,8 +51,9 @@ class Derivatives:
     ----------
     f : callable
         The user's ``f(u, p, t)``.
-    jac, tgrad, vjp : callable or None
-        The problem's ``jac(u, p, t)``, ``tgrad(u, p, t)`` and ``vjp(u, p, t, v)``.
+    jac, tgrad, vjp, paramjac : callable or None
+        The problem's ``jac(u, p, t)``, ``tgrad(u, p, t)``, ``vjp(u, p, t, v)`` and
+        ``paramjac(u, p, t)``.
     single_lane : bool
         The functions take one trajectory without a lane axis (a plain ``solve``); otherwise
         they take lanes-last batches.
@@ -66,10 +67,11 @@ class Derivatives:
     vjp: Callable[..., Any] | None = None
     single_lane: bool = False
     autograd_failed: bool = False
+    paramjac: Callable[..., Any] | None = None
 
     @classmethod
     def of(cls, prob: Any, single_lane: bool) -> Derivatives:
-        return cls(prob.f, prob.jac, prob.tgrad, prob.vjp, single_lane)
+        return cls(prob.f, prob.jac, prob.tgrad, prob.vjp, single_lane, paramjac=prob.paramjac)
 
 
 class LaneFunction:
@@ -103,7 +105,7 @@ def lane_jacobian(
     """
     derivs: Derivatives | None = getattr(rhs, "derivatives", None)
     if derivs is not None and derivs.jac is not None and mode == "auto":
-        return _user_matrix(backend, derivs, "jac", rhs.p, u, t), 0
+        return user_matrix(backend, derivs, "jac", rhs.p, u, t), 0
     if mode != "finite_difference" and derivs is not None and not derivs.autograd_failed:
         if backend.name == "numpy":
             try:
@@ -126,7 +128,7 @@ def lane_tgrad(backend: Any, rhs: Any, u: Array, t: Array, f_u: Array) -> tuple[
     """Every lane's ``df/dt`` ``(n, L)`` at ``(u, t)`` and the RHS evaluations it cost."""
     derivs: Derivatives | None = getattr(rhs, "derivatives", None)
     if derivs is not None and derivs.tgrad is not None:
-        return _user_matrix(backend, derivs, "tgrad", rhs.p, u, t), 0
+        return user_matrix(backend, derivs, "tgrad", rhs.p, u, t), 0
     xp = backend.xp
     eps = float(xp.finfo(u.dtype).eps)
     t_step = t + math.sqrt(eps) * xp.maximum(xp.abs(t), xp.ones_like(t))
@@ -172,12 +174,15 @@ def _autograd_jacobian(derivs: Derivatives, p: Any, u: Array, t: Array) -> Array
     return np.stack(rows)
 
 
-def _user_matrix(backend: Any, derivs: Derivatives, name: str, p: Any, u: Array, t: Array) -> Array:
-    """The user's ``jac`` (``(n, n, L)``) or ``tgrad`` (``(n, L)``) for a working set."""
+def user_matrix(
+    backend: Any, derivs: Derivatives, name: str, p: Any, u: Array, t: Array, m: int = 0
+) -> Array:
+    """The user's ``jac`` (``(n, n, L)``), ``tgrad`` (``(n, L)``) or ``paramjac``
+    (``(n, m, L)``) for a working set."""
     xp = backend.xp
-    fn = derivs.jac if name == "jac" else derivs.tgrad
+    fn = getattr(derivs, name)
     n, lanes = u.shape[0], u.shape[-1]
-    core = (n, n) if name == "jac" else (n,)
+    core = {"jac": (n, n), "tgrad": (n,), "paramjac": (n, m)}[name]
     if not derivs.single_lane:
         return _checked(backend, name, fn(u, p, t), core, (lanes,), u)
     columns = [_checked(backend, name, fn(u[..., i], p, t[i]), core, (), u) for i in range(lanes)]
@@ -189,13 +194,15 @@ def _checked(
 ) -> Array:
     xp = backend.xp
     if type(value) in (list, tuple) and len(core) == 2:
-        value = xp.stack([_row(backend, row, core[1], lanes, u) for row in value])
-    else:
-        value = _row(backend, value, core[0], lanes, u) if type(value) in (list, tuple) else value
+        value = xp.stack([_row(backend, name, row, core[1], lanes, u) for row in value])
+    elif type(value) in (list, tuple):
+        value = _row(backend, name, value, core[0], lanes, u)
     shape = tuple(getattr(value, "shape", ()))
     expected = core + lanes
     if shape != expected:
-        what = "df/du" if name == "jac" else "df/dt"
+        what = {"jac": "df/du", "tgrad": "df/dt", "paramjac": "df/dp"}[name]
+        if name == "paramjac":
+            what += f" (one column per scalar of p: {core[1]})"
         layout = " (lanes last)" if lanes else ""
         raise ValueError(
             f"{name}(u, p, t) returned shape {shape} for a state of shape "
@@ -206,13 +213,13 @@ def _checked(
     return value
 
 
-def _row(backend: Any, row: Any, n: int, lanes: tuple[int, ...], u: Array) -> Array:
+def _row(backend: Any, name: str, row: Any, n: int, lanes: tuple[int, ...], u: Array) -> Array:
     """A list of entries (arrays of the lane shape, or numbers) as one array, lanes last."""
     xp = backend.xp
     if type(row) not in (list, tuple) or len(row) != n:
         raise ValueError(
-            f"a jac given as nested lists must have {n} rows of {n} entries each (rows of "
-            f"df_i/du_j)"
+            f"a {name} given as nested lists must have rows of {n} entries each (row i holds "
+            f"the derivatives of f_i)"
         )
     entries = [xp.broadcast_to(xp.asarray(as_array(backend, e), dtype=u.dtype), lanes) for e in row]
     return xp.stack(entries)

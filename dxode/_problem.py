@@ -43,6 +43,13 @@ class ODEProblem:
         ``tgrad(u, p, t) -> df/dt`` of shape ``(n,)`` (``(n, B)`` in ensembles), used by
         Rosenbrock methods. Without it, a forward difference in ``t`` (one RHS evaluation
         per step; exactly zero for an autonomous ``f``).
+    paramjac : callable, optional
+        ``paramjac(u, p, t) -> df/dp`` of shape ``(n, m)`` for a 1-D state: column ``k`` is
+        the derivative with respect to the ``k``-th scalar of ``p``, counting the leaves of
+        ``p`` in order, each flattened (a per-trajectory leaf by one trajectory's part).
+        In ensembles ``(n, m, B)``. With ``jac`` it gives gradients their derivatives of
+        ``f`` without autograd (on every backend, and one contraction per direction for
+        ``ForwardSensitivity``); a ``vjp``, when given, is preferred for adjoints.
 
     Raises
     ------
@@ -61,12 +68,13 @@ class ODEProblem:
         vjp: Callable[..., Any] | None = None,
         jac: Callable[..., Any] | None = None,
         tgrad: Callable[..., Any] | None = None,
+        paramjac: Callable[..., Any] | None = None,
     ) -> None:
         if not callable(f):
             raise TypeError(f"f must be callable as f(u, p, t), got {type(f).__name__}")
         if vjp is not None and not callable(vjp):
             raise TypeError(f"vjp must be callable as vjp(u, p, t, v), got {type(vjp).__name__}")
-        for name, fn in (("jac", jac), ("tgrad", tgrad)):
+        for name, fn in (("jac", jac), ("tgrad", tgrad), ("paramjac", paramjac)):
             if fn is not None and not callable(fn):
                 raise TypeError(
                     f"{name} must be callable as {name}(u, p, t), got {type(fn).__name__}"
@@ -75,6 +83,7 @@ class ODEProblem:
         self.vjp = vjp
         self.jac = jac
         self.tgrad = tgrad
+        self.paramjac = paramjac
         self.u0 = _validation.as_state_array("u0", u0)
         self.tspan = _validation.as_tspan(tspan)
         _validation.check_parameters_finite(p)
@@ -90,6 +99,7 @@ class ODEProblem:
         vjp: Any = _UNSET,
         jac: Any = _UNSET,
         tgrad: Any = _UNSET,
+        paramjac: Any = _UNSET,
     ) -> ODEProblem:
         """A copy with the given fields replaced (and validated again)."""
         return ODEProblem(
@@ -100,6 +110,7 @@ class ODEProblem:
             vjp=self.vjp if vjp is _UNSET else vjp,
             jac=self.jac if jac is _UNSET else jac,
             tgrad=self.tgrad if tgrad is _UNSET else tgrad,
+            paramjac=self.paramjac if paramjac is _UNSET else paramjac,
         )
 
     def __repr__(self) -> str:

@@ -253,3 +253,29 @@ def lorenz_xp_vjp(u, p, t, v):
         [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
     )
     return u_bar, xp.stack([(y - x) * vx, x * vy, -z * vz])
+
+
+def lorenz_jac(u, p, t):
+    """df/du of ``lorenz`` (rows of entries; numbers are broadcast over lanes)."""
+    x, y, z = u
+    sigma, rho, beta = p
+    return [[-sigma, sigma, 0.0], [rho - z, -1.0, -x], [y, x, -beta]]
+
+
+def lorenz_paramjac(u, p, t):
+    """df/dp of ``lorenz``: one column per parameter (sigma, rho, beta)."""
+    x, y, z = u
+    return [[y - x, 0.0, 0.0], [0.0, x, 0.0], [0.0, 0.0, -z]]
+
+
+def lorenz_xp_jac(u, p, t):
+    """df/du of ``lorenz_xp`` as rows of entries, ``(3, 3, L)`` once stacked."""
+    x, y, z = u[0, ...], u[1, ...], u[2, ...]
+    sigma, rho, beta = p[0, ...], p[1, ...], p[2, ...]
+    return [[-sigma, sigma, 0.0], [rho - z, -1.0, -x], [y, x, -beta]]
+
+
+def lorenz_xp_paramjac(u, p, t):
+    """df/dp of ``lorenz_xp`` for its per-lane parameters, ``(3, 3, L)`` once stacked."""
+    x, y, z = u[0, ...], u[1, ...], u[2, ...]
+    return [[y - x, 0.0, 0.0], [0.0, x, 0.0], [0.0, 0.0, -z]]

@@ -9,7 +9,7 @@ import pytest
 
 import dxode
 
-from problems import lorenz, lorenz_vjp
+from problems import lorenz, lorenz_jac, lorenz_paramjac, lorenz_vjp
 
 SENSEALGS = [
     dxode.DiscreteAdjoint(),
@@ -224,6 +224,61 @@ def test_a_hand_written_vjp_serves_the_adjoints():
         # The same derivatives with different rounding steer the adaptive backward solve
         # differently within its tolerance (1e-8): agreement to ~1e-10, not to the last bit.
         np.testing.assert_allclose(by_hand, traced, rtol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "sensealg",
+    [dxode.DiscreteAdjoint(), dxode.InterpolatingAdjoint(), dxode.ForwardSensitivity()],
+    ids=repr,
+)
+def test_jac_and_paramjac_stand_in_for_autograd(sensealg):
+    # A single problem (u0 and shared scalar leaves), and ensembles with per-lane parameters
+    # and with a parameter tuple shared by the lanes: the same gradients as autograd's.
+    scale = 1 + 0.1 * (np.random.default_rng(2).random((6, 3)) - 0.5)
+
+    def single(theta, **derivatives):
+        prob = dxode.ODEProblem(lorenz, theta[:3], (0.0, 1.0), tuple(theta[3:]), **derivatives)
+        sol = dxode.solve(prob, saveat=[0.5, 1.0], rtol=1e-8, atol=1e-8, sensealg=sensealg)
+        return anp.sum(sol.u**2)
+
+    def ensemble(theta, shared, **derivatives):
+        p = (theta[3], theta[4], theta[5]) if shared else (10.0, 28.0, 8.0 / 3.0)
+        prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), p, **derivatives)
+        if shared:
+            eprob = dxode.EnsembleProblem(prob, u0=theta[None, :3] * scale)
+        else:
+            eprob = dxode.EnsembleProblem(prob, p=theta[None, 3:] * scale)
+        sim = dxode.solve(
+            eprob, trajectories=6, saveat=0.5, rtol=1e-8, atol=1e-8, sensealg=sensealg
+        )
+        return anp.sum(sim.u**2)
+
+    theta = np.array([1.0, 0.5, 0.2, 10.0, 28.0, 8.0 / 3.0])
+    derivatives = {"jac": lorenz_jac, "paramjac": lorenz_paramjac}
+    for loss in (
+        single,
+        lambda th, **d: ensemble(th, True, **d),
+        lambda th, **d: ensemble(th, False, **d),
+    ):
+        by_jacobians = autograd.grad(lambda th, loss=loss: loss(th, **derivatives))(theta)
+        traced = autograd.grad(loss)(theta)
+        np.testing.assert_allclose(by_jacobians, traced, rtol=1e-10)
+
+
+def test_paramjac_of_the_wrong_shape_is_named():
+    def loss(theta):
+        prob = dxode.ODEProblem(
+            lorenz,
+            theta,
+            (0.0, 1.0),
+            (10.0, 28.0, 8.0 / 3.0),
+            jac=lorenz_jac,
+            paramjac=lambda u, p, t: [[1.0, 0.0]] * 3,
+        )
+        return anp.sum(dxode.solve(prob, saveat=[1.0]).u)
+
+    with pytest.raises(ValueError, match=r"paramjac.*rows of 3 entries"):
+        autograd.grad(loss)(np.array([1.0, 0.0, 0.0]))
 
 
 def test_bad_sensealgs_raise_clearly():

@@ -74,6 +74,7 @@ class _Static:
     sensealg: Any = dataclasses.field(default_factory=DiscreteAdjoint)
     jac: Any = None  # the problem's jac and tgrad (stiff methods)
     tgrad: Any = None
+    paramjac: Any = None  # with jac: the derivatives of f without autograd
     u0_diff: bool = True  # whether u0 is differentiated (forward sensitivities skip it if not)
     client: Any = None  # a Dask client: batches run as tasks on its workers
     backend: Any = "numpy"  # where batches compute: a backend or its name
@@ -403,6 +404,8 @@ def traced_rhs(static: _Static) -> TracedRHS:
         static.single_lane,
         vjp=static.vjp,
         backend=get_backend(static.backend),
+        jac=static.jac,
+        paramjac=static.paramjac,
     )
 
 
@@ -425,7 +428,11 @@ def default_sensealg(alg: Any) -> Any:
 
 
 def check_differentiable(
-    options: SolverOptions, backend_name: str, sensealg: Any, vjp: Any = None
+    options: SolverOptions,
+    backend_name: str,
+    sensealg: Any,
+    vjp: Any = None,
+    has_jacobians: bool = False,
 ) -> None:
     """Clear errors for combinations the sensitivity algorithms do not support."""
     alg = options.alg
@@ -454,9 +461,10 @@ def check_differentiable(
             f"on the {backend_name} backend gradients are computed with DiscreteAdjoint() "
             f"through an explicit method; {sensealg!r} with {alg!r} runs on NumPy only"
         )
-    if vjp is None:
+    if vjp is None and not has_jacobians:
         raise NotImplementedError(
             f"on the {backend_name} backend autograd cannot trace f: give the problem its "
             "vector-Jacobian product, ODEProblem(..., vjp=vjp) with vjp(u, p, t, v) -> "
-            "(u_bar, p_bar), written with the arrays' own namespace (see the gradients guide)"
+            "(u_bar, p_bar), or its jac and paramjac, written with the arrays' own namespace "
+            "(see the gradients guide)"
         )

@@ -33,7 +33,7 @@ def solve_single_traced(
     from autograd.tracer import getval, isbox
 
     sensealg = sensealg or default_sensealg(opts.alg)
-    check_differentiable(opts, _backend_name(prob.u0), sensealg, prob.vjp)
+    check_differentiable(opts, _backend_name(prob.u0), sensealg, prob.vjp, _has_jacobians(prob))
     t0, t1 = prob.tspan
     grid = _gradient_grid(saveat, t0, t1)
     leaves = _pytree.leaves(prob.p)
@@ -56,6 +56,7 @@ def solve_single_traced(
         sensealg=sensealg,
         jac=prob.jac,
         tgrad=prob.tgrad,
+        paramjac=prob.paramjac,
     )
     saved = traced_solve(
         static,
@@ -100,7 +101,7 @@ def solve_ensemble_traced(
     prob = eprob.prob
     sensealg = sensealg or default_sensealg(opts.alg)
     backend = backend or _compute_backend(prob.u0)
-    check_differentiable(opts, get_backend(backend).name, sensealg, prob.vjp)
+    check_differentiable(opts, get_backend(backend).name, sensealg, prob.vjp, _has_jacobians(prob))
     u0, p_template, p_leaves, lane_leaf, spans = _traced_trajectories(eprob, n, seed)
     t0, t1 = spans[:, 0], spans[:, 1]
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
@@ -133,6 +134,7 @@ def solve_ensemble_traced(
         sensealg=sensealg,
         jac=prob.jac,
         tgrad=prob.tgrad,
+        paramjac=prob.paramjac,
     )
     u0_lanes = anp.moveaxis(u0, 0, -1)
     saved = traced_solve(
@@ -218,6 +220,10 @@ def _gradient_grid(saveat: Any, t0: float, t1: float) -> np.ndarray:
     grid = save_times(saveat if saveat is not None else [t0, t1], t0, t1)
     assert grid is not None
     return grid
+
+
+def _has_jacobians(prob: ODEProblem) -> bool:
+    return prob.jac is not None and prob.paramjac is not None
 
 
 def _on_host(u0: Any) -> Any:

@@ -11,6 +11,7 @@ the cotangent.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -21,7 +22,7 @@ from .._jacobian import lane_jacobian
 from .._retcode import ReturnCode
 from ..backends._base import ordered_sum
 from ._stiff import augmented_options, is_stiff, sensitivity_jacobian, u_jacobian, with_jacobian
-from ._traced_rhs import TracedRHS
+from ._traced_rhs import TracedRHS, parameter_offsets
 
 Array = Any
 _OK = (int(ReturnCode.Success), int(ReturnCode.Terminated))
@@ -70,7 +71,12 @@ def forward(
         static.lane_leaf,
         static.diff_leaf,
         static.single_lane,
+        jac=static.jac,
+        paramjac=static.paramjac,
     )
+    # The coupling blocks of a stiff method's Jacobian differentiate the JVPs: autograd.
+    traced_twice = dataclasses.replace(traced, jac=None, paramjac=None)
+    offsets = parameter_offsets(leaves, static.lane_leaf)
 
     stiff = is_stiff(static.options.alg)
 
@@ -83,6 +89,17 @@ def forward(
             width = z.shape[-1]
             u = z[:n].reshape(*shape, width)
             dz = np.empty_like(z) if out is None else out
+            if traced.has_jacobians:  # one jac and paramjac, contracted with every direction
+                value, j_u, j_p = traced.linearization(u, t, current)
+                columns = np.moveaxis(j_u, 1, 0)
+                for d, (pos, j) in enumerate(dirs):
+                    s_d = z[n * (1 + d) : n * (2 + d)]
+                    dot = ordered_sum(np, columns * s_d[:, None, :])
+                    dz[n * (1 + d) : n * (2 + d)] = (
+                        dot if pos is None else dot + j_p[:, offsets[pos] + j]
+                    )
+                dz[:n] = value
+                return dz
             for d, (pos, j) in enumerate(dirs):
                 y_dot = z[n * (1 + d) : n * (2 + d)].reshape(*shape, width)
                 tangents = {} if pos is None else {pos: one_hot(current[pos], j, static, pos)}
@@ -112,7 +129,7 @@ def forward(
                 import autograd.numpy as anp
 
                 rows = [
-                    traced.jvp(u_, t, current, z[n * (1 + d) : n * (2 + d)], tangents[d])[1]
+                    traced_twice.jvp(u_, t, current, z[n * (1 + d) : n * (2 + d)], tangents[d])[1]
                     for d in range(len(dirs))
                 ]
                 return anp.concatenate(rows) if rows else anp.zeros((0, width))

@@ -9,6 +9,7 @@ leaves marked differentiable get cotangents.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 
 from .. import _pytree
 from .._rhs import as_array
+from ..backends._base import ordered_sum
 
 Array = Any
 
@@ -42,9 +44,12 @@ class TracedRHS:
         ``f`` takes one trajectory without a lane axis (a plain ``solve``).
     vjp : callable, optional
         A user-supplied ``vjp(u, p, t, v) -> (u_bar, p_bar)`` (``p_bar`` a pytree like ``p``).
+    jac, paramjac : callable, optional
+        The problem's ``jac(u, p, t)`` and ``paramjac(u, p, t)``: together (and without a
+        ``vjp``) they give the VJPs and JVPs of ``f`` without autograd.
     backend : Backend, optional
         Where the batch computes (NumPy by default). Autograd traces NumPy only; on other
-        backends the derivatives come from ``vjp``.
+        backends the derivatives come from ``vjp`` or from ``jac`` with ``paramjac``.
     """
 
     f: Callable[..., Any]
@@ -54,6 +59,8 @@ class TracedRHS:
     single_lane: bool
     vjp: Callable[..., Any] | None = None
     backend: Any = None
+    jac: Callable[..., Any] | None = None
+    paramjac: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if self.backend is None:
@@ -73,6 +80,8 @@ class TracedRHS:
         diff_idx = self.diff_positions() if wrt is None else wrt
         if self.vjp is not None:
             return self._user_pullback(y, t, leaves, diff_idx)
+        if self.has_jacobians:
+            return self._jacobian_pullback(y, t, leaves, diff_idx)
         import autograd
 
         def call(y_: Array, *diff_values: Any) -> Array:
@@ -114,6 +123,17 @@ class TracedRHS:
         ``leaf_dots`` maps leaf positions to tangents shaped like those leaves (the other
         leaves are held fixed).
         """
+        if self.has_jacobians:
+            xp = self.backend.xp
+            value, j_u, j_p = self.linearization(y, t, leaves)
+            offsets = parameter_offsets(leaves, self.lane_leaf)
+            # Column j of each matrix times tangent entry j, added over j in order.
+            dot = ordered_sum(xp, xp.moveaxis(j_u, 1, 0) * y_dot[:, None, ...])
+            for i, tangent in leaf_dots.items():
+                flat = xp.reshape(tangent, _flat_shape(tangent, self.lane_leaf[i]))
+                cols = xp.moveaxis(j_p[:, offsets[i] : offsets[i + 1], ...], 1, 0)
+                dot = dot + ordered_sum(xp, cols * flat[:, None, ...])
+            return value, dot
         import autograd
 
         idx = sorted(leaf_dots)
@@ -143,6 +163,54 @@ class TracedRHS:
         if self.single_lane:  # one trajectory: f sees the state without the lane axis
             return anp.expand_dims(_as_traced_array(self.f(y[..., 0], p, t[0])), -1)
         return _as_traced_array(self.f(y, p, t))
+
+    @property
+    def has_jacobians(self) -> bool:
+        """Whether ``jac`` and ``paramjac`` stand in for autograd (no ``vjp`` given)."""
+        return self.vjp is None and self.jac is not None and self.paramjac is not None
+
+    def linearization(self, y: Array, t: Array, leaves: list[Any]) -> tuple[Array, Array, Array]:
+        """``f``, ``df/du`` ``(n, n, L)`` and ``df/dp`` ``(n, m, L)`` at ``(y, t)`` from the
+        problem's ``jac`` and ``paramjac`` (``y`` a 1-D state per lane, ``(n, L)``)."""
+        from .._jacobian import Derivatives, user_matrix
+
+        backend = self.backend
+        p = _pytree.rebuild(self.p_template, leaves)
+        derivs = Derivatives(
+            self.f, jac=self.jac, single_lane=self.single_lane, paramjac=self.paramjac
+        )
+        m = parameter_offsets(leaves, self.lane_leaf)[-1]
+        if self.single_lane:
+            value = backend.xp.expand_dims(as_array(backend, self.f(y[..., 0], p, t[0])), -1)
+        else:
+            value = as_array(backend, self.f(y, p, t))
+        j_u = user_matrix(backend, derivs, "jac", p, y, t)
+        j_p = user_matrix(backend, derivs, "paramjac", p, y, t, m)
+        return value, j_u, j_p
+
+    def _jacobian_pullback(
+        self, y: Array, t: Array, leaves: list[Any], wrt: list[int]
+    ) -> tuple[Array, Callable[[Array], tuple[Array, list[Any]]]]:
+        """The VJP as products with the transposed ``jac`` and ``paramjac``."""
+        xp = self.backend.xp
+        value, j_u, j_p = self.linearization(y, t, leaves)
+        offsets = parameter_offsets(leaves, self.lane_leaf)
+
+        def pull(v: Array) -> tuple[Array, list[Any]]:
+            weights = v[:, None, ...]  # (n, 1, L): row i of each matrix times v_i
+            u_bar = ordered_sum(xp, j_u * weights)
+            p_rows = ordered_sum(xp, j_p * weights)  # (m, L)
+            bars = []
+            for i in wrt:
+                rows = p_rows[offsets[i] : offsets[i + 1], ...]
+                if self.lane_leaf[i]:
+                    bars.append(xp.reshape(rows, tuple(leaves[i].shape)))
+                else:  # a leaf shared by the lanes: their contributions summed
+                    summed = ordered_sum(xp, xp.moveaxis(rows, -1, 0))
+                    bars.append(xp.reshape(summed, tuple(np.shape(leaves[i]))))
+            return u_bar, bars
+
+        return value, pull
 
     def _user_pullback(
         self, y: Array, t: Array, leaves: list[Any], wrt: list[int]
@@ -175,3 +243,18 @@ def _as_traced_array(value: Any) -> Any:
     if type(value) in (list, tuple):
         return anp.stack(list(value))
     return value
+
+
+def parameter_offsets(leaves: list[Any], lane_leaf: list[bool]) -> list[int]:
+    """Where each leaf's scalars start among the columns of ``paramjac`` (and the total)."""
+    offsets = [0]
+    for leaf, lane in zip(leaves, lane_leaf, strict=True):
+        shape = tuple(np.shape(leaf)) if isinstance(leaf, (int, float)) else tuple(leaf.shape)
+        offsets.append(offsets[-1] + math.prod(shape[:-1] if lane else shape))
+    return offsets
+
+
+def _flat_shape(tangent: Any, lane: bool) -> tuple[int, ...]:
+    """A leaf tangent's shape with one lane's scalars in one axis (lanes kept last)."""
+    shape = tuple(tangent.shape)
+    return (math.prod(shape[:-1]), shape[-1]) if lane else (math.prod(shape), 1)
