@@ -6,8 +6,9 @@ loss = sum(u**2). For every sensitivity algorithm of dxode (and for Diffrax's
 RecursiveCheckpointAdjoint and BacksolveAdjoint, torchode and torchdiffeq, imported lazily
 and skipped with the reason when missing) it prints the forward time, (forward + gradient)
 time, their ratio and the gradient's relative error against a tight reference: dxode's
-ForwardSensitivity at rtol = atol = 1e-10. Then the peak memory (tracemalloc) of the
-discrete adjoint against the number of steps, with and without checkpoints::
+ForwardSensitivity at rtol = atol = 1e-10 (with the hand-written jac and paramjac). Then the
+peak memory (tracemalloc) of the discrete adjoint against the number of steps, with and
+without checkpoints::
 
     python asv_bench/gradient_cost.py [--quick]
 """
@@ -59,9 +60,25 @@ def lorenz_vjp(u, p, t, v):
     return u_bar, np.stack([(y - x) * vx, x * vy, -z * vz])
 
 
-def make_loss(sensealg=None, vjp=None, tol=TOL, n=N, t1=T1):
+def lorenz_jac(u, p, t):
+    x, y, z = u
+    sigma, rho, beta = p
+    return [[-sigma, sigma, 0.0], [rho - z, -1.0, -x], [y, x, -beta]]
+
+
+def lorenz_paramjac(u, p, t):
+    x, y, z = u
+    return [[y - x, 0.0, 0.0], [0.0, x, 0.0], [0.0, 0.0, -z]]
+
+
+JACOBIANS = {"jac": lorenz_jac, "paramjac": lorenz_paramjac}
+
+
+def make_loss(sensealg=None, vjp=None, tol=TOL, n=N, t1=T1, derivatives=None):
     def loss(theta):
-        prob = dxode.ODEProblem(lorenz, U0, (0.0, t1), (10.0, 28.0, 8 / 3), vjp=vjp)
+        prob = dxode.ODEProblem(
+            lorenz, U0, (0.0, t1), (10.0, 28.0, 8 / 3), vjp=vjp, **(derivatives or {})
+        )
         sim = dxode.solve(
             dxode.EnsembleProblem(prob, p=theta[None, :] * SCALE[:n]),
             dxode.Tsit5(),
@@ -259,22 +276,30 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     repeat = 1 if args.quick else 3
     start = time.perf_counter()
-    reference = autograd.grad(make_loss(dxode.ForwardSensitivity(), tol=1e-10))(THETA)
+    tight = make_loss(dxode.ForwardSensitivity(), tol=1e-10, derivatives=JACOBIANS)
+    reference = autograd.grad(tight)(THETA)
     print(f"reference (ForwardSensitivity, tol 1e-10): {time.perf_counter() - start:.1f} s")
     forward, _ = best(lambda: make_loss()(THETA), repeat)
     print(f"{N:,} Lorenz trajectories, t in [0, {T1:g}], saveat 1.0, rtol = atol = {TOL:g}")
     print("| gradient | forward (s) | forward + gradient (s) | ratio | rel. error vs reference |")
     print("|---|---:|---:|---:|---:|")
+    checkpointed = dxode.DiscreteAdjoint(checkpoint_every=30)
     cases = [
-        ("dxode DiscreteAdjoint, autograd-traced RHS", dxode.DiscreteAdjoint(), None),
-        ("dxode DiscreteAdjoint, hand VJP", dxode.DiscreteAdjoint(), lorenz_vjp),
-        ("dxode DiscreteAdjoint(checkpoint_every=30), hand VJP", None, lorenz_vjp),
-        ("dxode InterpolatingAdjoint, hand VJP", dxode.InterpolatingAdjoint(), lorenz_vjp),
-        ("dxode ForwardSensitivity (autograd JVPs)", dxode.ForwardSensitivity(), None),
+        ("dxode DiscreteAdjoint, autograd-traced RHS", dxode.DiscreteAdjoint(), None, None),
+        ("dxode DiscreteAdjoint, hand VJP", dxode.DiscreteAdjoint(), lorenz_vjp, None),
+        ("dxode DiscreteAdjoint, hand jac + paramjac", dxode.DiscreteAdjoint(), None, JACOBIANS),
+        ("dxode DiscreteAdjoint(checkpoint_every=30), hand VJP", checkpointed, lorenz_vjp, None),
+        ("dxode InterpolatingAdjoint, hand VJP", dxode.InterpolatingAdjoint(), lorenz_vjp, None),
+        ("dxode ForwardSensitivity (autograd JVPs)", dxode.ForwardSensitivity(), None, None),
+        (
+            "dxode ForwardSensitivity, hand jac + paramjac",
+            dxode.ForwardSensitivity(),
+            None,
+            JACOBIANS,
+        ),
     ]
-    for label, alg, vjp in cases:
-        alg = alg or dxode.DiscreteAdjoint(checkpoint_every=30)
-        loss = make_loss(alg, vjp)
+    for label, alg, vjp, derivatives in cases:
+        loss = make_loss(alg, vjp, derivatives=derivatives)
         elapsed, (_, g) = best(lambda loss=loss: autograd.value_and_grad(loss)(THETA), repeat)
         err = rel_error(g, reference)
         rows.append({"code": label, "forward": forward, "total": elapsed, "error": err})
