@@ -35,6 +35,7 @@ import autograd.numpy as anp
 import numpy as np
 
 import dxode
+from dxode._lorenz import lorenz_jac, lorenz_paramjac
 
 N = 1000
 T1 = 10.0
@@ -58,17 +59,6 @@ def lorenz_vjp(u, p, t, v):
         [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
     )
     return u_bar, np.stack([(y - x) * vx, x * vy, -z * vz])
-
-
-def lorenz_jac(u, p, t):
-    x, y, z = u
-    sigma, rho, beta = p
-    return [[-sigma, sigma, 0.0], [rho - z, -1.0, -x], [y, x, -beta]]
-
-
-def lorenz_paramjac(u, p, t):
-    x, y, z = u
-    return [[y - x, 0.0, 0.0], [0.0, x, 0.0], [0.0, 0.0, -z]]
 
 
 JACOBIANS = {"jac": lorenz_jac, "paramjac": lorenz_paramjac}

@@ -1,4 +1,4 @@
-"""The Lorenz system and its vector-Jacobian product, as the demo uses them."""
+"""The Lorenz system and its derivatives: the demo's model, shared by tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -24,3 +24,16 @@ def lorenz_vjp(u: Any, p: Any, t: Any, v: Any) -> tuple[Any, Any]:
     )
     p_bar = np.array([np.sum((y - x) * vx), np.sum(x * vy), np.sum(-z * vz)])
     return u_bar, p_bar
+
+
+def lorenz_jac(u: Any, p: Any, t: Any) -> list[list[Any]]:
+    """``df/du`` as rows of entries (numbers are broadcast over lanes)."""
+    x, y, z = u
+    sigma, rho, beta = p
+    return [[-sigma, sigma, 0.0], [rho - z, -1.0, -x], [y, x, -beta]]
+
+
+def lorenz_paramjac(u: Any, p: Any, t: Any) -> list[list[Any]]:
+    """``df/dp`` as rows of entries: one column per parameter (sigma, rho, beta)."""
+    x, y, z = u
+    return [[y - x, 0.0, 0.0], [0.0, x, 0.0], [0.0, 0.0, -z]]
