@@ -25,9 +25,9 @@ from .._retcode import ReturnCode
 from ..backends import get_backend
 from ..backends._base import ordered_sum
 from ._algorithms import BacksolveAdjoint
-from ._forward_sensitivity import leaf_size, one_hot
+from ._forward_sensitivity import one_hot
 from ._stiff import augmented_options, is_stiff, with_jacobian
-from ._traced_rhs import TracedRHS
+from ._traced_rhs import TracedRHS, leaf_size
 
 Array = Any
 _OK = (int(ReturnCode.Success), int(ReturnCode.Terminated))

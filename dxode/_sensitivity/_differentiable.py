@@ -29,7 +29,7 @@ from ._algorithms import (
 )
 from ._discrete_adjoint import backward
 from ._stiff import is_stiff
-from ._traced_rhs import TracedRHS
+from ._traced_rhs import TracedRHS, substituted
 
 Array = Any
 
@@ -303,10 +303,7 @@ def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
         return lambda params: rhs
 
     def rhs_for(params: tuple) -> Any:
-        current = list(leaves)
-        for i, value in zip(lane_positions, params, strict=True):
-            current[i] = value
-        p_now = _pytree.rebuild(static.p_template, current)
+        p_now = _pytree.rebuild(static.p_template, substituted(leaves, lane_positions, params))
         rhs = lambda u, t, out=None: as_array(backend, static.f(u, p_now, t), out=out)
         return rhs if derivatives is None else LaneFunction(rhs, p_now, derivatives)
 
@@ -391,7 +388,7 @@ def _backward_task(
         checkpoint_every=alg.checkpoint_every or 0,
         rhs_for=None if checkpoints is None else plain_rhs_for(static, batch_leaves),
     )
-    return to_host(u0_bar), [_host_value(bar) for bar in leaf_bars]
+    return to_host(u0_bar), [to_host(bar) for bar in leaf_bars]
 
 
 def traced_rhs(static: _Static) -> TracedRHS:
@@ -407,11 +404,6 @@ def traced_rhs(static: _Static) -> TracedRHS:
         jac=static.jac,
         paramjac=static.paramjac,
     )
-
-
-def _host_value(x: Any) -> Any:
-    """A cotangent on the host: NumPy arrays and Python numbers pass through."""
-    return x if isinstance(x, (int, float, np.ndarray, np.generic)) else to_host(x)
 
 
 def _like(grad: Any, arg: Any) -> Any:

@@ -155,13 +155,8 @@ class _Sweep:
         cotangent: Array,
     ) -> None:
         xp = self.xp = backend.xp
-        self.backend, self.stepper, self.rhs, self.steps, self.leaves = (
-            backend,
-            stepper,
-            rhs,
-            steps,
-            leaves,
-        )
+        self.backend, self.stepper, self.rhs = backend, stepper, rhs
+        self.steps, self.leaves = steps, leaves
         n_lanes, n_save = cotangent.shape[0], cotangent.shape[1]
         self.n_steps = int(steps["lane"].shape[0])
         self.save_grid, self.n_save = save_grid, n_save
@@ -176,12 +171,10 @@ class _Sweep:
         self.leaf_bars: list[Any] = [_zero_cotangent(xp, leaves[i]) for i in self.diff_idx]
         self.coefficients = _StageWeights(stepper, xp, self.u_bar)
 
-    def index(self, host: np.ndarray, size: int | None = -1) -> Array:
-        """Host indices as a device index array (clipped to the steps, or to ``size``)."""
-        if size == -1:
-            size = self.n_steps
-        if size is not None:
-            host = np.clip(host, 0, max(size - 1, 0))
+    def index(self, host: np.ndarray, size: int | None = None) -> Array:
+        """Host indices as a device index array, clipped to ``size`` (default: the steps)."""
+        size = self.n_steps if size is None else size
+        host = np.clip(host, 0, max(size - 1, 0))
         return self.backend.asarray(host.astype(np.int64), dtype=self.xp.int64)
 
     def device(self, mask: np.ndarray) -> Array:
@@ -192,6 +185,7 @@ class _Sweep:
         indices) that started from ``u_n`` (by default the recorded start states); lanes not
         ``active`` take a zero step."""
         xp, steps = self.xp, self.steps
+        step = np.clip(step, 0, max(self.n_steps - 1, 0))
         idx = self.index(step)
         if u_n is None:
             u_n = xp.take(steps["u0"], idx, axis=-1)
@@ -200,7 +194,7 @@ class _Sweep:
         if not active.all():
             h = xp.where(self.device(active), h, xp.zeros_like(h))
         ub = self.u_bar
-        save = self.save_of_step[np.clip(step, 0, max(self.n_steps - 1, 0))]
+        save = self.save_of_step[step]
         hit = active & (save >= 0)
         if hit.any():  # a save point at this step's end: its cotangent enters here
             rows = xp.take(self.g, self.lane_rows + self.index(save, self.n_save), axis=0)
@@ -313,7 +307,7 @@ def _save_index(grid: np.ndarray, times: np.ndarray) -> np.ndarray:
 
 
 def _zero_cotangent(xp: Any, leaf: Any) -> Any:
-    if isinstance(leaf, (int, float)) or (np.ndim(leaf) == 0 and isinstance(leaf, np.generic)):
+    if isinstance(leaf, (int, float, np.generic)):
         return 0.0
     if isinstance(leaf, np.ndarray):
         return np.zeros(leaf.shape, dtype=np.result_type(leaf, np.float32))

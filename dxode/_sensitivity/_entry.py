@@ -237,8 +237,7 @@ def _on_host(u0: Any) -> Any:
 def _host_dtype(u0: Any) -> Any:
     from autograd.tracer import getval
 
-    value = getval(u0)
-    return value.dtype if isinstance(value, np.ndarray) else to_host(value).dtype
+    return to_host(getval(u0)).dtype
 
 
 def _backend_name(u0: Any) -> str:

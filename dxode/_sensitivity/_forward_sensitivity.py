@@ -22,7 +22,7 @@ from .._jacobian import lane_jacobian
 from .._retcode import ReturnCode
 from ..backends._base import ordered_sum
 from ._stiff import augmented_options, is_stiff, sensitivity_jacobian, u_jacobian, with_jacobian
-from ._traced_rhs import TracedRHS, parameter_offsets
+from ._traced_rhs import TracedRHS, leaf_size, parameter_offsets, substituted
 
 Array = Any
 _OK = (int(ReturnCode.Success), int(ReturnCode.Terminated))
@@ -38,12 +38,6 @@ def directions(static: Any, leaves: list[Any], n: int) -> list[tuple[int | None,
         if d:
             out += [(i, j) for j in range(leaf_size(leaves[i], static.lane_leaf[i]))]
     return out
-
-
-def leaf_size(leaf: Any, per_lane: bool) -> int:
-    """Elements of one lane's part of a parameter leaf."""
-    shape = np.shape(leaf)
-    return math.prod(shape[:-1] if per_lane else shape)
 
 
 def forward(
@@ -81,9 +75,7 @@ def forward(
     stiff = is_stiff(static.options.alg)
 
     def rhs_for(params: tuple) -> Any:
-        current = list(leaves)
-        for i, value in zip(batch.lane_positions, params, strict=True):
-            current[i] = value
+        current = substituted(leaves, batch.lane_positions, params)
 
         def rhs(z: Array, t: Array, out: Array | None = None) -> Array:
             width = z.shape[-1]

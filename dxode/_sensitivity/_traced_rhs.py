@@ -85,10 +85,7 @@ class TracedRHS:
         import autograd
 
         def call(y_: Array, *diff_values: Any) -> Array:
-            current = list(leaves)
-            for i, value in zip(diff_idx, diff_values, strict=True):
-                current[i] = value
-            return self._evaluate(y_, t, current)
+            return self._evaluate(y_, t, substituted(leaves, diff_idx, diff_values))
 
         argnums = tuple(range(1 + len(diff_idx)))
         try:
@@ -139,10 +136,7 @@ class TracedRHS:
         idx = sorted(leaf_dots)
 
         def call(y_: Array, *values: Any) -> Array:
-            current = list(leaves)
-            for i, value in zip(idx, values, strict=True):
-                current[i] = value
-            return self._evaluate(y_, t, current)
+            return self._evaluate(y_, t, substituted(leaves, idx, values))
 
         argnums = tuple(range(1 + len(idx)))
         try:
@@ -164,6 +158,13 @@ class TracedRHS:
             return anp.expand_dims(_as_traced_array(self.f(y[..., 0], p, t[0])), -1)
         return _as_traced_array(self.f(y, p, t))
 
+    def _plain_value(self, y: Array, t: Array, p: Any) -> Array:
+        """``f(y, p, t)`` evaluated plainly (nothing traced), lanes last."""
+        backend = self.backend
+        if self.single_lane:  # one trajectory: f sees the state without the lane axis
+            return backend.xp.expand_dims(as_array(backend, self.f(y[..., 0], p, t[0])), -1)
+        return as_array(backend, self.f(y, p, t))
+
     @property
     def has_jacobians(self) -> bool:
         """Whether ``jac`` and ``paramjac`` stand in for autograd (no ``vjp`` given)."""
@@ -180,10 +181,7 @@ class TracedRHS:
             self.f, jac=self.jac, single_lane=self.single_lane, paramjac=self.paramjac
         )
         m = parameter_offsets(leaves, self.lane_leaf)[-1]
-        if self.single_lane:
-            value = backend.xp.expand_dims(as_array(backend, self.f(y[..., 0], p, t[0])), -1)
-        else:
-            value = as_array(backend, self.f(y, p, t))
+        value = self._plain_value(y, t, p)
         j_u = user_matrix(backend, derivs, "jac", p, y, t)
         j_p = user_matrix(backend, derivs, "paramjac", p, y, t, m)
         return value, j_u, j_p
@@ -218,10 +216,7 @@ class TracedRHS:
         """``f`` evaluated plainly (nothing to trace) and the user's ``vjp`` as the pullback."""
         backend = self.backend
         p = _pytree.rebuild(self.p_template, leaves)
-        if self.single_lane:
-            value = backend.xp.expand_dims(as_array(backend, self.f(y[..., 0], p, t[0])), -1)
-        else:
-            value = as_array(backend, self.f(y, p, t))
+        value = self._plain_value(y, t, p)
 
         def pull(v: Array) -> tuple[Array, list[Any]]:
             if self.single_lane:
@@ -245,13 +240,26 @@ def _as_traced_array(value: Any) -> Any:
     return value
 
 
+def leaf_size(leaf: Any, per_lane: bool) -> int:
+    """Elements of one lane's part of a parameter leaf."""
+    shape = np.shape(leaf)
+    return math.prod(shape[:-1] if per_lane else shape)
+
+
 def parameter_offsets(leaves: list[Any], lane_leaf: list[bool]) -> list[int]:
     """Where each leaf's scalars start among the columns of ``paramjac`` (and the total)."""
     offsets = [0]
     for leaf, lane in zip(leaves, lane_leaf, strict=True):
-        shape = tuple(np.shape(leaf)) if isinstance(leaf, (int, float)) else tuple(leaf.shape)
-        offsets.append(offsets[-1] + math.prod(shape[:-1] if lane else shape))
+        offsets.append(offsets[-1] + leaf_size(leaf, lane))
     return offsets
+
+
+def substituted(leaves: list[Any], positions: Any, values: Any) -> list[Any]:
+    """``leaves`` with the entries at ``positions`` replaced by ``values``."""
+    current = list(leaves)
+    for i, value in zip(positions, values, strict=True):
+        current[i] = value
+    return current
 
 
 def _flat_shape(tangent: Any, lane: bool) -> tuple[int, ...]:
