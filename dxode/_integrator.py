@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._events import EventHandler, LaneEvents
-from ._lanes import LaneRecords, LaneResult, WorkingSet
+from ._lanes import LaneRecords, LaneResult, Trial, WorkingSet
 from ._norms import initial_step, rms_norm
 from ._options import SolverOptions
 from ._retcode import ReturnCode
@@ -43,11 +43,12 @@ class LaneProblem:
         Per-lane parameters, lanes last.
     save_times : (nsave, L) array or None
         Per-lane save times, ordered in the direction of integration, inside each span.
-    record_steps : {"", "states", "dense", "checkpoints"}
+    record_steps : {"", "states", "dense", "trials"}
         Record every accepted step: ``"states"`` keeps its times and end states (for
-        save-everything output and the adjoint's replay), ``"dense"`` also its stages (for
-        dense output), ``"checkpoints"`` only its times, with the start state and RHS of every
-        ``checkpoint_every``-th accepted step of each lane (for a checkpointed adjoint).
+        save-everything output), ``"dense"`` also its stages (for dense output). ``"trials"``
+        keeps every iteration's trial steps as they are, rejected ones included (for the
+        discrete adjoint's replay): with their stage inputs, or, with ``checkpoint_every``,
+        the working set's state and RHS before every ``checkpoint_every``-th iteration.
     tstops : (K,) array or None
         Times every lane must step to exactly, ordered in the direction of integration.
     f0 : (*shape, L) array, optional
@@ -227,8 +228,9 @@ def _integrate(
             t_end, u_end, which, cut = handler.locate(lanes, rhs, accept, t, hs, u, result, t_new)
 
         # Outputs from the accepted steps, then advance.
+        saves: tuple = ()
         if n_save:
-            _save_passed_points(
+            saves = _save_passed_points(
                 backend,
                 stepper,
                 lanes,
@@ -243,10 +245,20 @@ def _integrate(
                 t_end,
                 direction,
             )
-        if problem.record_steps == "checkpoints":
-            records.step(lanes["lane"], t, hs, t_end, None, None, None, accept)
-            keep = accept & (lanes["naccept"] % problem.checkpoint_every == 0)
-            records.checkpoint(lanes["lane"], lanes["naccept"], u, lanes["f"], keep)
+        if problem.record_steps == "trials":
+            every = problem.checkpoint_every
+            records.trial(
+                Trial(
+                    lanes["lane"],
+                    t,
+                    hs,
+                    t_end,
+                    accept,
+                    saves,
+                    None if every else result.inputs,
+                    (u, lanes["f"]) if every and (iteration - 1) % every == 0 else None,
+                )
+            )
         elif problem.record_steps:
             stages = result.stages if problem.record_steps == "dense" else None
             records.step(lanes["lane"], t, hs, t_end, u, u_end, stages, accept)
@@ -344,19 +356,23 @@ def _save_passed_points(
     result: Any,
     t_new: Array,
     direction: float,
-) -> None:
+) -> tuple[tuple[Array, Array, Array], ...]:
     """Fill the save points each accepted lane stepped over, from the step's dense output.
 
     ``save_grid`` holds the save times all lanes share (``None``: per-lane times are in the
     working set). Each lane keeps its next save time (``inf`` past the last), so a step that
     passes no save point costs three elementwise operations.
+
+    Returns the rounds of saving, each ``(idx, save_idx, theta)``: the saving lanes'
+    positions in the working set, their save point numbers and where in the step they are.
     """
     xp = backend.xp
     next_save = lanes["next_save"]
     due = accept & (direction * (next_save - t_new) <= 0)
     if not bool(xp.any(due)):
-        return
+        return ()
     save_idx = lanes["save_idx"]
+    rounds = []
     while True:
         idx = xp.nonzero(due)[0]
 
@@ -374,6 +390,7 @@ def _save_passed_points(
             backend, sub_rhs, sub(t), sub(hs), sub(u), sub(result.u1), sub(result.stages), theta
         )
         records.save(sub(lanes["lane"]), sub(save_idx), values, None)
+        rounds.append((idx, sub(save_idx), theta))
         if stepper.interpolation_rhs_evals:
             extra = stepper.interpolation_rhs_evals * xp.astype(due, xp.int64)
             lanes.put(nf_extra=lanes["nf_extra"] + extra)
@@ -384,3 +401,4 @@ def _save_passed_points(
         if not bool(xp.any(due)):
             break
     lanes.put(save_idx=save_idx, next_save=next_save)
+    return tuple(rounds)

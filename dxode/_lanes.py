@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._retcode import ReturnCode
 
@@ -18,9 +18,7 @@ class LaneResult:
     ``saved`` is ``(L, nsave, *shape)`` (NaN at points a failed lane never reached); ``steps``
     holds the accepted steps lanes-last and grouped by lane (keys ``lane, t, h, u0, u1,
     stages`` and ``t_end``, the exact end time), enough for each step's dense output;
-    ``checkpoints`` the states kept every k-th accepted step (keys ``lane``, ``index``: the
-    step's number in its lane, ``u``, ``f``: the RHS there), grouped by lane.
-    ``events`` is the callbacks' event log (keys ``lane, t, callback, u_before, u_after``,
+    ``trials`` every iteration's trial steps in order (see ``Trial``). ``events`` is the callbacks' event log (keys ``lane, t, callback, u_before, u_after``,
     lanes last), or ``None``.
     """
 
@@ -32,8 +30,29 @@ class LaneResult:
     nf: Array
     saved: Array | None
     steps: dict[str, Array] | None
-    checkpoints: dict[str, Array] | None = None
+    trials: list[Trial] | None = None
     events: dict[str, Array] | None = None
+
+
+class Trial(NamedTuple):
+    """One iteration's trial steps of the working set, kept by reference (no copies).
+
+    ``lane`` (the working set's lane numbers, ascending), ``t``, ``h``, ``t_end`` and
+    ``accept`` are ``(W,)``; ``saves`` the rounds of save points the accepted steps filled,
+    each ``(idx, save_idx, theta)``: positions in the working set, save point numbers and
+    ``theta = (t_save - t) / h``; ``inputs`` the stage inputs ``(*shape, W)`` of the step (or
+    ``None``); ``start`` the state and RHS ``(u, f)`` before the step, kept as a checkpoint
+    (or ``None``).
+    """
+
+    lane: Array
+    t: Array
+    h: Array
+    t_end: Array
+    accept: Array
+    saves: tuple[tuple[Array, Array, Array], ...]
+    inputs: tuple[Array, ...] | None
+    start: tuple[Array, Array] | None
 
 
 class WorkingSet:
@@ -90,7 +109,7 @@ class LaneRecords:
         self._shape = shape
         self._saves: list[tuple[Array, Array]] = []
         self._steps: list[tuple[Array, ...]] = []
-        self._checkpoints: list[tuple[Array, ...]] = []
+        self._trials: list[Trial] = []
         self._finals: list[tuple[Array, ...]] = []
         self._retired = 0
 
@@ -129,13 +148,9 @@ class LaneRecords:
             fields = tuple(xp.take(a, idx, axis=-1) for a in fields)
         self._steps.append(fields)
 
-    def checkpoint(self, lane: Array, index: Array, u: Array, f: Array, mask: Array) -> None:
-        """Keep the state ``u`` and RHS ``f`` of the lanes where ``mask`` holds, as the start
-        of their step number ``index``."""
-        xp = self._xp
-        if bool(xp.any(mask)):
-            idx = xp.nonzero(mask)[0]
-            self._checkpoints.append(tuple(xp.take(a, idx, axis=-1) for a in (lane, index, u, f)))
+    def trial(self, trial: Trial) -> None:
+        """Keep one iteration's trial steps (for the discrete adjoint)."""
+        self._trials.append(trial)
 
     def retire(
         self,
@@ -204,19 +219,8 @@ class LaneRecords:
             fields = [xp.take(f, order, axis=-1) for f in fields]
             names = ("lane", "t", "h", "t_end", "u0", "u1", "stages")[:n_fields]
             steps = dict(zip(names, fields, strict=True))
-        checkpoints = None
-        if self._checkpoints:
-            fields = [xp.concat([c[i] for c in self._checkpoints], axis=-1) for i in range(4)]
-            order = xp.argsort(fields[0], stable=True)
-            checkpoints = dict(
-                zip(
-                    ("lane", "index", "u", "f"),
-                    [xp.take(f, order, axis=-1) for f in fields],
-                    strict=True,
-                )
-            )
         return LaneResult(
-            checkpoints=checkpoints,
+            trials=self._trials or None,
             retcode=place(code),
             t=place(t),
             u=place(u),

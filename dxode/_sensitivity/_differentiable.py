@@ -144,10 +144,7 @@ def _forward(
     """
     leaves = _leaves_with(static, [np.asarray(v) if np.ndim(v) else v for v in diff_values])
     n_lanes = u0_lanes.shape[-1]
-    grid = static.save_grid
-    stops = np.unique(grid if static.tstops is None else np.concatenate([grid, static.tstops]))
-    if static.t1[0] < static.t0[0]:
-        stops = stops[::-1]  # in the direction of integration
+    stops = _stops(static)
     task = _without_client(static)
     batches = []
     for start in range(0, n_lanes, static.batch_size):
@@ -176,6 +173,19 @@ def _forward(
     return np.concatenate(saved_parts), records
 
 
+def _stops(static: _Static) -> np.ndarray | None:
+    """Times every lane steps to exactly: the problem's ``tstops`` and the save times, except
+    where the discrete adjoint differentiates the dense output that fills them (methods whose
+    interpolant needs no extra stages), so the steps are those of a solve without gradients."""
+    parts = [] if static.tstops is None else [static.tstops]
+    if not isinstance(static.sensealg, DiscreteAdjoint) or static.options.alg.interpolation_rhs_evals:
+        parts.append(static.save_grid)
+    if not parts:
+        return None
+    stops = np.unique(np.concatenate(parts))
+    return stops[::-1] if static.t1[0] < static.t0[0] else stops  # in the direction of time
+
+
 def _without_client(static: _Static) -> _Static:
     """The static data a batch task needs: no client, and a parameter template without
     autograd boxes (those would travel with every task)."""
@@ -196,7 +206,7 @@ def _forward_batch(
     leaves: list[Any],
     t0: np.ndarray,
     t1: np.ndarray,
-    stops: np.ndarray,
+    stops: np.ndarray | None,
 ) -> tuple[np.ndarray, Any, dict[str, np.ndarray]]:
     """One batch's forward pass (here or as a Dask task): saved states, what the backward
     pass needs (the method's record), statistics."""
@@ -216,8 +226,7 @@ def _forward_batch(
         )
     else:
         if isinstance(alg, DiscreteAdjoint):
-            # The backward pass recomputes the stages from each start state.
-            record = "checkpoints" if alg.checkpoint_every else "states"
+            record = "trials"  # the backward pass replays every iteration
         else:
             record = "dense" if isinstance(alg, InterpolatingAdjoint) else ""
         problem = LaneProblem(
@@ -228,7 +237,7 @@ def _forward_batch(
             params=batch.params,
             save_times=save_times,
             record_steps=record,
-            tstops=backend.asarray(stops, dtype=dtype),
+            tstops=None if stops is None else backend.asarray(stops, dtype=dtype),
             f0=batch.f0,
             checkpoint_every=getattr(alg, "checkpoint_every", None) or 0,
         )
@@ -236,10 +245,10 @@ def _forward_batch(
         saved = to_host(result.saved)
         if isinstance(alg, BacksolveAdjoint):
             payload = saved
-        elif isinstance(alg, InterpolatingAdjoint) or not alg.checkpoint_every:
+        elif isinstance(alg, InterpolatingAdjoint):
             payload = result.steps or _no_steps(backend, u0)
         else:
-            payload = (result.steps or _no_steps(backend, u0), result.checkpoints)
+            payload = result.trials or []
     outcome = {k: to_host(getattr(result, k)) for k in ("retcode", "nf", "naccept", "nreject")}
     return saved, payload, outcome
 
@@ -371,22 +380,19 @@ def _backward_task(
             retcode,
             g,
         )
-    steps, checkpoints = forward[1] if alg.checkpoint_every else (forward[1], None)
     backend = get_backend(static.backend)
     batch_leaves = _on_backend(backend, static, batch_leaves)
     u0_bar, leaf_bars = backward(
         backend,
         static.options.alg,
         rhs,
-        steps,
+        forward[1],
         batch_leaves,
         save_grid,
         static.t0[lanes],
         retcode,
         backend.asarray(g),
-        checkpoints=checkpoints,
-        checkpoint_every=alg.checkpoint_every or 0,
-        rhs_for=None if checkpoints is None else plain_rhs_for(static, batch_leaves),
+        rhs_for=plain_rhs_for(static, batch_leaves) if alg.checkpoint_every else None,
     )
     return to_host(u0_bar), [to_host(bar) for bar in leaf_bars]
 

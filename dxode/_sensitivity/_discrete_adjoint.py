@@ -1,20 +1,25 @@
-"""The discrete adjoint: the exact gradient of the accepted Runge–Kutta steps, replayed backward.
+"""The discrete adjoint: the exact gradient of the Runge–Kutta steps the forward pass took.
 
-The forward pass records each lane's accepted steps (start time, step size, start state) and
-lands exactly on every save time. The backward pass walks each lane's steps in reverse, all
-lanes of the batch at once: at backward iteration ``k`` lane ``l`` processes its ``k``-th last
-step (a lane with fewer steps idles: a zero step from its own start state, which contributes
-exactly nothing). At
-a save time it adds that save point's cotangent, then pulls the cotangent back through the
-step's stages,
+The forward pass keeps every iteration's trial steps of its working set by reference
+(``Trial``): times, step sizes, which lanes accepted, and the stage inputs ``y_i`` where it
+evaluated ``f``, or, with checkpoints, the working set's state every ``k``-th iteration, from
+which a segment's stage inputs are recomputed by the same arithmetic. The backward pass
+replays the iterations in reverse, every lane at once, with no per-step gathers. At each
+accepted step it adds the cotangents ``ḡ_s`` of the save points the step produced and pulls
+the cotangent back through the stages:
 
-    k̄_i = h (b_i ū_{n+1} + Σ_{l>i} a_li ȳ_l),   (ȳ_i, p̄_i) = VJP of f at stage i (k̄_i),
-    ū_n = ū_{n+1} + Σ_i ȳ_i,                     p̄ += Σ_i p̄_i.
+    k̄_i = h (b_i ū_{n+1} + Σ_{l>i} a_li ȳ_l + Σ_s w_i(θ_s) ḡ_s),  (ȳ_i, p̄_i) = VJP of f at y_i (k̄_i),
+    ū_n = ū_{n+1} + Σ_i ȳ_i + Σ_s ḡ_s,                              p̄ += Σ_i p̄_i,
+
+where a save point inside the step at ``θ_s`` is the dense output ``u_n + h Σ_i w_i(θ_s) k_i``
+and one at the step's end (``θ = 1``, the end state itself) enters ``ū_{n+1}``. A lane that did
+not accept at an iteration (rejected, retired or failed) keeps its cotangents.
 
 Step sizes are constants of the computed solution (not differentiated), so the result is the
 gradient of exactly what the forward pass computed. Every array operation goes through the
 batch's backend, so the sweep runs where the forward pass ran (NumPy, CuPy, any array-API
-library); only per-step bookkeeping (which step, which save point) is computed on the host.
+library); the bookkeeping (which lanes accepted, which save points a step produced) is
+computed once on the host.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .._lanes import Trial
 from .._retcode import ReturnCode
 from ..backends import to_host
 from ..backends._base import ordered_sum
@@ -35,14 +41,12 @@ def backward(
     backend: Any,
     stepper: Any,
     rhs: TracedRHS,
-    steps: dict[str, Array],
+    trials: list[Trial],
     leaves: list[Any],
     save_grid: np.ndarray,
     t0: np.ndarray,
     retcodes: np.ndarray,
     cotangent: Array,
-    checkpoints: dict[str, Array] | None = None,
-    checkpoint_every: int = 0,
     rhs_for: Any = None,
 ) -> tuple[Array, list[Any]]:
     """Cotangents of the initial states and of the differentiable parameter leaves.
@@ -51,23 +55,21 @@ def backward(
     ----------
     backend : Backend
         Where the batch's arrays live and the sweep computes.
-    steps : dict
-        Accepted steps lanes-last and grouped by lane: ``lane, t, h, t_end`` and, without
-        checkpoints, each step's start state ``u0``.
+    trials : list of Trial
+        The forward pass's iterations in order, with their stage inputs or checkpoints.
     leaves : list
         The batch's parameter leaf values (per-lane leaves have a trailing lane axis).
     save_grid : (nsave,) host array
-        Save times shared by the lanes (every one is a step end or the start).
+        Save times shared by the lanes, in the direction of integration.
     t0 : (L,) host array
         Start times.
     retcodes : (L,) int host array
         Lanes that failed get NaN cotangents (their saved values are not a solution).
     cotangent : (L, nsave, *shape) array
         Cotangent of the saved states (on the backend).
-    checkpoints : dict, optional
-        The states and RHS values kept every ``checkpoint_every``-th step of each lane (keys
-        ``lane, index, u, f``); each segment's states are then recomputed from them with
-        ``rhs_for``, the plain lane RHS for per-lane leaf values.
+    rhs_for : callable, optional
+        The plain lane RHS for per-lane leaf values: recomputes the stage inputs of
+        checkpointed trials.
 
     Returns
     -------
@@ -75,147 +77,245 @@ def backward(
     leaf_bars : list
         One entry per differentiable leaf: per-lane leaves ``(..., L)``; shared leaves summed.
     """
-    n_lanes = cotangent.shape[0]
-    lane = np.asarray(to_host(steps["lane"]))
-    failed = ~np.isin(retcodes, [int(ReturnCode.Success), int(ReturnCode.Terminated)])
-    counts = np.where(failed, 0, np.bincount(lane, minlength=n_lanes))
-    starts = np.searchsorted(lane, np.arange(n_lanes))
-    sweep = _Sweep(backend, stepper, rhs, steps, leaves, save_grid, cotangent)
-    with backend.ignore_fp_errors():  # idle lanes replay steps of no consequence
-        if checkpoints is None:
-            _plain_sweep(sweep, counts, starts)
+    sweep = _Sweep(backend, stepper, rhs, trials, leaves, save_grid, retcodes, cotangent)
+    with backend.ignore_fp_errors():  # rejected trials may hold overflowed stages
+        if trials and trials[0].inputs is None:
+            _checkpointed_sweep(sweep, rhs_for)
         else:
-            _checkpointed_sweep(sweep, rhs_for, checkpoints, checkpoint_every, counts, starts)
-    return sweep.finish(t0, failed)
+            for j in range(len(trials) - 1, -1, -1):
+                sweep.step_back(j, trials[j].inputs)
+    return sweep.finish(t0)
 
 
-def _plain_sweep(sweep: _Sweep, counts: np.ndarray, starts: np.ndarray) -> None:
-    """Every lane's steps in reverse, from the recorded start states."""
-    for k in range(int(counts.max(initial=0))):
-        active = k < counts
-        sweep.step_back(np.where(active, starts + counts - 1 - k, starts), active)
+def _checkpointed_sweep(sweep: _Sweep, rhs_for: Any) -> None:
+    """The sweep segment by segment, last to first: each segment's stage inputs are recomputed
+    from its checkpoint with the recorded step sizes and acceptances (the forward pass's own
+    arithmetic, so the same values to the last bit), then pulled back through."""
+    trials = sweep.trials
+    starts = [j for j, trial in enumerate(trials) if trial.start is not None]
+    ends = [*starts[1:], len(trials)]
+    for first, end in zip(reversed(starts), reversed(ends), strict=True):
+        inputs = _replay_forward(sweep, rhs_for, first, end)
+        for j in range(end - 1, first - 1, -1):
+            sweep.step_back(j, inputs[j - first])
 
 
-def _checkpointed_sweep(
-    sweep: _Sweep,
-    rhs_for: Any,
-    checkpoints: dict[str, Array],
-    k_every: int,
-    counts: np.ndarray,
-    starts: np.ndarray,
-) -> None:
-    """The backward sweep segment by segment, from each lane's last segment to its first.
-
-    Round ``r`` recomputes every lane's ``r``-th last segment forward from its checkpoint with
-    the recorded step sizes (the same arithmetic as the forward pass, so the same states to
-    the last bit), then pulls the cotangents back through it.
-    """
-    xp, backend, steps = sweep.xp, sweep.backend, sweep.steps
-    n_lanes = counts.shape[0]
-    cp_lane = np.asarray(to_host(checkpoints["lane"]))
-    cp_start = np.searchsorted(cp_lane, np.arange(n_lanes))
-    n_seg = -(-counts // k_every)
-    params = tuple(
-        leaf for leaf, lane in zip(sweep.leaves, sweep.rhs.lane_leaf, strict=True) if lane
-    )
-    plain = rhs_for(params)
-    for r in range(int(n_seg.max(initial=0))):
-        seg = n_seg - 1 - r
-        live = seg >= 0
-        first = starts + np.maximum(seg, 0) * k_every  # each segment's first step
-        length = np.where(live, np.minimum(k_every, counts - np.maximum(seg, 0) * k_every), 0)
-        cp = sweep.index(cp_start + np.maximum(seg, 0), len(cp_lane))
-        u, f = xp.take(checkpoints["u"], cp, axis=-1), xp.take(checkpoints["f"], cp, axis=-1)
-        states = [u]
-        for i in range(int(length.max()) - 1):
-            moving = i < length - 1
-            idx = sweep.index(np.where(moving, first + i, first))
-            h = xp.where(sweep.device(moving), xp.take(steps["h"], idx), 0.0)
-            t_end = xp.take(steps["t_end"], idx)
-            result = sweep.stepper.step(backend, plain, xp.take(steps["t"], idx), u, f, h)
-            u = result.u1
-            f = result.f1 if sweep.stepper.fsal else plain(u, t_end)
-            states.append(u)
-        for q in range(len(states) - 1, -1, -1):
-            active = q < length
-            sweep.step_back(np.where(active, first + q, first), active, states[q])
+def _replay_forward(sweep: _Sweep, rhs_for: Any, first: int, end: int) -> list[tuple]:
+    """The stage inputs of trials ``first .. end - 1``, from the checkpoint at ``first``."""
+    xp, backend, stepper = sweep.xp, sweep.backend, sweep.stepper
+    u, f = sweep.trials[first].start
+    inputs = []
+    rhs = None
+    for j in range(first, end):
+        trial = sweep.trials[j]
+        if j > first and sweep.size(j) != sweep.size(j - 1):  # the working set was compacted
+            keep = sweep.positions(j - 1, j)
+            u, f = xp.take(u, keep, axis=-1), xp.take(f, keep, axis=-1)
+            rhs = None
+        if rhs is None:
+            rhs = rhs_for(tuple(sweep.lane_leaves(j)))
+        result = stepper.step(backend, rhs, trial.t, u, f, trial.h)
+        inputs.append(result.inputs)
+        accept = xp.reshape(trial.accept, (1,) * (u.ndim - 1) + (-1,))
+        u = xp.where(accept, result.u1, u)
+        if stepper.fsal:
+            f = xp.where(accept, result.f1, f)
+        else:
+            f = rhs(u, xp.where(trial.accept, trial.t_end, trial.t))
+    return inputs
 
 
 class _Sweep:
-    """The backward sweep's running cotangents, lanes last, on the batch's backend."""
+    """The backward sweep's running cotangents in the current iteration's working-set layout."""
 
     def __init__(
         self,
         backend: Any,
         stepper: Any,
         rhs: TracedRHS,
-        steps: dict[str, Array],
+        trials: list[Trial],
         leaves: list[Any],
         save_grid: np.ndarray,
+        retcodes: np.ndarray,
         cotangent: Array,
     ) -> None:
         xp = self.xp = backend.xp
         self.backend, self.stepper, self.rhs = backend, stepper, rhs
-        self.steps, self.leaves = steps, leaves
-        n_lanes, n_save = cotangent.shape[0], cotangent.shape[1]
-        self.n_steps = int(steps["lane"].shape[0])
-        self.save_grid, self.n_save = save_grid, n_save
+        self.trials, self.leaves = trials, leaves
+        self.n_lanes, self.n_save = cotangent.shape[0], cotangent.shape[1]
+        self.shape = tuple(cotangent.shape[2:])
+        self.save_grid = save_grid
         # Cotangents of the saved states as rows ``lane * nsave + save index``.
-        self.g = xp.reshape(cotangent, (n_lanes * n_save, *cotangent.shape[2:]))
-        self.lane_rows = xp.arange(n_lanes, dtype=xp.int64) * n_save
-        # The save point each recorded step ends at (-1: none).
-        t_end = np.asarray(to_host(steps["t_end"]), dtype=np.float64)
-        self.save_of_step = _save_index(save_grid, t_end)
-        self.u_bar = xp.zeros((*cotangent.shape[2:], n_lanes), dtype=cotangent.dtype)
+        self.g = xp.reshape(cotangent, (self.n_lanes * self.n_save, *self.shape))
+        self.failed = ~np.isin(retcodes, [int(ReturnCode.Success), int(ReturnCode.Terminated)])
+        self._bookkeeping(trials)
         self.diff_idx = rhs.diff_positions()
-        self.leaf_bars: list[Any] = [_zero_cotangent(xp, leaves[i]) for i in self.diff_idx]
-        self.coefficients = _StageWeights(stepper, xp, self.u_bar)
+        self.shared_diff = any(not rhs.lane_leaf[i] for i in self.diff_idx)
+        self.coefficients = _StageWeights(stepper, xp, cotangent[0, 0, ...][..., None])
+        # State in the layout of the last iteration's working set (all lanes if none ran).
+        self.layout = self.lane[-1] if trials else np.arange(self.n_lanes)
+        self.u_bar = xp.zeros((*self.shape, self.layout.shape[0]), dtype=cotangent.dtype)
+        width = int(self.layout.shape[0])
+        self.leaf_bars = [
+            _zero_cotangent(xp, leaves[i], width if rhs.lane_leaf[i] else None)
+            for i in self.diff_idx
+        ]
+        self._layout_leaves()
 
-    def index(self, host: np.ndarray, size: int | None = None) -> Array:
-        """Host indices as a device index array, clipped to ``size`` (default: the steps)."""
-        size = self.n_steps if size is None else size
-        host = np.clip(host, 0, max(size - 1, 0))
-        return self.backend.asarray(host.astype(np.int64), dtype=self.xp.int64)
+    def _bookkeeping(self, trials: list[Trial]) -> None:
+        """Host copies of every trial's lanes and acceptances, in one transfer."""
+        xp = self.xp
+        sizes = [int(trial.lane.shape[0]) for trial in trials]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.lane, self.accept = [], []
+        if trials:
+            lane = np.asarray(to_host(xp.concat([tr.lane for tr in trials])))
+            accept = np.asarray(to_host(xp.concat([tr.accept for tr in trials])))
+            self.lane = np.split(lane, self.offsets[1:-1])
+            self.accept = np.split(accept & ~self.failed[lane], self.offsets[1:-1])
 
-    def device(self, mask: np.ndarray) -> Array:
-        return self.backend.asarray(mask, dtype=self.xp.bool)
+    def size(self, j: int) -> int:
+        return int(self.offsets[j + 1] - self.offsets[j])
 
-    def step_back(self, step: np.ndarray, active: np.ndarray, u_n: Array | None = None) -> None:
-        """Every lane pulls its cotangent back through its step ``step`` (host global step
-        indices) that started from ``u_n`` (by default the recorded start states); lanes not
-        ``active`` take a zero step."""
-        xp, steps = self.xp, self.steps
-        step = np.clip(step, 0, max(self.n_steps - 1, 0))
-        idx = self.index(step)
-        if u_n is None:
-            u_n = xp.take(steps["u0"], idx, axis=-1)
-        t_start = xp.take(steps["t"], idx)
-        h = xp.take(steps["h"], idx)
-        if not active.all():
-            h = xp.where(self.device(active), h, xp.zeros_like(h))
-        ub = self.u_bar
-        save = self.save_of_step[step]
-        hit = active & (save >= 0)
-        if hit.any():  # a save point at this step's end: its cotangent enters here
-            rows = xp.take(self.g, self.lane_rows + self.index(save, self.n_save), axis=0)
-            entering = xp.moveaxis(rows, 0, -1)
-            ub = ub + xp.where(self.device(hit), entering, xp.zeros_like(entering))
-        self.u_bar, step_bars = _step_vjp(
-            self.backend, self.coefficients, self.rhs, u_n, t_start, h, ub, self.leaves
+    def positions(self, j_from: int, j_to: int) -> Array:
+        """Where trial ``j_to``'s lanes sit in trial ``j_from``'s working set (device)."""
+        return self._device_index(np.searchsorted(self.lane[j_from], self.lane[j_to]))
+
+    def lane_leaves(self, j: int) -> list[Any]:
+        """The per-lane parameter leaves in trial ``j``'s layout, in order."""
+        idx = self._device_index(self.lane[j])
+        return [
+            self.xp.take(leaf, idx, axis=-1)
+            for leaf, lane in zip(self.leaves, self.rhs.lane_leaf, strict=True)
+            if lane
+        ]
+
+    def _layout_leaves(self) -> None:
+        """Every parameter leaf as the current layout's VJPs see it."""
+        idx = self._device_index(self.layout)
+        self.ws_leaves = [
+            self.xp.take(leaf, idx, axis=-1) if lane else leaf
+            for leaf, lane in zip(self.leaves, self.rhs.lane_leaf, strict=True)
+        ]
+
+    def _device_index(self, host: np.ndarray) -> Array:
+        return self.backend.asarray(np.asarray(host, dtype=np.int64), dtype=self.xp.int64)
+
+    def _device_mask(self, host: np.ndarray) -> Array:
+        return self.backend.asarray(host, dtype=self.xp.bool)
+
+    def _relayout(self, lanes: np.ndarray) -> None:
+        """Move the running cotangents into the (larger) layout ``lanes``: the lanes that had
+        retired meanwhile start with zero cotangents."""
+        xp, backend = self.xp, self.backend
+        keys = self._device_index(np.searchsorted(lanes, self.layout))
+        n = int(lanes.shape[0])
+
+        def spread(a: Array) -> Array:
+            rows = backend.scatter_rows(keys, xp.moveaxis(a, -1, 0), n, 0.0)
+            return xp.moveaxis(rows, 0, -1)
+
+        self.u_bar = spread(self.u_bar)
+        self.leaf_bars = [
+            spread(bar) if self.rhs.lane_leaf[i] else bar
+            for bar, i in zip(self.leaf_bars, self.diff_idx, strict=True)
+        ]
+        self.layout = lanes
+        self._layout_leaves()
+
+    def step_back(self, j: int, inputs: tuple[Array, ...]) -> None:
+        """Pull the cotangents back through iteration ``j``'s accepted steps."""
+        xp, trial = self.xp, self.trials[j]
+        if self.size(j) != self.layout.shape[0]:  # the forward pass compacted after iteration j
+            self._relayout(self.lane[j])
+        accept = self.accept[j]
+        if not accept.any():
+            return
+        h = trial.h
+        idle = not accept.all()
+        if idle:
+            mask = self._device_mask(accept)
+            h = xp.where(mask, h, xp.zeros_like(h))
+            if self.shared_diff:  # idle lanes pull zero through their own start state
+                inputs = (inputs[0], *(xp.where(mask, y, inputs[0]) for y in inputs[1:]))
+        u1_bar, start_bar, dense_bar = self.u_bar, None, None
+        if trial.saves:
+            end_bar, start_bar, dense_bar = self._save_cotangents(trial)
+            u1_bar = u1_bar + end_bar
+        u_bar, step_bars = _step_vjp(
+            self.backend,
+            self.coefficients,
+            self.rhs,
+            inputs,
+            trial.t,
+            h,
+            u1_bar,
+            self.ws_leaves,
+            dense_bar,
         )
+        if start_bar is not None:
+            u_bar = u_bar + start_bar
+        if idle:
+            u_bar = xp.where(mask, u_bar, self.u_bar)
+            step_bars = [
+                xp.where(mask, bar, xp.zeros_like(bar)) if self.rhs.lane_leaf[i] else bar
+                for bar, i in zip(step_bars, self.diff_idx, strict=True)
+            ]
+        self.u_bar = u_bar
         self.leaf_bars = [a + b for a, b in zip(self.leaf_bars, step_bars, strict=True)]
 
-    def finish(self, t0: np.ndarray, failed: np.ndarray) -> tuple[Array, list[Any]]:
+    def _save_cotangents(self, trial: Trial) -> tuple[Array, Array | None, Array | None]:
+        """The cotangents of the save points a trial's steps filled: those at the steps' ends
+        (``θ = 1``: the end state itself), those inside them (entering ``ū_n``), and the
+        latter's stage terms ``h Σ_s w_i(θ_s) ḡ_s`` (``None`` when there are none)."""
+        xp, backend = self.xp, self.backend
+        width = int(trial.lane.shape[0])
+        last = self.coefficients.last
+        landing = bool(self.stepper.interpolation_rhs_evals)  # extra stages: saves at step ends
+        end_rows, inside_rows, dense_rows, keys = [], [], [], []
+        for idx, save_idx, theta in trial.saves:
+            rows = xp.take(self.g, xp.take(trial.lane, idx) * self.n_save + save_idx, axis=0)
+            if landing:
+                end_rows.append(rows)
+                keys.append(idx)
+                continue
+            at_end = xp.reshape(theta == 1, (-1,) + (1,) * len(self.shape))
+            zero = xp.zeros_like(rows)
+            inside = xp.where(at_end, zero, rows)  # (k, *shape)
+            weights = self.stepper.interpolation_weights(xp, xp.moveaxis(inside, 0, -1), theta)
+            h = xp.take(trial.h, idx)
+            dense = xp.moveaxis(weights[: last + 1, ...] * xp.moveaxis(inside, 0, -1) * h, -1, 0)
+            end_rows.append(xp.where(at_end, rows, zero))
+            inside_rows.append(inside)
+            dense_rows.append(dense)  # (k, last + 1, *shape)
+            keys.append(idx)
+
+        def placed(parts: list[Array]) -> Array:
+            """Rows of the saving lanes, summed per lane into the working set's layout."""
+            total = None
+            for key, part in zip(keys, parts, strict=True):
+                spread = xp.moveaxis(backend.scatter_rows(key, part, width, 0.0), 0, -1)
+                total = spread if total is None else total + spread
+            return total
+
+        if landing:
+            return placed(end_rows), None, None
+        return placed(end_rows), placed(inside_rows), placed(dense_rows)
+
+    def finish(self, t0: np.ndarray) -> tuple[Array, list[Any]]:
         """Add the save points at ``t0``; NaN for failed lanes (and the leaves they share)."""
         xp, backend = self.xp, self.backend
+        if self.layout.shape[0] != self.n_lanes:
+            self._relayout(np.arange(self.n_lanes))
         at = _save_index(self.save_grid, np.asarray(t0, dtype=np.float64))
-        at_start = self.device(at >= 0)
-        rows = xp.take(self.g, self.lane_rows + self.index(at, self.n_save), axis=0)
+        rows = xp.take(
+            self.g, self._device_index(self.layout * self.n_save + np.maximum(at, 0)), axis=0
+        )
         entering = xp.moveaxis(rows, 0, -1)
-        u_bar = self.u_bar + xp.where(at_start, entering, xp.zeros_like(entering))
+        u_bar = self.u_bar + xp.where(self._device_mask(at >= 0), entering, xp.zeros_like(entering))
         leaf_bars = self.leaf_bars
-        if np.any(failed):
-            bad = self.device(failed)
+        if np.any(self.failed):
+            bad = self._device_mask(self.failed)
             nan = backend.asarray(float("nan"), dtype=u_bar.dtype)
             u_bar = xp.where(bad, nan, u_bar)
             for j, i in enumerate(self.diff_idx):
@@ -229,20 +329,20 @@ class _Sweep:
 class _StageWeights:
     """A method's coefficients for the backward step, in the stage combinations' layout.
 
-    ``forward[i]`` are the weights of stage ``i``'s input (as in the forward step) and
-    ``adjoint[i]`` those of ``k̄_i`` over ``[ȳ_{i+1}, ..., ȳ_last, ū_{n+1}]``.
+    ``adjoint[i]`` are the weights of ``k̄_i`` over ``[ȳ_{i+1}, ..., ȳ_last, ū_{n+1}]``;
+    ``used[i]`` whether stage ``i`` feeds the step's end state (the stages up to ``last``
+    feed it or the dense output).
     """
 
     def __init__(self, stepper: Any, xp: Any, like: Array) -> None:
         tab = stepper.tableau
         s = tab.stages
         a, b = np.asarray(tab.a, dtype=np.float64), np.asarray(tab.b, dtype=np.float64)
-        # Stages that feed the solution (an FSAL method's last stage feeds only the error).
-        used = [b[i] != 0.0 or bool(np.any(a[i + 1 :, i] != 0.0)) for i in range(s)]
-        self.last = max(i for i in range(s) if used[i])
-        self.used = used[: self.last + 1]
-        co = stepper._coefs(xp, like)
-        self.c, self.forward = co.c, co.a
+        # An FSAL method's last stage feeds only the error estimate and the dense output.
+        self.used = [b[i] != 0.0 or bool(np.any(a[i + 1 :, i] != 0.0)) for i in range(s)]
+        dense = np.any(np.asarray(tab.interpolant, dtype=np.float64)[:s] != 0.0, axis=1)
+        self.last = max(i for i in range(s) if self.used[i] or dense[i])
+        self.c = stepper._coefs(xp, like).c
         trailing = (1,) * like.ndim
         dev = getattr(like, "device", None)
         self.adjoint = [
@@ -262,33 +362,34 @@ def _step_vjp(
     backend: Any,
     co: _StageWeights,
     rhs: TracedRHS,
-    u: Array,
+    inputs: tuple[Array, ...],
     t: Array,
     h: Array,
     u1_bar: Array,
     leaves: list[Any],
+    dense_bar: Array | None,
 ) -> tuple[Array, list[Any]]:
-    """Pull ``u1_bar`` back through one explicit Runge–Kutta step of every lane."""
+    """Pull ``u1_bar`` (and the dense output's stage terms ``dense_bar``, ``(last + 1, *shape,
+    L)``) back through one explicit Runge–Kutta step of every lane from its stage inputs."""
     xp = backend.xp
     last = co.last
     stage_times = t + co.c * h
-    stages = xp.empty((last + 1, *u.shape), dtype=u.dtype, device=getattr(u, "device", None))
-    pulls = []
-    for i in range(last + 1):
-        # The forward pass's stage input, by the same operations.
-        y = u if i == 0 else backend.combine(u, h, co.forward[i], stages)
-        stages[i, ...], pull = rhs.pullback(y, stage_times[i, ...], leaves)
-        pulls.append(pull)
+    dev = getattr(u1_bar, "device", None)
     # Rows 0..last: ȳ_i; row last + 1: ū_{n+1}.
-    bars = xp.empty((last + 2, *u.shape), dtype=u1_bar.dtype, device=getattr(u, "device", None))
+    bars = xp.empty((last + 2, *u1_bar.shape), dtype=u1_bar.dtype, device=dev)
     bars[last + 1, ...] = u1_bar
     leaf_bars: list[Any] = []
     for i in range(last, -1, -1):
-        if not co.used[i]:
+        if not co.used[i] and dense_bar is None:
             bars[i, ...] = 0.0
             continue
         k_bar = backend.combine(None, h, co.adjoint[i], bars[i + 1 :, ...])
-        bars[i, ...], stage_leaf_bars = pulls[i](k_bar)
+        if dense_bar is not None:
+            k_bar = k_bar + dense_bar[i, ...]
+        row = bars[i, ...]
+        y_bar, stage_leaf_bars = rhs.vjp_at(inputs[i], stage_times[i, ...], leaves, k_bar, out=row)
+        if y_bar is not row:
+            bars[i, ...] = y_bar
         leaf_bars = (
             stage_leaf_bars
             if not leaf_bars
@@ -306,9 +407,11 @@ def _save_index(grid: np.ndarray, times: np.ndarray) -> np.ndarray:
     return np.where(grid[order][pos] == times, order[pos], -1)
 
 
-def _zero_cotangent(xp: Any, leaf: Any) -> Any:
+def _zero_cotangent(xp: Any, leaf: Any, n_lanes: int | None) -> Any:
+    """A zero cotangent for a leaf (a per-lane leaf's in a layout of ``n_lanes`` lanes)."""
     if isinstance(leaf, (int, float, np.generic)):
         return 0.0
+    shape = tuple(leaf.shape) if n_lanes is None else (*leaf.shape[:-1], n_lanes)
     if isinstance(leaf, np.ndarray):
-        return np.zeros(leaf.shape, dtype=np.result_type(leaf, np.float32))
-    return xp.zeros(leaf.shape, dtype=leaf.dtype)
+        return np.zeros(shape, dtype=np.result_type(leaf, np.float32))
+    return xp.zeros(shape, dtype=leaf.dtype)

@@ -108,6 +108,30 @@ class TracedRHS:
 
         return value, pull
 
+    def vjp_at(
+        self, y: Array, t: Array, leaves: list[Any], v: Array, out: Array | None = None
+    ) -> tuple[Array, list[Any]]:
+        """The VJP of ``f`` at ``(y, t)`` applied to ``v``: ``(y_bar, [cotangents of the
+        differentiated leaves])``. A user ``vjp`` runs without evaluating ``f``, and when it
+        returns ``u_bar`` as a list of rows they are stacked into ``out`` (if given)."""
+        if self.vjp is None:
+            return self.pullback(y, t, leaves)[1](v)
+        p = _pytree.rebuild(self.p_template, leaves)
+        return self._call_user_vjp(y, t, p, v, self.diff_positions(), out)
+
+    def _call_user_vjp(
+        self, y: Array, t: Array, p: Any, v: Array, wrt: list[int], out: Array | None = None
+    ) -> tuple[Array, list[Any]]:
+        backend = self.backend
+        if self.single_lane:
+            u_bar, p_bar = self.vjp(y[..., 0], p, t[0], v[..., 0])
+            u_bar = backend.xp.expand_dims(as_array(backend, u_bar), -1)
+        else:
+            u_bar, p_bar = self.vjp(y, p, t, v)
+            u_bar = as_array(backend, u_bar, out=out)
+        p_leaves = _pytree.leaves(p_bar)
+        return u_bar, [as_array(backend, p_leaves[i]) for i in wrt]
+
     def diff_positions(self) -> list[int]:
         """Positions of the differentiated parameter leaves."""
         return [i for i, d in enumerate(self.diff_leaf) if d]
@@ -214,21 +238,9 @@ class TracedRHS:
         self, y: Array, t: Array, leaves: list[Any], wrt: list[int]
     ) -> tuple[Array, Callable[[Array], tuple[Array, list[Any]]]]:
         """``f`` evaluated plainly (nothing to trace) and the user's ``vjp`` as the pullback."""
-        backend = self.backend
         p = _pytree.rebuild(self.p_template, leaves)
         value = self._plain_value(y, t, p)
-
-        def pull(v: Array) -> tuple[Array, list[Any]]:
-            if self.single_lane:
-                u_bar, p_bar = self.vjp(y[..., 0], p, t[0], v[..., 0])
-                u_bar = backend.xp.expand_dims(as_array(backend, u_bar), -1)
-            else:
-                u_bar, p_bar = self.vjp(y, p, t, v)
-                u_bar = as_array(backend, u_bar)
-            p_leaves = _pytree.leaves(p_bar)
-            return u_bar, [as_array(backend, p_leaves[i]) for i in wrt]
-
-        return value, pull
+        return value, lambda v: self._call_user_vjp(y, t, p, v, wrt)
 
 
 def _as_traced_array(value: Any) -> Any:

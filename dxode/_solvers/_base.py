@@ -34,6 +34,9 @@ class StepResult(NamedTuple):
         Lanes whose implicit stage equations could not be solved (their ``u1`` and ``error``
         mean nothing): the integrator rejects their step and, when adaptive, shrinks it as
         after a non-finite error. ``None`` when every lane's step is valid.
+    inputs : tuple of (*shape, L) arrays, optional
+        An explicit Runge–Kutta step's stage inputs ``y_i`` (``y_0 = u0``), the points where
+        it evaluated ``f``: what a discrete adjoint pulls cotangents back through.
     """
 
     u1: Array
@@ -42,6 +45,7 @@ class StepResult(NamedTuple):
     f1: Array | None
     nf_extra: Any = 0
     failed: Array | None = None
+    inputs: tuple[Array, ...] | None = None
 
 
 class AbstractStepper(abc.ABC):

@@ -57,16 +57,18 @@ class ExplicitRungeKutta(AbstractStepper):
         stages = xp.empty((tab.stages, *u.shape), dtype=u.dtype, device=_device(xp, u))
         stages[0, ...] = f0
         y = u
+        inputs = [u]  # references only: a discrete adjoint keeps them, others drop them
         stage_times = t + co.c * h  # (s, L): every stage's time in two operations
         for i in range(1, tab.stages):
             y = backend.combine(u, h, co.a[i], stages)
+            inputs.append(y)
             _evaluate_into(rhs, y, stage_times[i, ...], stages, i)
         if tab.fsal:
             u1, f1 = y, stages[-1, ...]
         else:
             u1, f1 = backend.combine(u, h, co.b, stages), None
         error = None if co.e is None else backend.combine(None, h, co.e, stages)
-        return StepResult(u1, error, stages, f1)
+        return StepResult(u1, error, stages, f1, inputs=tuple(inputs))
 
     def interpolate(
         self,
@@ -84,12 +86,19 @@ class ExplicitRungeKutta(AbstractStepper):
         co = self._coefs(xp, u0)
         if tab.c_extra is not None:
             stages = self._with_extra_stages(backend, rhs, co, t0, h, u0, stages)
+        weights = self.interpolation_weights(xp, u0, theta)
+        return xp.where(theta == 1, u1, backend.combine(u0, h, weights, stages))
+
+    def interpolation_weights(self, xp: Any, like: Array, theta: Array) -> Array:
+        """The dense output's stage weights ``w_i(theta)``, ``(s + e, 1, ..., 1, L)``, so that
+        ``u(t0 + theta h) = u0 + h sum_i w_i(theta) k_i`` (``theta`` is ``(L,)``; ``like`` a
+        state ``(*shape, L)`` giving the dtype and rank)."""
+        co = self._coefs(xp, like)
         # w_i(theta) = sum_j P[i, j] theta^(j+1), by Horner's rule: (s + e, L).
         weights = co.p[-1]
         for column in reversed(co.p[:-1]):
             weights = weights * theta + column
-        weights = xp.reshape(weights * theta, (weights.shape[0],) + (1,) * (u0.ndim - 1) + (-1,))
-        return xp.where(theta == 1, u1, backend.combine(u0, h, weights, stages))
+        return xp.reshape(weights * theta, (weights.shape[0],) + (1,) * (like.ndim - 1) + (-1,))
 
     def _with_extra_stages(
         self,
