@@ -55,9 +55,8 @@ def lorenz_vjp(u, p, t, v):
     x, y, z = u
     sigma, rho, beta = p
     vx, vy, vz = v
-    u_bar = np.stack(
-        [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
-    )
+    # u_bar as a list of rows, like f's output: dxode stacks them where they belong.
+    u_bar = [-sigma * vx + (rho - z) * vy + y * vz, sigma * vx - vy + x * vz, -x * vy - beta * vz]
     return u_bar, np.stack([(y - x) * vx, x * vy, -z * vz])
 
 

@@ -197,6 +197,7 @@ class _Sweep:
             self.xp.take(leaf, idx, axis=-1) if lane else leaf
             for leaf, lane in zip(self.leaves, self.rhs.lane_leaf, strict=True)
         ]
+        self.stage_vjp = self.rhs.vjp_for(self.ws_leaves)
 
     def _device_index(self, host: np.ndarray) -> Array:
         return self.backend.asarray(np.asarray(host, dtype=np.int64), dtype=self.xp.int64)
@@ -238,20 +239,13 @@ class _Sweep:
             h = xp.where(mask, h, xp.zeros_like(h))
             if self.shared_diff:  # idle lanes pull zero through their own start state
                 inputs = (inputs[0], *(xp.where(mask, y, inputs[0]) for y in inputs[1:]))
-        u1_bar, start_bar, dense_bar = self.u_bar, None, None
+        u1_bar, start_bar, dense = self.u_bar, None, []
         if trial.saves:
-            end_bar, start_bar, dense_bar = self._save_cotangents(trial)
-            u1_bar = u1_bar + end_bar
+            end_bar, start_bar, dense = self._save_cotangents(trial)
+            if end_bar is not None:
+                u1_bar = u1_bar + end_bar
         u_bar, step_bars = _step_vjp(
-            self.backend,
-            self.coefficients,
-            self.rhs,
-            inputs,
-            trial.t,
-            h,
-            u1_bar,
-            self.ws_leaves,
-            dense_bar,
+            self.backend, self.coefficients, self.stage_vjp, inputs, trial.t, h, u1_bar, dense
         )
         if start_bar is not None:
             u_bar = u_bar + start_bar
@@ -264,43 +258,43 @@ class _Sweep:
         self.u_bar = u_bar
         self.leaf_bars = [a + b for a, b in zip(self.leaf_bars, step_bars, strict=True)]
 
-    def _save_cotangents(self, trial: Trial) -> tuple[Array, Array | None, Array | None]:
+    def _save_cotangents(self, trial: Trial) -> tuple[Array | None, Array | None, list]:
         """The cotangents of the save points a trial's steps filled: those at the steps' ends
-        (``θ = 1``: the end state itself), those inside them (entering ``ū_n``), and the
-        latter's stage terms ``h Σ_s w_i(θ_s) ḡ_s`` (``None`` when there are none)."""
+        (``θ = 1``: the end state itself), those inside them (entering ``ū_n``), and for the
+        latter the stage terms ``h w_i(θ) ḡ`` as pairs ``(h w (last + 1, W), ḡ (*shape, W))``.
+
+        Only the saving lanes are computed on; their rows are then spread into the working
+        set's layout (stage-sized temporaries over all lanes would cost more than the VJPs).
+        """
         xp, backend = self.xp, self.backend
         width = int(trial.lane.shape[0])
         last = self.coefficients.last
         landing = bool(self.stepper.interpolation_rhs_evals)  # extra stages: saves at step ends
-        end_rows, inside_rows, dense_rows, keys = [], [], [], []
+
+        def spread(idx: Array, rows: Array) -> Array:
+            return xp.moveaxis(backend.scatter_rows(idx, rows, width, 0.0), 0, -1)
+
+        end_bar = start_bar = None
+        dense = []
         for idx, save_idx, theta in trial.saves:
             rows = xp.take(self.g, xp.take(trial.lane, idx) * self.n_save + save_idx, axis=0)
-            if landing:
-                end_rows.append(rows)
-                keys.append(idx)
+            if not landing:
+                at_end = theta == 1
+            if landing or bool(xp.all(at_end)):
+                end = spread(idx, rows)
+                end_bar = end if end_bar is None else end_bar + end
                 continue
-            at_end = xp.reshape(theta == 1, (-1,) + (1,) * len(self.shape))
-            zero = xp.zeros_like(rows)
-            inside = xp.where(at_end, zero, rows)  # (k, *shape)
-            weights = self.stepper.interpolation_weights(xp, xp.moveaxis(inside, 0, -1), theta)
-            h = xp.take(trial.h, idx)
-            dense = xp.moveaxis(weights[: last + 1, ...] * xp.moveaxis(inside, 0, -1) * h, -1, 0)
-            end_rows.append(xp.where(at_end, rows, zero))
-            inside_rows.append(inside)
-            dense_rows.append(dense)  # (k, last + 1, *shape)
-            keys.append(idx)
-
-        def placed(parts: list[Array]) -> Array:
-            """Rows of the saving lanes, summed per lane into the working set's layout."""
-            total = None
-            for key, part in zip(keys, parts, strict=True):
-                spread = xp.moveaxis(backend.scatter_rows(key, part, width, 0.0), 0, -1)
-                total = spread if total is None else total + spread
-            return total
-
-        if landing:
-            return placed(end_rows), None, None
-        return placed(end_rows), placed(inside_rows), placed(dense_rows)
+            if bool(xp.any(at_end)):
+                keep = xp.reshape(at_end, (-1,) + (1,) * len(self.shape))
+                end = spread(idx, xp.where(keep, rows, xp.zeros_like(rows)))
+                end_bar = end if end_bar is None else end_bar + end
+                rows = xp.where(keep, xp.zeros_like(rows), rows)
+            inside = spread(idx, rows)
+            start_bar = inside if start_bar is None else start_bar + inside
+            weights = self.stepper.interpolation_weights(xp, theta, theta)[: last + 1, ...]
+            h_weights = spread(idx, xp.moveaxis(weights * xp.take(trial.h, idx), 0, -1))
+            dense.append((h_weights, inside))
+        return end_bar, start_bar, dense
 
     def finish(self, t0: np.ndarray) -> tuple[Array, list[Any]]:
         """Add the save points at ``t0``; NaN for failed lanes (and the leaves they share)."""
@@ -356,38 +350,45 @@ class _StageWeights:
             )
             for i in range(self.last + 1)
         ]
+        self._scratch: Array | None = None
+
+    def scratch(self, xp: Any, like: Array) -> Array:
+        """A ``(last + 2, *like.shape)`` array for a step's cotangents, reused from step to
+        step (a fresh one per step would cost a large allocation each time)."""
+        shape = (self.last + 2, *like.shape)
+        if self._scratch is None or tuple(self._scratch.shape) != shape:
+            self._scratch = xp.empty(shape, dtype=like.dtype, device=getattr(like, "device", None))
+        return self._scratch
 
 
 def _step_vjp(
     backend: Any,
     co: _StageWeights,
-    rhs: TracedRHS,
+    vjp: Any,
     inputs: tuple[Array, ...],
     t: Array,
     h: Array,
     u1_bar: Array,
-    leaves: list[Any],
-    dense_bar: Array | None,
+    dense: list[tuple[Array, Array]],
 ) -> tuple[Array, list[Any]]:
-    """Pull ``u1_bar`` (and the dense output's stage terms ``dense_bar``, ``(last + 1, *shape,
-    L)``) back through one explicit Runge–Kutta step of every lane from its stage inputs."""
+    """Pull ``u1_bar`` and the dense output's stage terms ``dense`` (pairs ``(h w, ḡ)``, see
+    ``_Sweep._save_cotangents``) back through one explicit Runge–Kutta step of every lane from
+    its stage inputs; ``vjp(y, t, v, out)`` is the RHS's VJP (``TracedRHS.vjp_for``)."""
     xp = backend.xp
     last = co.last
     stage_times = t + co.c * h
-    dev = getattr(u1_bar, "device", None)
-    # Rows 0..last: ȳ_i; row last + 1: ū_{n+1}.
-    bars = xp.empty((last + 2, *u1_bar.shape), dtype=u1_bar.dtype, device=dev)
+    bars = co.scratch(xp, u1_bar)  # rows 0..last: ȳ_i; row last + 1: ū_{n+1}
     bars[last + 1, ...] = u1_bar
     leaf_bars: list[Any] = []
     for i in range(last, -1, -1):
-        if not co.used[i] and dense_bar is None:
+        if not co.used[i] and not dense:
             bars[i, ...] = 0.0
             continue
         k_bar = backend.combine(None, h, co.adjoint[i], bars[i + 1 :, ...])
-        if dense_bar is not None:
-            k_bar = k_bar + dense_bar[i, ...]
+        for h_weights, g in dense:
+            k_bar = k_bar + h_weights[i, ...] * g
         row = bars[i, ...]
-        y_bar, stage_leaf_bars = rhs.vjp_at(inputs[i], stage_times[i, ...], leaves, k_bar, out=row)
+        y_bar, stage_leaf_bars = vjp(inputs[i], stage_times[i, ...], k_bar, out=row)
         if y_bar is not row:
             bars[i, ...] = y_bar
         leaf_bars = (

@@ -108,16 +108,16 @@ class TracedRHS:
 
         return value, pull
 
-    def vjp_at(
-        self, y: Array, t: Array, leaves: list[Any], v: Array, out: Array | None = None
-    ) -> tuple[Array, list[Any]]:
-        """The VJP of ``f`` at ``(y, t)`` applied to ``v``: ``(y_bar, [cotangents of the
-        differentiated leaves])``. A user ``vjp`` runs without evaluating ``f``, and when it
+    def vjp_for(self, leaves: list[Any]) -> Callable[..., tuple[Array, list[Any]]]:
+        """``vjp(y, t, v, out=None) -> (y_bar, [cotangents of the differentiated leaves])``:
+        the VJP of ``f`` at ``(y, t)`` applied to ``v``, for these parameter leaves. A user
+        ``vjp`` runs without evaluating ``f`` (and ``p`` is assembled once), and when it
         returns ``u_bar`` as a list of rows they are stacked into ``out`` (if given)."""
         if self.vjp is None:
-            return self.pullback(y, t, leaves)[1](v)
+            return lambda y, t, v, out=None: self.pullback(y, t, leaves)[1](v)
         p = _pytree.rebuild(self.p_template, leaves)
-        return self._call_user_vjp(y, t, p, v, self.diff_positions(), out)
+        wrt = self.diff_positions()
+        return lambda y, t, v, out=None: self._call_user_vjp(y, t, p, v, wrt, out)
 
     def _call_user_vjp(
         self, y: Array, t: Array, p: Any, v: Array, wrt: list[int], out: Array | None = None
