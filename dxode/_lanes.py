@@ -18,8 +18,9 @@ class LaneResult:
     ``saved`` is ``(L, nsave, *shape)`` (NaN at points a failed lane never reached); ``steps``
     holds the accepted steps lanes-last and grouped by lane (keys ``lane, t, h, u0, u1,
     stages`` and ``t_end``, the exact end time), enough for each step's dense output;
-    ``trials`` every iteration's trial steps in order (see ``Trial``). ``events`` is the callbacks' event log (keys ``lane, t, callback, u_before, u_after``,
-    lanes last), or ``None``.
+    ``trials`` every iteration's trial steps in order (see ``Trial``). ``events`` is the
+    callbacks' event log (keys ``lane, t, callback, u_before, u_after``, lanes last), or
+    ``None``.
     """
 
     retcode: Array

@@ -178,7 +178,10 @@ def _stops(static: _Static) -> np.ndarray | None:
     where the discrete adjoint differentiates the dense output that fills them (methods whose
     interpolant needs no extra stages), so the steps are those of a solve without gradients."""
     parts = [] if static.tstops is None else [static.tstops]
-    if not isinstance(static.sensealg, DiscreteAdjoint) or static.options.alg.interpolation_rhs_evals:
+    if (
+        not isinstance(static.sensealg, DiscreteAdjoint)
+        or static.options.alg.interpolation_rhs_evals
+    ):
         parts.append(static.save_grid)
     if not parts:
         return None

@@ -8,8 +8,9 @@ replays the iterations in reverse, every lane at once, with no per-step gathers.
 accepted step it adds the cotangents ``ḡ_s`` of the save points the step produced and pulls
 the cotangent back through the stages:
 
-    k̄_i = h (b_i ū_{n+1} + Σ_{l>i} a_li ȳ_l + Σ_s w_i(θ_s) ḡ_s),  (ȳ_i, p̄_i) = VJP of f at y_i (k̄_i),
-    ū_n = ū_{n+1} + Σ_i ȳ_i + Σ_s ḡ_s,                              p̄ += Σ_i p̄_i,
+    k̄_i = h (b_i ū_{n+1} + Σ_{l>i} a_li ȳ_l + Σ_s w_i(θ_s) ḡ_s),
+    (ȳ_i, p̄_i) = VJP of f at y_i applied to k̄_i,
+    ū_n = ū_{n+1} + Σ_i ȳ_i + Σ_s ḡ_s,    p̄ += Σ_i p̄_i,
 
 where a save point inside the step at ``θ_s`` is the dense output ``u_n + h Σ_i w_i(θ_s) k_i``
 and one at the step's end (``θ = 1``, the end state itself) enters ``ū_{n+1}``. A lane that did
