@@ -324,32 +324,36 @@ class _Sweep:
 class _StageWeights:
     """A method's coefficients for the backward step, in the stage combinations' layout.
 
-    ``adjoint[i]`` are the weights of ``k̄_i`` over ``[ȳ_{i+1}, ..., ȳ_last, ū_{n+1}]``;
-    ``used[i]`` whether stage ``i`` feeds the step's end state (the stages up to ``last``
-    feed it or the dense output).
+    The scratch array's rows hold the stage cotangents ``ȳ_0 .. ȳ_q`` of the stages that
+    feed the step's end state (``q = last_used``), then ``ū_{n+1}``, then those of the stages
+    only the dense output uses (an FSAL method's last stage), which are needed only when a
+    save point lies inside the step. ``adjoint[i]`` (``i ≤ q``) are the weights of ``k̄_i``
+    over the rows after its own: ``a_li`` for ``l = i+1 .. q``, ``b_i``, then ``a_li`` for
+    the dense-only stages.
     """
 
     def __init__(self, stepper: Any, xp: Any, like: Array) -> None:
         tab = stepper.tableau
         s = tab.stages
         a, b = np.asarray(tab.a, dtype=np.float64), np.asarray(tab.b, dtype=np.float64)
-        # An FSAL method's last stage feeds only the error estimate and the dense output.
         self.used = [b[i] != 0.0 or bool(np.any(a[i + 1 :, i] != 0.0)) for i in range(s)]
         dense = np.any(np.asarray(tab.interpolant, dtype=np.float64)[:s] != 0.0, axis=1)
+        q = self.last_used = max(i for i in range(s) if self.used[i])
         self.last = max(i for i in range(s) if self.used[i] or dense[i])
+        self.row = [i if i <= q else i + 1 for i in range(self.last + 1)]
         self.c = stepper._coefs(xp, like).c
         trailing = (1,) * like.ndim
         dev = getattr(like, "device", None)
         self.adjoint = [
             xp.reshape(
                 xp.asarray(
-                    [float(x) for x in (*a[i + 1 : self.last + 1, i], b[i])],
+                    [float(x) for x in (*a[i + 1 : q + 1, i], b[i], *a[q + 1 : self.last + 1, i])],
                     dtype=like.dtype,
                     device=dev,
                 ),
                 (-1, *trailing),
             )
-            for i in range(self.last + 1)
+            for i in range(q + 1)
         ]
         self._scratch: Array | None = None
 
@@ -376,28 +380,37 @@ def _step_vjp(
     ``_Sweep._save_cotangents``) back through one explicit Runge–Kutta step of every lane from
     its stage inputs; ``vjp(y, t, v, out)`` is the RHS's VJP (``TracedRHS.vjp_for``)."""
     xp = backend.xp
-    last = co.last
+    q = co.last_used
+    last = co.last if dense else q  # the dense-only stages matter for inside saves alone
+    rows = last + 2
     stage_times = t + co.c * h
-    bars = co.scratch(xp, u1_bar)  # rows 0..last: ȳ_i; row last + 1: ū_{n+1}
-    bars[last + 1, ...] = u1_bar
+    bars = co.scratch(xp, u1_bar)
+    bars[q + 1, ...] = u1_bar
     leaf_bars: list[Any] = []
     for i in range(last, -1, -1):
-        if not co.used[i] and not dense:
-            bars[i, ...] = 0.0
+        r = co.row[i]
+        if i > q:  # feeds the dense output only: k̄_i = h w_i(θ) ḡ
+            k_bar = None
+        elif not co.used[i] and not dense:
+            bars[r, ...] = 0.0
             continue
-        k_bar = backend.combine(None, h, co.adjoint[i], bars[i + 1 :, ...])
+        else:
+            k_bar = backend.combine(
+                None, h, co.adjoint[i][: rows - r - 1, ...], bars[r + 1 : rows, ...]
+            )
         for h_weights, g in dense:
-            k_bar = k_bar + h_weights[i, ...] * g
-        row = bars[i, ...]
+            term = h_weights[i, ...] * g
+            k_bar = term if k_bar is None else k_bar + term
+        row = bars[r, ...]
         y_bar, stage_leaf_bars = vjp(inputs[i], stage_times[i, ...], k_bar, out=row)
         if y_bar is not row:
-            bars[i, ...] = y_bar
+            bars[r, ...] = y_bar
         leaf_bars = (
             stage_leaf_bars
             if not leaf_bars
             else [a + c for a, c in zip(leaf_bars, stage_leaf_bars, strict=True)]
         )
-    return ordered_sum(xp, bars), leaf_bars
+    return ordered_sum(xp, bars[:rows, ...]), leaf_bars
 
 
 def _save_index(grid: np.ndarray, times: np.ndarray) -> np.ndarray:
