@@ -263,7 +263,7 @@ def main() -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the memory table")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
-    repeat = 1 if args.quick else 3
+    repeat = 1 if args.quick else 5
     start = time.perf_counter()
     tight = make_loss(dxode.ForwardSensitivity(), tol=1e-10, derivatives=JACOBIANS)
     reference = autograd.grad(tight)(THETA)

@@ -226,6 +226,56 @@ def test_a_hand_written_vjp_serves_the_adjoints():
         np.testing.assert_allclose(by_hand, traced, rtol=1e-8)
 
 
+def test_a_vjp_may_return_the_state_cotangent_as_rows():
+    def rows_vjp(u, p, t, v):
+        u_bar, p_bar = lorenz_vjp(u, p, t, v)
+        return list(u_bar), p_bar
+
+    def loss(theta, vjp):
+        prob = dxode.ODEProblem(lorenz, theta[:3], (0.0, 1.0), tuple(theta[3:]), vjp=vjp)
+        eprob = dxode.EnsembleProblem(prob, u0=theta[:3, None] * np.array([1.0, 1.1, 0.9]))
+        return anp.sum(dxode.solve(eprob, trajectories=3, saveat=[0.3, 1.0]).u ** 2)
+
+    theta = np.array([1.0, 0.5, 0.2, 10.0, 28.0, 8.0 / 3.0])
+    by_rows = autograd.grad(lambda th: loss(th, rows_vjp))(theta)
+    np.testing.assert_array_equal(by_rows, autograd.grad(lambda th: loss(th, lorenz_vjp))(theta))
+
+
+@pytest.mark.parametrize("alg", [dxode.Tsit5(), dxode.DP5(), dxode.BS3()], ids=repr)
+def test_the_discrete_adjoint_differentiates_the_plain_solve(alg):
+    """Save points inside steps come from the dense output, so a differentiated solve takes
+    the steps of a plain one and returns its numbers; its gradient runs through the
+    interpolant: with fixed steps (so that the computed solution is smooth in u0) it is the
+    central difference of the plain solve to 1e-8."""
+    p = np.array([10.0, 28.0, 8.0 / 3.0])
+    saveat = [0.05, 0.31, 0.5, 0.77, 1.0]
+
+    def solve(u0, **step):
+        prob = dxode.ODEProblem(lorenz, u0, (0.0, 1.0), p)
+        return dxode.solve(prob, alg, saveat=saveat, **step)
+
+    u0 = np.array([1.0, 0.5, 0.2])
+    plain = solve(u0, rtol=1e-6, atol=1e-6)
+    traced = []
+
+    def loss(x, **step):
+        traced.append(solve(x, **step))
+        return anp.sum(traced[-1].u ** 2)
+
+    autograd.grad(lambda x: loss(x, rtol=1e-6, atol=1e-6))(u0)
+    np.testing.assert_array_equal(autograd.tracer.getval(traced[0].u), plain.u)
+    np.testing.assert_array_equal(traced[0].stats.naccept, plain.stats.naccept)
+    fixed = {"dt": 0.02, "adaptive": False}
+    g = autograd.grad(lambda x: loss(x, **fixed))(u0)
+    eps = 1e-6
+    fd = [
+        (np.sum(solve(u0 + eps * e, **fixed).u ** 2) - np.sum(solve(u0 - eps * e, **fixed).u ** 2))
+        / (2 * eps)
+        for e in np.eye(3)
+    ]
+    np.testing.assert_allclose(g, fd, rtol=1e-8)
+
+
 @pytest.mark.parametrize(
     "sensealg",
     [dxode.DiscreteAdjoint(), dxode.InterpolatingAdjoint(), dxode.ForwardSensitivity()],
