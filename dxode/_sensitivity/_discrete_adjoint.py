@@ -182,23 +182,22 @@ class _Sweep:
         """Where trial ``j_to``'s lanes sit in trial ``j_from``'s working set (device)."""
         return self._device_index(np.searchsorted(self.lane[j_from], self.lane[j_to]))
 
-    def lane_leaves(self, j: int) -> list[Any]:
-        """The per-lane parameter leaves in trial ``j``'s layout, in order."""
-        idx = self._device_index(self.lane[j])
+    def _leaves_at(self, lanes: np.ndarray) -> list[Any]:
+        """Every parameter leaf as a working set of ``lanes`` sees it (per-lane ones taken)."""
+        idx = self._device_index(lanes)
         return [
-            self.xp.take(leaf, idx, axis=-1)
-            for leaf, lane in zip(self.leaves, self.rhs.lane_leaf, strict=True)
-            if lane
-        ]
-
-    def _layout_leaves(self) -> None:
-        """Every parameter leaf as the current layout's VJPs see it."""
-        idx = self._device_index(self.layout)
-        self.ws_leaves = [
             self.xp.take(leaf, idx, axis=-1) if lane else leaf
             for leaf, lane in zip(self.leaves, self.rhs.lane_leaf, strict=True)
         ]
-        self.stage_vjp = self.rhs.vjp_for(self.ws_leaves)
+
+    def lane_leaves(self, j: int) -> list[Any]:
+        """The per-lane parameter leaves in trial ``j``'s layout, in order."""
+        leaves = self._leaves_at(self.lane[j])
+        return [leaf for leaf, lane in zip(leaves, self.rhs.lane_leaf, strict=True) if lane]
+
+    def _layout_leaves(self) -> None:
+        """The parameter leaves and the RHS's VJP for the current layout."""
+        self.stage_vjp = self.rhs.vjp_for(self._leaves_at(self.layout))
 
     def _device_index(self, host: np.ndarray) -> Array:
         return self.backend.asarray(np.asarray(host, dtype=np.int64), dtype=self.xp.int64)
@@ -206,20 +205,22 @@ class _Sweep:
     def _device_mask(self, host: np.ndarray) -> Array:
         return self.backend.asarray(host, dtype=self.xp.bool)
 
+    def _spread(self, keys: Array, rows: Array, width: int) -> Array:
+        """``rows`` (lanes first) placed at positions ``keys`` of a working set of ``width``
+        lanes, lanes last; the other lanes hold zeros."""
+        xp = self.xp
+        return xp.moveaxis(self.backend.scatter_rows(keys, rows, width, 0.0), 0, -1)
+
     def _relayout(self, lanes: np.ndarray) -> None:
         """Move the running cotangents into the (larger) layout ``lanes``: the lanes that had
         retired meanwhile start with zero cotangents."""
-        xp, backend = self.xp, self.backend
         keys = self._device_index(np.searchsorted(lanes, self.layout))
-        n = int(lanes.shape[0])
-
-        def spread(a: Array) -> Array:
-            rows = backend.scatter_rows(keys, xp.moveaxis(a, -1, 0), n, 0.0)
-            return xp.moveaxis(rows, 0, -1)
-
-        self.u_bar = spread(self.u_bar)
+        width = int(lanes.shape[0])
+        self.u_bar = self._spread(keys, self.xp.moveaxis(self.u_bar, -1, 0), width)
         self.leaf_bars = [
-            spread(bar) if self.rhs.lane_leaf[i] else bar
+            self._spread(keys, self.xp.moveaxis(bar, -1, 0), width)
+            if self.rhs.lane_leaf[i]
+            else bar
             for bar, i in zip(self.leaf_bars, self.diff_idx, strict=True)
         ]
         self.layout = lanes
@@ -267,20 +268,19 @@ class _Sweep:
         Only the saving lanes are computed on; their rows are then spread into the working
         set's layout (stage-sized temporaries over all lanes would cost more than the VJPs).
         """
-        xp, backend = self.xp, self.backend
+        xp = self.xp
         width = int(trial.lane.shape[0])
         last = self.coefficients.last
         landing = bool(self.stepper.interpolation_rhs_evals)  # extra stages: saves at step ends
 
         def spread(idx: Array, rows: Array) -> Array:
-            return xp.moveaxis(backend.scatter_rows(idx, rows, width, 0.0), 0, -1)
+            return self._spread(idx, rows, width)
 
         end_bar = start_bar = None
         dense = []
         for idx, save_idx, theta in trial.saves:
             rows = xp.take(self.g, xp.take(trial.lane, idx) * self.n_save + save_idx, axis=0)
-            if not landing:
-                at_end = theta == 1
+            at_end = theta == 1
             if landing or bool(xp.all(at_end)):
                 end = spread(idx, rows)
                 end_bar = end if end_bar is None else end_bar + end
