@@ -110,6 +110,17 @@ class Backend(abc.ABC):
             found, xp.take(sorted_values, pos, axis=0), xp.asarray(fill, dtype=values.dtype)
         )
 
+    def add_to_lanes(self, target: Array, positions: Array, values: Array) -> Array:
+        """``target`` with ``values[..., i]`` added to lane ``positions[i]`` (the last axis).
+
+        ``positions`` are unique; the other lanes are unchanged. Libraries with indexed
+        assignment update ``target`` in place (and return it); this generic version builds a
+        new array.
+        """
+        xp = self.xp
+        rows = self.scatter_rows(positions, xp.moveaxis(values, -1, 0), target.shape[-1], 0.0)
+        return target + xp.moveaxis(rows, 0, -1)
+
     def lu_factor(self, a: Array) -> Any:
         """Factor each lane's matrix of ``a`` (``(n, n, L)``, lanes last) for ``lu_solve``.
 

@@ -73,3 +73,7 @@ class CupyBackend(Backend):
         out = cupy.full((n_rows, *values.shape[1:]), fill, dtype=values.dtype)
         out[keys] = values
         return out
+
+    def add_to_lanes(self, target: Array, positions: Array, values: Array) -> Array:
+        target[..., positions] += values
+        return target

@@ -86,6 +86,10 @@ class NumpyBackend(Backend):
         out[keys] = values
         return out
 
+    def add_to_lanes(self, target: Array, positions: Array, values: Array) -> Array:
+        target[..., positions] += values
+        return target
+
     def lu_factor(self, a: Array) -> Any:
         """Per-lane inverses from LAPACK (``np.linalg.inv`` on ``(L, n, n)``).
 

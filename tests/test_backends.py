@@ -85,3 +85,16 @@ def test_backend_lookup():
     assert backend_for(np.zeros(2)) is get_backend("numpy")
     with pytest.raises(ValueError, match="unknown backend 'tpu'"):
         get_backend("tpu")
+
+
+def test_add_to_lanes_adds_at_the_named_lanes_only(xp):
+    from dxode.backends import backend_for
+
+    target = xp.reshape(xp.arange(12, dtype=xp.float64), (2, 6))
+    backend = backend_for(target)
+    values = xp.asarray([[10.0, 20.0], [30.0, 40.0]], dtype=xp.float64)
+    positions = xp.asarray([4, 1], dtype=xp.int64)
+    out = backend.add_to_lanes(target, positions, values)
+    expected = np.arange(12, dtype=np.float64).reshape(2, 6)
+    expected[:, [4, 1]] += [[10.0, 20.0], [30.0, 40.0]]
+    np.testing.assert_array_equal(to_numpy(out), expected)

@@ -145,6 +145,7 @@ class _Sweep:
         self.trials, self.leaves = trials, leaves
         self.n_lanes, self.n_save = cotangent.shape[0], cotangent.shape[1]
         self.shape = tuple(cotangent.shape[2:])
+        self.lanes_last = (*range(1, len(self.shape) + 1), 0)  # (k, *shape) -> (*shape, k)
         self.save_grid = save_grid
         # Cotangents of the saved states as rows ``lane * nsave + save index``.
         self.g = xp.reshape(cotangent, (self.n_lanes * self.n_save, *self.shape))
@@ -241,16 +242,18 @@ class _Sweep:
             h = xp.where(mask, h, xp.zeros_like(h))
             if self.shared_diff:  # idle lanes pull zero through their own start state
                 inputs = (inputs[0], *(xp.where(mask, y, inputs[0]) for y in inputs[1:]))
-        u1_bar, start_bar, dense = self.u_bar, None, []
-        if trial.saves:
-            end_bar, start_bar, dense = self._save_cotangents(trial)
-            if end_bar is not None:
-                u1_bar = u1_bar + end_bar
+        ends, inside = self._save_cotangents(trial) if trial.saves else ([], [])
         u_bar, step_bars = _step_vjp(
-            self.backend, self.coefficients, self.stage_vjp, inputs, trial.t, h, u1_bar, dense
+            self.backend,
+            self.coefficients,
+            self.stage_vjp,
+            inputs,
+            trial.t,
+            h,
+            self.u_bar,
+            ends,
+            inside,
         )
-        if start_bar is not None:
-            u_bar = u_bar + start_bar
         if idle:
             u_bar = xp.where(mask, u_bar, self.u_bar)
             step_bars = [
@@ -260,42 +263,29 @@ class _Sweep:
         self.u_bar = u_bar
         self.leaf_bars = [a + b for a, b in zip(self.leaf_bars, step_bars, strict=True)]
 
-    def _save_cotangents(self, trial: Trial) -> tuple[Array | None, Array | None, list]:
-        """The cotangents of the save points a trial's steps filled: those at the steps' ends
-        (``θ = 1``: the end state itself), those inside them (entering ``ū_n``), and for the
-        latter the stage terms ``h w_i(θ) ḡ`` as pairs ``(h w (last + 1, W), ḡ (*shape, W))``.
-
-        Only the saving lanes are computed on; their rows are then spread into the working
-        set's layout (stage-sized temporaries over all lanes would cost more than the VJPs).
+    def _save_cotangents(self, trial: Trial) -> tuple[list, list]:
+        """The cotangents of the save points a trial's steps filled, on the saving lanes only:
+        ``ends``, pairs ``(positions, ḡ)`` of those at the steps' ends (``θ = 1``: the end
+        state itself), and ``inside``, triples ``(positions, w(θ), ḡ)`` of those inside them
+        (the dense output), with ``ḡ`` ``(*shape, k)`` and ``w`` ``(stages, 1, ..., k)``.
         """
         xp = self.xp
-        width = int(trial.lane.shape[0])
-        last = self.coefficients.last
         landing = bool(self.stepper.interpolation_rhs_evals)  # extra stages: saves at step ends
-
-        def spread(idx: Array, rows: Array) -> Array:
-            return self._spread(idx, rows, width)
-
-        end_bar = start_bar = None
-        dense = []
+        ends: list = []
+        inside: list = []
         for idx, save_idx, theta in trial.saves:
             rows = xp.take(self.g, xp.take(trial.lane, idx) * self.n_save + save_idx, axis=0)
+            g = xp.permute_dims(rows, self.lanes_last)  # (*shape, k)
             at_end = theta == 1
             if landing or bool(xp.all(at_end)):
-                end = spread(idx, rows)
-                end_bar = end if end_bar is None else end_bar + end
+                ends.append((idx, g))
                 continue
             if bool(xp.any(at_end)):
-                keep = xp.reshape(at_end, (-1,) + (1,) * len(self.shape))
-                end = spread(idx, xp.where(keep, rows, xp.zeros_like(rows)))
-                end_bar = end if end_bar is None else end_bar + end
-                rows = xp.where(keep, xp.zeros_like(rows), rows)
-            inside = spread(idx, rows)
-            start_bar = inside if start_bar is None else start_bar + inside
-            weights = self.stepper.interpolation_weights(xp, theta, theta)[: last + 1, ...]
-            h_weights = spread(idx, xp.moveaxis(weights * xp.take(trial.h, idx), 0, -1))
-            dense.append((h_weights, inside))
-        return end_bar, start_bar, dense
+                zero = xp.zeros_like(g)
+                ends.append((idx, xp.where(at_end, g, zero)))
+                g = xp.where(at_end, zero, g)
+            inside.append((idx, self.stepper.interpolation_weights(xp, g, theta), g))
+        return ends, inside
 
     def finish(self, t0: np.ndarray) -> tuple[Array, list[Any]]:
         """Add the save points at ``t0``; NaN for failed lanes (and the leaves they share)."""
@@ -322,14 +312,13 @@ class _Sweep:
 
 
 class _StageWeights:
-    """A method's coefficients for the backward step, in the stage combinations' layout.
+    """A method's coefficients for the backward step.
 
     The scratch array's rows hold the stage cotangents ``ȳ_0 .. ȳ_q`` of the stages that
     feed the step's end state (``q = last_used``), then ``ū_{n+1}``, then those of the stages
     only the dense output uses (an FSAL method's last stage), which are needed only when a
-    save point lies inside the step. ``adjoint[i]`` (``i ≤ q``) are the weights of ``k̄_i``
-    over the rows after its own: ``a_li`` for ``l = i+1 .. q``, ``b_i``, then ``a_li`` for
-    the dense-only stages.
+    save point lies inside the step. ``b`` is the column ``b_0 .. b_last`` and ``below[l]``
+    the column ``a_l0 .. a_l(l-1)`` (what ``ȳ_l`` adds to the earlier stages' ``k̄ / h``).
     """
 
     def __init__(self, stepper: Any, xp: Any, like: Array) -> None:
@@ -344,17 +333,13 @@ class _StageWeights:
         self.c = stepper._coefs(xp, like).c
         trailing = (1,) * like.ndim
         dev = getattr(like, "device", None)
-        self.adjoint = [
-            xp.reshape(
-                xp.asarray(
-                    [float(x) for x in (*a[i + 1 : q + 1, i], b[i], *a[q + 1 : self.last + 1, i])],
-                    dtype=like.dtype,
-                    device=dev,
-                ),
-                (-1, *trailing),
-            )
-            for i in range(q + 1)
-        ]
+
+        def column(values: np.ndarray) -> Array:
+            host = [float(x) for x in values]
+            return xp.reshape(xp.asarray(host, dtype=like.dtype, device=dev), (-1, *trailing))
+
+        self.b = column(b[: self.last + 1])
+        self.below = [column(a[i, :i]) for i in range(self.last + 1)]
         self._scratch: Array | None = None
 
     def scratch(self, xp: Any, like: Array) -> Array:
@@ -374,43 +359,48 @@ def _step_vjp(
     t: Array,
     h: Array,
     u1_bar: Array,
-    dense: list[tuple[Array, Array]],
+    ends: list[tuple[Array, Array]],
+    inside: list[tuple[Array, Array, Array]],
 ) -> tuple[Array, list[Any]]:
-    """Pull ``u1_bar`` and the dense output's stage terms ``dense`` (pairs ``(h w, ḡ)``, see
-    ``_Sweep._save_cotangents``) back through one explicit Runge–Kutta step of every lane from
-    its stage inputs; ``vjp(y, t, v, out)`` is the RHS's VJP (``TracedRHS.vjp_for``)."""
+    """Pull ``u1_bar`` and the save cotangents of the step (``ends`` and ``inside``, see
+    ``_Sweep._save_cotangents``) back through one explicit Runge–Kutta step of every lane
+    from its stage inputs; ``vjp(y, t, v, out)`` is the RHS's VJP (``TracedRHS.vjp_for``).
+
+    ``k̄_i / h`` is accumulated for all stages at once: ``b_i ū_{n+1} + Σ_s w_i(θ_s) ḡ_s``
+    first, then ``a_li ȳ_l`` as soon as stage ``l``'s ``ȳ_l`` is known.
+    """
     xp = backend.xp
     q = co.last_used
-    last = co.last if dense else q  # the dense-only stages matter for inside saves alone
-    rows = last + 2
+    last = co.last if inside else q  # the dense-only stages matter for inside saves alone
     stage_times = t + co.c * h
     bars = co.scratch(xp, u1_bar)
     bars[q + 1, ...] = u1_bar
+    for idx, g in ends:
+        bars[q + 1, ...] = backend.add_to_lanes(bars[q + 1, ...], idx, g)
+    k_bars = co.b[: last + 1, ...] * bars[q + 1, ...]  # k̄_i / h
+    for idx, weights, g in inside:
+        k_bars = backend.add_to_lanes(k_bars, idx, weights[: last + 1, ...] * g)
     leaf_bars: list[Any] = []
     for i in range(last, -1, -1):
         r = co.row[i]
-        if i > q:  # feeds the dense output only: k̄_i = h w_i(θ) ḡ
-            k_bar = None
-        elif not co.used[i] and not dense:
+        if i <= q and not co.used[i] and not inside:
             bars[r, ...] = 0.0
             continue
-        else:
-            k_bar = backend.combine(
-                None, h, co.adjoint[i][: rows - r - 1, ...], bars[r + 1 : rows, ...]
-            )
-        for h_weights, g in dense:
-            term = h_weights[i, ...] * g
-            k_bar = term if k_bar is None else k_bar + term
         row = bars[r, ...]
-        y_bar, stage_leaf_bars = vjp(inputs[i], stage_times[i, ...], k_bar, out=row)
+        y_bar, stage_leaf_bars = vjp(inputs[i], stage_times[i, ...], k_bars[i, ...] * h, out=row)
         if y_bar is not row:
             bars[r, ...] = y_bar
+        if i:
+            k_bars[:i, ...] += co.below[i] * y_bar
         leaf_bars = (
             stage_leaf_bars
             if not leaf_bars
             else [a + c for a, c in zip(leaf_bars, stage_leaf_bars, strict=True)]
         )
-    return ordered_sum(xp, bars[:rows, ...]), leaf_bars
+    u_bar = ordered_sum(xp, bars[: last + 2, ...])
+    for idx, _, g in inside:  # the dense output's u_n term
+        u_bar = backend.add_to_lanes(u_bar, idx, g)
+    return u_bar, leaf_bars
 
 
 def _save_index(grid: np.ndarray, times: np.ndarray) -> np.ndarray:

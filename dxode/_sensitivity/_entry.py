@@ -200,7 +200,11 @@ def _traced_trajectories(
         data = eprob.batch_func(prob, BatchContext(np.arange(n), np.zeros(n, dtype=np.int64), seed))
     else:
         data = {key: _first_rows(value, n) for key, value in eprob.arrays.items()}
-    u0 = data["u0"] if "u0" in data else anp.stack([_on_host(prob.u0)] * n)
+    if "u0" in data:
+        u0 = data["u0"]
+    else:  # every trajectory starts from prob.u0 (tiled: a stack of n copies is far slower)
+        u0 = _on_host(prob.u0)
+        u0 = anp.tile(u0, (n,) + (1,) * anp.ndim(u0))
     spans = (
         np.asarray(data["tspan"], dtype=float)
         if "tspan" in data
