@@ -151,6 +151,7 @@ class _Sweep:
         self.g = xp.reshape(cotangent, (self.n_lanes * self.n_save, *self.shape))
         self.failed = ~np.isin(retcodes, [int(ReturnCode.Success), int(ReturnCode.Terminated)])
         self._bookkeeping(trials)
+        self._gather_saves(trials)
         self.diff_idx = rhs.diff_positions()
         self.shared_diff = any(not rhs.lane_leaf[i] for i in self.diff_idx)
         self.coefficients = _StageWeights(stepper, xp, cotangent[0, 0, ...][..., None])
@@ -242,7 +243,7 @@ class _Sweep:
             h = xp.where(mask, h, xp.zeros_like(h))
             if self.shared_diff:  # idle lanes pull zero through their own start state
                 inputs = (inputs[0], *(xp.where(mask, y, inputs[0]) for y in inputs[1:]))
-        ends, inside = self._save_cotangents(trial) if trial.saves else ([], [])
+        ends, inside = self._save_cotangents(j)
         u_bar, step_bars = _step_vjp(
             self.backend,
             self.coefficients,
@@ -263,28 +264,50 @@ class _Sweep:
         self.u_bar = u_bar
         self.leaf_bars = [a + b for a, b in zip(self.leaf_bars, step_bars, strict=True)]
 
-    def _save_cotangents(self, trial: Trial) -> tuple[list, list]:
-        """The cotangents of the save points a trial's steps filled, on the saving lanes only:
-        ``ends``, pairs ``(positions, ḡ)`` of those at the steps' ends (``θ = 1``: the end
-        state itself), and ``inside``, triples ``(positions, w(θ), ḡ)`` of those inside them
-        (the dense output), with ``ḡ`` ``(*shape, k)`` and ``w`` ``(stages, 1, ..., k)``.
-        """
+    def _gather_saves(self, trials: list[Trial]) -> None:
+        """Every save round's cotangents ``ḡ`` (and dense-output weights ``w(θ)``), gathered
+        for all rounds at once: ``self.rounds[j]`` lists trial ``j``'s rounds as
+        ``(positions, ḡ (*shape, k), w (stages, 1, ..., k) or None, host θ == 1 flags)``."""
         xp = self.xp
+        found = [(j, *r) for j, trial in enumerate(trials) for r in trial.saves]
+        self.rounds: dict[int, list] = {}
+        if not found:
+            return
+        sizes = [int(idx.shape[0]) for _, idx, _, _ in found]
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        positions = np.split(np.asarray(to_host(xp.concat([r[1] for r in found]))), bounds[1:-1])
+        save_idx = np.asarray(to_host(xp.concat([r[2] for r in found])))
+        theta = xp.concat([r[3] for r in found])
+        at_end = np.asarray(to_host(theta == 1))
+        lanes = np.concatenate(
+            [self.lane[r[0]][pos] for r, pos in zip(found, positions, strict=True)]
+        )
+        rows = xp.take(self.g, self._device_index(lanes * self.n_save + save_idx), axis=0)
+        g = xp.permute_dims(rows, self.lanes_last)  # (*shape, total)
         landing = bool(self.stepper.interpolation_rhs_evals)  # extra stages: saves at step ends
+        weights = None if landing else self.stepper.interpolation_weights(xp, g, theta)
+        for (j, idx, _, _), a, b in zip(found, bounds[:-1], bounds[1:], strict=True):
+            w = None if weights is None else weights[..., a:b]
+            self.rounds.setdefault(j, []).append((idx, g[..., a:b], w, at_end[a:b]))
+
+    def _save_cotangents(self, j: int) -> tuple[list, list]:
+        """The cotangents of the save points trial ``j``'s steps filled, on the saving lanes
+        only: ``ends``, pairs ``(positions, ḡ)`` of those at the steps' ends (``θ = 1``: the
+        end state itself), and ``inside``, triples ``(positions, w(θ), ḡ)`` of those inside
+        them (the dense output)."""
+        xp = self.xp
         ends: list = []
         inside: list = []
-        for idx, save_idx, theta in trial.saves:
-            rows = xp.take(self.g, xp.take(trial.lane, idx) * self.n_save + save_idx, axis=0)
-            g = xp.permute_dims(rows, self.lanes_last)  # (*shape, k)
-            at_end = theta == 1
-            if landing or bool(xp.all(at_end)):
+        for idx, g, weights, at_end in self.rounds.get(j, ()):
+            if weights is None or at_end.all():
                 ends.append((idx, g))
                 continue
-            if bool(xp.any(at_end)):
+            if at_end.any():
+                mask = self._device_mask(at_end)
                 zero = xp.zeros_like(g)
-                ends.append((idx, xp.where(at_end, g, zero)))
-                g = xp.where(at_end, zero, g)
-            inside.append((idx, self.stepper.interpolation_weights(xp, g, theta), g))
+                ends.append((idx, xp.where(mask, g, zero)))
+                g = xp.where(mask, zero, g)
+            inside.append((idx, weights, g))
         return ends, inside
 
     def finish(self, t0: np.ndarray) -> tuple[Array, list[Any]]:
