@@ -25,6 +25,7 @@ computed once on the host.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -166,16 +167,21 @@ class _Sweep:
         self._layout_leaves()
 
     def _bookkeeping(self, trials: list[Trial]) -> None:
-        """Host copies of every trial's lanes and acceptances, in one transfer."""
+        """Host copies of every trial's lanes and acceptances (one transfer from a device)."""
         xp = self.xp
         sizes = [int(trial.lane.shape[0]) for trial in trials]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.lane, self.accept = [], []
-        if trials:
-            lane = np.asarray(to_host(xp.concat([tr.lane for tr in trials])))
-            accept = np.asarray(to_host(xp.concat([tr.accept for tr in trials])))
-            self.lane = np.split(lane, self.offsets[1:-1])
-            self.accept = np.split(accept & ~self.failed[lane], self.offsets[1:-1])
+        if xp is np or not trials:  # on the host already
+            self.lane = [trial.lane for trial in trials]
+            self.accept = [trial.accept for trial in trials]
+        else:
+            self.lane = _pieces(to_host(xp.concat([tr.lane for tr in trials])), self.offsets)
+            self.accept = _pieces(to_host(xp.concat([tr.accept for tr in trials])), self.offsets)
+        if self.failed.any():
+            self.accept = [
+                accept & ~self.failed[lane]
+                for accept, lane in zip(self.accept, self.lane, strict=True)
+            ]
 
     def size(self, j: int) -> int:
         return int(self.offsets[j + 1] - self.offsets[j])
@@ -273,20 +279,19 @@ class _Sweep:
         self.rounds: dict[int, list] = {}
         if not found:
             return
-        sizes = [int(idx.shape[0]) for _, idx, _, _ in found]
+        sizes = np.array([int(idx.shape[0]) for _, idx, _, _ in found], dtype=np.int64)
         bounds = np.concatenate([[0], np.cumsum(sizes)])
-        positions = np.split(np.asarray(to_host(xp.concat([r[1] for r in found]))), bounds[1:-1])
+        positions = np.asarray(to_host(xp.concat([r[1] for r in found])))
         save_idx = np.asarray(to_host(xp.concat([r[2] for r in found])))
         theta = xp.concat([r[3] for r in found])
         at_end = np.asarray(to_host(theta == 1))
-        lanes = np.concatenate(
-            [self.lane[r[0]][pos] for r, pos in zip(found, positions, strict=True)]
-        )
+        pieces = _pieces(positions, bounds)
+        lanes = np.concatenate([self.lane[r[0]][pos] for r, pos in zip(found, pieces, strict=True)])
         rows = xp.take(self.g, self._device_index(lanes * self.n_save + save_idx), axis=0)
         g = xp.permute_dims(rows, self.lanes_last)  # (*shape, total)
         landing = bool(self.stepper.interpolation_rhs_evals)  # extra stages: saves at step ends
         weights = None if landing else self.stepper.interpolation_weights(xp, g, theta)
-        for (j, idx, _, _), a, b in zip(found, bounds[:-1], bounds[1:], strict=True):
+        for (j, idx, _, _), (a, b) in zip(found, itertools.pairwise(bounds.tolist()), strict=True):
             w = None if weights is None else weights[..., a:b]
             self.rounds.setdefault(j, []).append((idx, g[..., a:b], w, at_end[a:b]))
 
@@ -424,6 +429,12 @@ def _step_vjp(
     for idx, _, g in inside:  # the dense output's u_n term
         u_bar = backend.add_to_lanes(u_bar, idx, g)
     return u_bar, leaf_bars
+
+
+def _pieces(x: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
+    """``x`` cut at ``offsets`` (views; ``np.split`` costs far more for many pieces)."""
+    bounds = offsets.tolist()
+    return [x[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def _save_index(grid: np.ndarray, times: np.ndarray) -> np.ndarray:

@@ -94,11 +94,12 @@ class ExplicitRungeKutta(AbstractStepper):
         ``u(t0 + theta h) = u0 + h sum_i w_i(theta) k_i`` (``theta`` is ``(L,)``; ``like`` a
         state ``(*shape, L)`` giving the dtype and rank)."""
         co = self._coefs(xp, like)
-        # w_i(theta) = sum_j P[i, j] theta^(j+1), by Horner's rule: (s + e, L).
-        weights = co.p[-1]
+        # w_i(theta) = sum_j P[i, j] theta^(j+1), by Horner's rule: (s + e, L), in place.
+        weights = co.p[-1] * theta
         for column in reversed(co.p[:-1]):
-            weights = weights * theta + column
-        return xp.reshape(weights * theta, (weights.shape[0],) + (1,) * (like.ndim - 1) + (-1,))
+            weights += column
+            weights *= theta
+        return xp.reshape(weights, (weights.shape[0],) + (1,) * (like.ndim - 1) + (-1,))
 
     def _with_extra_stages(
         self,
