@@ -8,9 +8,10 @@ and skipped with the reason when missing) it prints the forward time, (forward +
 time, their ratio and the gradient's relative error against a tight reference: dxode's
 ForwardSensitivity at rtol = atol = 1e-10 (with the hand-written jac and paramjac). Then the
 peak memory (tracemalloc) of the discrete adjoint against the number of steps, with and
-without checkpoints::
+without checkpoints. Each code's forward and forward + gradient run alternately, best of
+``--repeat`` (5) each::
 
-    python asv_bench/gradient_cost.py [--quick]
+    python asv_bench/gradient_cost.py [--quick] [--repeat N]
 """
 
 from __future__ import annotations
@@ -83,13 +84,20 @@ def make_loss(sensealg=None, vjp=None, tol=TOL, n=N, t1=T1, derivatives=None):
     return loss
 
 
-def best(func: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    times, out = [], None
+def best_pair(
+    forward: Callable[[], Any], total: Callable[[], Any], repeat: int
+) -> tuple[float, float, Any]:
+    """Best times of ``forward`` and of ``total`` (forward + gradient), run alternately so
+    that a shared machine's slow spells hit both alike; and ``total``'s last result."""
+    forward_times, total_times, out = [], [], None
     for _ in range(repeat):
         start = time.perf_counter()
-        out = func()
-        times.append(time.perf_counter() - start)
-    return min(times), out
+        forward()
+        forward_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        out = total()
+        total_times.append(time.perf_counter() - start)
+    return min(forward_times), min(total_times), out
 
 
 def rel_error(g: Any, reference: np.ndarray) -> float:
@@ -135,8 +143,11 @@ def diffrax_rows(reference: np.ndarray, repeat: int) -> list[tuple]:
         theta = jnp.asarray(THETA)
         fwd = jax.jit(loss).lower(theta).compile()
         both = jax.jit(jax.value_and_grad(loss)).lower(theta).compile()
-        forward, _ = best(lambda fwd=fwd, th=theta: jax.block_until_ready(fwd(th)), repeat)
-        elapsed, (_, g) = best(lambda b=both, th=theta: jax.block_until_ready(b(th)), repeat)
+        forward, elapsed, (_, g) = best_pair(
+            lambda fwd=fwd, th=theta: jax.block_until_ready(fwd(th)),
+            lambda b=both, th=theta: jax.block_until_ready(b(th)),
+            repeat,
+        )
         rows.append((f"Diffrax {name}", forward, elapsed, rel_error(g, reference)))
     return rows
 
@@ -175,8 +186,7 @@ def torchode_rows(reference: np.ndarray, repeat: int) -> list[tuple]:
             return theta.grad.numpy()
         return None
 
-    forward, _ = best(lambda: run(False), repeat)
-    elapsed, g = best(lambda: run(True), repeat)
+    forward, elapsed, g = best_pair(lambda: run(False), lambda: run(True), repeat)
     return [("torchode AutoDiffAdjoint (backprop)", forward, elapsed, rel_error(g, reference))]
 
 
@@ -213,8 +223,9 @@ def torchdiffeq_rows(reference: np.ndarray, repeat: int) -> list[tuple]:
                 return field.theta.grad.numpy()
             return None
 
-        forward, _ = best(lambda run=run: run(False), repeat)
-        elapsed, g = best(lambda run=run: run(True), repeat)
+        forward, elapsed, g = best_pair(
+            lambda run=run: run(False), lambda run=run: run(True), repeat
+        )
         rows.append((f"torchdiffeq {name}", forward, elapsed, rel_error(g, reference)))
     return rows
 
@@ -262,14 +273,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer memory spans")
     parser.add_argument("--json", help="also write the table (for plot_benchmarks.py) here")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory table")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per timing (best counts)")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
-    repeat = 1 if args.quick else 5
+    repeat = 1 if args.quick else args.repeat
     start = time.perf_counter()
     tight = make_loss(dxode.ForwardSensitivity(), tol=1e-10, derivatives=JACOBIANS)
     reference = autograd.grad(tight)(THETA)
     print(f"reference (ForwardSensitivity, tol 1e-10): {time.perf_counter() - start:.1f} s")
-    forward, _ = best(lambda: make_loss()(THETA), repeat)
+    plain = make_loss()
     print(f"{N:,} Lorenz trajectories, t in [0, {T1:g}], saveat 1.0, rtol = atol = {TOL:g}")
     print("| gradient | forward (s) | forward + gradient (s) | ratio | rel. error vs reference |")
     print("|---|---:|---:|---:|---:|")
@@ -290,11 +302,13 @@ def main() -> None:
     ]
     for label, alg, vjp, derivatives in cases:
         loss = make_loss(alg, vjp, derivatives=derivatives)
-        elapsed, (_, g) = best(lambda loss=loss: autograd.value_and_grad(loss)(THETA), repeat)
+        forward, elapsed, (_, g) = best_pair(
+            lambda: plain(THETA), lambda loss=loss: autograd.value_and_grad(loss)(THETA), repeat
+        )
         err = rel_error(g, reference)
         rows.append({"code": label, "forward": forward, "total": elapsed, "error": err})
         print(
-            f"| {label} | {forward:.3f} | {elapsed:.3f} | {elapsed / forward:.1f} | {err:.1e} |",
+            f"| {label} | {forward:.3f} | {elapsed:.3f} | {elapsed / forward:.2f} | {err:.1e} |",
             flush=True,
         )
     # BacksolveAdjoint is left out: integrating Lorenz backward over [0, 10] diverges (off by
@@ -309,7 +323,7 @@ def main() -> None:
         for label, fwd, elapsed, err in peer_rows:
             rows.append({"code": label, "forward": fwd, "total": elapsed, "error": err})
             print(
-                f"| {label} | {fwd:.3f} | {elapsed:.3f} | {elapsed / fwd:.1f} | {err:.1e} |",
+                f"| {label} | {fwd:.3f} | {elapsed:.3f} | {elapsed / fwd:.2f} | {err:.1e} |",
                 flush=True,
             )
     for row in rows:
