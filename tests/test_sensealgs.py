@@ -356,3 +356,36 @@ def test_bad_sensealgs_raise_clearly():
 
     with pytest.raises(TypeError, match="plain `numpy` function"):
         autograd.grad(plain_numpy_loss)(np.array([1.0, 1.0]))
+
+
+def test_a_save_point_that_ends_some_steps_and_lies_inside_others(monkeypatch):
+    # Trajectories ending at t = 1 save t = 1 at the end of their last step (θ = 1); those
+    # running to t = 2 pass it inside a step, often in the same iteration: one save round
+    # mixing both, whose cotangents split between u_{n+1} and the dense output.
+    from dxode._sensitivity import _discrete_adjoint
+
+    mixed = []
+    save_cotangents = _discrete_adjoint._Sweep._save_cotangents
+
+    def spy(self, j):
+        for _, _, weights, at_end in self.rounds.get(j, ()):
+            mixed.append(weights is not None and at_end.any() and not at_end.all())
+        return save_cotangents(self, j)
+
+    monkeypatch.setattr(_discrete_adjoint._Sweep, "_save_cotangents", spy)
+    n = 16
+    spans = np.stack([np.zeros(n), np.where(np.arange(n) % 2 == 0, 1.0, 2.0)], axis=1)
+
+    def loss(theta, sensealg):
+        prob = dxode.ODEProblem(forced_decay, np.array([1.0, 2.0]), (0.0, 2.0), theta)
+        eprob = dxode.EnsembleProblem(prob, tspan=spans, p=anp.outer(1 + 0.1 * np.arange(n), theta))
+        sim = dxode.solve(
+            eprob, trajectories=n, saveat=[0.25, 0.5, 1.0], rtol=1e-9, atol=1e-9, sensealg=sensealg
+        )
+        return anp.sum(sim.u**2)
+
+    theta = np.array([1.0, 0.5])
+    discrete = autograd.grad(lambda th: loss(th, dxode.DiscreteAdjoint()))(theta)
+    assert any(mixed)
+    forward = autograd.grad(lambda th: loss(th, dxode.ForwardSensitivity()))(theta)
+    np.testing.assert_allclose(discrete, forward, rtol=1e-8)
