@@ -14,6 +14,7 @@ from dxode._jacobian import Derivatives, LaneFunction, lane_jacobian, lane_tgrad
 from dxode.backends import _lu, backend_for, get_backend
 
 from conftest import to_numpy
+from problems import lorenz, lorenz_jac
 
 STIFF = ["Rosenbrock23", "Rodas4", "Rodas5P", "TRBDF2"]
 ORDERS = {"Rosenbrock23": 2, "Rodas4": 4, "Rodas5P": 5, "TRBDF2": 2}
@@ -55,19 +56,6 @@ def robertson(u, p, t):
         0.04 * y1 - 1e4 * y2 * y3 - 3e7 * y2 * y2,
         3e7 * y2 * y2,
     ]
-
-
-def lorenz(u, p, t):
-    x, y, z = u
-    sigma, rho, beta = p
-    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
-
-
-def lorenz_jac(u, p, t):
-    x, y, z = u
-    sigma, rho, beta = p
-    zero = 0.0 * x
-    return [[-sigma + zero, sigma + zero, zero], [rho - z, -1.0 + zero, -x], [y, x, -beta + zero]]
 
 
 def lorenz_tgrad(u, p, t):
