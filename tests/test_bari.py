@@ -11,10 +11,10 @@ pollu 3.6, vdpol 4.0, orego 3.0, rober 4.8 (and 1.4, 2.9, 2.8, 1.7 on the first 
 rtol and atol 100x looser); its Newton iteration corrects an inexact Jacobian, which then
 costs iterations rather than digits.
 
-E5's reference splits ``y2`` and ``y3`` only to about three digits (see
-``test_stiff_problems``), so E5 asks for 2.8 digits of Rodas5P (3.3 reached; Rosenbrock23
-reaches 2.4 in 11,000 steps and is not run). Rodas4 drifts off E5's linear invariant
-``y2 - y3 - y4 = 0`` at the test set's tolerances (by 2e-22, scd -0.2): a known issue.
+E5 is checked on its own (``test_e5_rodas5p``): at ``t = 1e13`` the split between ``y2`` and
+``y3`` is rounding noise for every double-precision solver, so its digits are counted where
+the tolerances decide them. Rodas4 drifts off E5's linear invariant ``y2 - y3 - y4 = 0`` at
+the test set's tolerances (by 2e-22, scd -0.2): a known issue.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ EXPECTED = {
     (OREGO, "Rosenbrock23"): 3.0,
     (ROBER, "Rodas5P"): 7.4,
     (ROBER, "Rodas4"): 7.7,
-    (E5, "Rodas5P"): 2.8,
     (HIRES, "TRBDF2"): 2.0,
     (POLLU, "TRBDF2"): 3.1,
     (VDPOL, "TRBDF2"): 3.5,
@@ -79,6 +78,33 @@ def test_reaches_reference_at_test_set_tolerances(problem, method, minimum):
         pytest.skip(f"dxode has no {method}")
     u = solve_final(problem, method, problem.rtol, problem.atol)
     assert scd(u, problem) >= minimum
+
+
+def test_e5_rodas5p():
+    """E5 at the test set's tolerances: the digits the tolerances decide, and the rest bounded.
+
+    After ``y1`` has decayed, ``y2`` and ``y3`` both follow ``1/(1.13e9 t)`` (8.85e-23 at
+    ``t1``), apart by the drift of the linear invariant ``y2 - y3 - y4 = 0``, which every step
+    preserves in exact arithmetic. That drift is rounding: a unit roundoff or so of the
+    largest ``y2`` (1.5e-10, early in the run) per step, never controlled by ``rtol`` or
+    ``atol``, and about ``atol`` in size (2e-25 to 8e-24 over 24 solves whose rounding differs:
+    ``rtol`` perturbed by 1e-9 relative, or NumPy's AVX2 kernels in place of AVX-512 for the
+    controller's ``pow``). Counted one by one, ``y2`` and ``y3`` then got 1.3 to 3.3 digits:
+    noise, as in the published reference, whose own ``y2 - y3`` is 1.3e-25. Their sum is free
+    of the drift to first order (3.2 to 7.0 digits over the same solves), so the digits are
+    counted on ``y1`` and ``y4`` (absolute) and on ``y2 + y3``; the drift is held to its
+    rounding bound.
+    """
+    prob = dxode.ODEProblem(E5.f, list(E5.u0), E5.tspan, E5.p, jac=E5.jac)
+    sol = dxode.solve(prob, dxode.Rodas5P(), rtol=E5.rtol, atol=E5.atol)
+    assert sol.retcode == dxode.ReturnCode.Success, sol.retcode
+    u = np.asarray(sol.u)
+    y1, y2, y3, y4 = u[-1]
+    ref = np.asarray(E5.reference)
+    worst = max(abs(y1 - ref[0]), abs(y4 - ref[3]), abs((y2 + y3) / (ref[1] + ref[2]) - 1.0))
+    assert -np.log10(worst) >= 2.8
+    drift_bound = len(sol.t) * np.finfo(np.float64).eps * np.max(np.abs(u[:, 1]))
+    assert abs(y2 - y3 - y4) <= drift_bound
 
 
 def test_robertson_ensemble_with_per_lane_stiffness_equals_each_alone():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -34,12 +35,30 @@ def wheel(tmp_path_factory):
     return built
 
 
+def _see_dependencies_of_this_environment(python: Path) -> None:
+    """Put this interpreter's site directories (numpy, ...) on ``python``'s path, after its own.
+
+    Not ``system_site_packages``: inside a virtual environment that means the base
+    interpreter's, which lacks what was installed into the environment. A path line in a
+    ``.pth`` file adds the directory without running the ``.pth`` files in it, so the editable
+    install of this checkout stays out and dxode comes from the wheel.
+    """
+    target = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    ours = dict.fromkeys(sysconfig.get_path(key) for key in ("purelib", "platlib"))
+    (Path(target) / "_dxode_test_dependencies.pth").write_text("\n".join(ours) + "\n")
+
+
 @pytest.mark.slow
 def test_wheel_installs_and_imports_backends(tmp_path, wheel):
     env_dir = tmp_path / "env"
-    # The environment sees this one's dependencies (numpy, ...) but gets dxode from the wheel.
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
+    _see_dependencies_of_this_environment(python)
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
         check=True,
