@@ -17,7 +17,8 @@ import warnings
 import pytest
 from slurm_cluster import local_slurm, slurm_unavailable_reason
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+# One cluster for the module: its tests stay on one xdist worker.
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 _UNFINISHED = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING"}
 
