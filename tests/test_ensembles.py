@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -189,6 +190,45 @@ def test_reduction_stops_early_once_converged():
     assert sim.u[1] == 24 and len(sim) == 24
     full = dxode.solve(EnsembleProblem(_prob(), p=_scaled_params(100)), trajectories=24, **SOLVE)
     assert sim.u[0] == pytest.approx(float(full.u[:, -1, 0].sum()), rel=1e-12)
+
+
+def test_a_reduction_keeps_only_counts_and_totals():
+    def final_sum(acc, u, indices):
+        return acc + float(u[:, -1, 0].sum()), False
+
+    kept = dxode.solve(
+        EnsembleProblem(_prob(), p=_scaled_params(30)), trajectories=30, batch_size=7, **SOLVE
+    )
+    eprob = EnsembleProblem(_prob(), p=_scaled_params(30), reduction=final_sum, u_init=0.0)
+    reduced = dxode.solve(eprob, trajectories=30, batch_size=7, **SOLVE)
+    assert reduced.u == pytest.approx(float(kept.u[:, -1, 0].sum()), rel=1e-12)
+    assert reduced.retcodes is None and reduced.stats.nf is None and reduced.events is None
+    assert len(reduced) == 30 and reduced.success and reduced.converged is False
+    assert reduced.stats.total_nf == kept.stats.total_nf
+    assert reduced.stats.total_steps == kept.stats.total_steps
+    np.testing.assert_array_equal(reduced.t, kept.t)
+    with pytest.raises(TypeError, match="this ensemble was reduced"):
+        reduced[0]
+
+
+def test_a_reduction_holds_driver_memory_flat_in_the_number_of_trajectories():
+    def count(acc, u, indices):
+        return acc + len(indices), False
+
+    prob = dxode.ODEProblem(lambda u, p, t: -u, [1.0], (0.0, 0.1))
+    eprob = EnsembleProblem(prob, reduction=count, u_init=0)
+    dxode.solve(eprob, trajectories=2_000, batch_size=2_000)  # first-call caches
+    peaks = {}
+    for n in (20_000, 100_000):
+        tracemalloc.start()
+        try:
+            sim = dxode.solve(eprob, trajectories=n, batch_size=2_000)
+            peaks[n] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert sim.u == n and len(sim) == n and sim.success
+    # Per-trajectory records (return codes, statistics, indices: ~55 B each) would add 4 MiB.
+    assert peaks[100_000] - peaks[20_000] < 256 * 1024, peaks
 
 
 def test_per_trajectory_tspan():
