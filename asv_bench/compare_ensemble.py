@@ -27,11 +27,15 @@ The whole process is pinned to one core (``--cpu``, default 0) and every library
 use one thread, so the columns compare single-core work. Timings are the best of
 ``--repeats`` calls (``--repeats-large`` for ``N > 10000``), with every code warmed up once
 beforehand on a small ensemble. ``--heterogeneous`` adds a second comparison: per-lane step
-sizes against lock-step on 1,000 trajectories with ``rho`` spread from 0.5 to 42. Examples::
+sizes against lock-step on 1,000 trajectories with ``rho`` spread from 0.5 to 42.
+``--construction`` adds a third: the 10,000-trajectory dxode ensemble built from arrays
+(``p=P``) against the same built DiffEq style (``prob_func`` + ``remake(p=P[i])``), timed
+alternately, with the ratio of their best times. Examples::
 
     python asv_bench/compare_ensemble.py --sizes 100 1000 --peers loop stacked
     python asv_bench/compare_ensemble.py --heterogeneous --out ensemble.md
     python asv_bench/compare_ensemble.py --sizes --heterogeneous   # only the second table
+    python asv_bench/compare_ensemble.py --sizes --construction --repeats 7
 
 The peers are benchmark-only extras, never dxode dependencies::
 
@@ -80,6 +84,7 @@ from benchmarks.ensemble import (
     lorenz,
     parameters,
     run_dxode,
+    run_dxode_prob_func,
     run_scipy_stacked,
     stacked_final_states,
 )
@@ -93,6 +98,7 @@ DXODE_BATCH_SIZES = (None, 20_000)  # None: EnsembleArray's default (10,000 on t
 MATCH_STEP = 10**0.25  # tolerance grid of the matched-accuracy search: quarter decades
 MAX_STEPS = 100_000
 HETERO_N = 1_000
+CONSTRUCTION_N = 10_000
 
 
 def log(*args: Any) -> None:
@@ -601,6 +607,37 @@ def heterogeneous(args: argparse.Namespace, ref: Reference) -> list[str]:
     return lines
 
 
+# ---- arrays against prob_func + remake ------------------------------------------------------
+
+
+def construction(args: argparse.Namespace) -> list[str]:
+    """The same ensemble from ``p=P`` and from ``prob_func`` + ``remake``, timed alternately
+    (so a slow spell of the machine hits both alike); the results must agree bit for bit."""
+    params = parameters(CONSTRUCTION_N)
+    run_dxode_prob_func(params[:20])  # warm up
+    best = {"arrays": float("inf"), "remake": float("inf")}
+    sims = {}
+    for _ in range(args.repeats):
+        for name, run in (("arrays", run_dxode), ("remake", run_dxode_prob_func)):
+            seconds, sims[name] = best_of(lambda run=run: run(params), 1)
+            best[name] = min(best[name], seconds)
+    same = np.array_equal(sims["arrays"].u, sims["remake"].u) and np.array_equal(
+        sims["arrays"].stats.nf, sims["remake"].stats.nf
+    )
+    assert same, "prob_func + remake must give the bits of p=P"
+    log(f"  construction: arrays {best['arrays']:.3f} s, remake {best['remake']:.3f} s")
+    return [
+        f"The {CONSTRUCTION_N:,}-trajectory ensemble above built two ways, timed alternately, "
+        f"best of {args.repeats} each (identical results, bit for bit):",
+        "",
+        "| dxode EnsembleArray, built from | time (ms) | ratio to p=P |",
+        "|---|---:|---:|",
+        f"| `EnsembleProblem(prob, p=P)` | {best['arrays'] * 1e3:.1f} | 1.00 |",
+        f"| `prob_func=lambda prob, i, repeat: prob.remake(p=P[i])` | "
+        f"{best['remake'] * 1e3:.1f} | {best['remake'] / best['arrays']:.2f} |",
+    ]
+
+
 # ---- driver ---------------------------------------------------------------------------------
 
 
@@ -648,6 +685,7 @@ def main(argv: list[str] | None = None) -> int:
         "--peers", nargs="*", default=list(PEERS), choices=PEERS, help="peers to compare"
     )
     parser.add_argument("--heterogeneous", action="store_true", help="add per-lane vs lock-step")
+    parser.add_argument("--construction", action="store_true", help="add p=P vs prob_func + remake")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls (best) for N <= 1e4")
     parser.add_argument("--repeats-large", type=int, default=1, help="timed calls for N > 1e4")
     parser.add_argument("--loop-max", type=int, default=300, help="trajectories the loop times")
@@ -674,6 +712,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"N = {n:,}")
         rows.append(measure_size(n, args, ref, peers, cache))
     hetero = heterogeneous(args, ref) if args.heterogeneous else []
+    built = construction(args) if args.construction else []
 
     md = [*header(pinning), ""]
     if rows:
@@ -696,6 +735,8 @@ def main(argv: list[str] | None = None) -> int:
     md += [f"Skipped: {reason}" for reason in skipped]
     if hetero:
         md += ["", *hetero]
+    if built:
+        md += ["", *built]
     affinities = thread_affinities()
     md += ["", f"Total run time {time.perf_counter() - start:.0f} s; thread CPU sets {affinities}."]
     text = "\n".join(md).strip() + "\n"

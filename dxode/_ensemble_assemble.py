@@ -12,6 +12,7 @@ from ._ensemble_batch import BatchResult
 from ._ensemble_problem import EnsembleProblem
 from ._ensemble_solution import EnsembleSolution, EnsembleStats
 from ._event_record import concat_records
+from ._retcode import ReturnCode
 
 
 def assemble(
@@ -20,12 +21,13 @@ def assemble(
     """Fold batch results, in trajectory order, into an EnsembleSolution.
 
     Saved states are copied into one preallocated ``(n_total, nsave, *shape)`` array as batches
-    arrive and each batch's own copy is dropped, so peak memory is the output plus a batch;
-    with a reduction, batch outputs are dropped once folded.
+    arrive and each batch's own copy is dropped, so peak memory is the output plus a batch.
+    With a reduction, see ``reduce_batches``.
     """
+    if eprob.reduction is not None:
+        return reduce_batches(eprob, results, alg, seed)
     done: list[BatchResult] = []
     events: list[Any] = []
-    acc, converged = eprob.u_init, None
     out, offset = None, 0
     meta = {k: np.empty(n_total, dtype=np.int64) for k in _PER_TRAJECTORY}
     solved = 0
@@ -38,23 +40,14 @@ def assemble(
             column[solved : solved + size] = getattr(batch, key)
             setattr(batch, key, None)
         solved += size
-        if eprob.reduction is not None:
-            values = batch.values if eprob.output_func is not None else batch.u
-            acc, converged = eprob.reduction(acc, _stack_values(values), batch.indices)
-            batch.u, batch.values = None, None
-            converged = bool(converged)
-            if converged:
-                break
-        elif eprob.output_func is None and batch.u is not None:
+        if eprob.output_func is None and batch.u is not None:
             if out is None:
                 out = _empty_like_rows(batch.u, n_total)
             out[offset : offset + batch.u.shape[0], ...] = batch.u
             offset += batch.u.shape[0]
             batch.u = None
-    if eprob.reduction is not None:
-        u: Any = acc
-    elif eprob.output_func is not None:
-        u = _stack_values([v for b in done for v in b.values])
+    if eprob.output_func is not None:
+        u: Any = _stack_values([v for b in done for v in b.values])
     else:
         u = out  # None when the states live elsewhere (Dask workers, Zarr): the caller sets u
     meta = {key: column[:solved] for key, column in meta.items()}
@@ -65,11 +58,53 @@ def assemble(
         stats=EnsembleStats(meta["nf"], meta["naccept"], meta["nreject"]),
         eprob=eprob,
         alg=alg,
-        converged=converged,
         dense=[b for b in done if b.dense is not None] or None,
         seed=seed,
         events=concat_records(events),
     )
+
+
+def reduce_batches(
+    eprob: EnsembleProblem, results: Iterable[BatchResult], alg: Any, seed: int
+) -> EnsembleSolution:
+    """Fold each batch's values into ``eprob.reduction`` as it arrives, stopping once it
+    reports convergence.
+
+    Like a reduction on Dask workers, only return-code counts and step totals are kept
+    (``retcodes`` is ``None``), so memory stays flat in the number of trajectories.
+    """
+    acc, converged = eprob.u_init, False
+    t, counts, totals = None, np.zeros(len(ReturnCode), dtype=np.int64), np.zeros(3, np.int64)
+    for batch in results:
+        summary = batch_summary(batch)
+        t = summary["t"] if t is None else t
+        counts += summary["counts"]
+        totals += summary["totals"]
+        values = batch.values if eprob.output_func is not None else batch.u
+        acc, converged = eprob.reduction(acc, _stack_values(values), batch.indices)
+        converged = bool(converged)
+        if converged:
+            break
+    return EnsembleSolution(
+        t=t,
+        u=acc,
+        retcodes=None,
+        stats=EnsembleStats(None, None, None, totals=tuple(int(x) for x in totals)),
+        eprob=eprob,
+        alg=alg,
+        converged=converged,
+        seed=seed,
+        counts=counts,
+    )
+
+
+def batch_summary(batch: BatchResult) -> dict[str, Any]:
+    """A batch's save times (its first trajectory's), return-code counts and step totals."""
+    return {
+        "t": batch.t if batch.t.ndim == 1 else batch.t[0, ...],
+        "counts": np.bincount(batch.retcode, minlength=len(ReturnCode)),
+        "totals": np.array([batch.nf.sum(), batch.naccept.sum(), batch.nreject.sum()]),
+    }
 
 
 _PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject")

@@ -227,9 +227,7 @@ def _lanes_from_arrays(
         u0 = xp.moveaxis(backend.asarray(_to_backend_input(u0, backend), dtype=dtype), 0, -1)
         _check_finite_lanes("u0", xp, u0)
     else:
-        base = backend.asarray(_to_backend_input(prob.u0, backend), dtype=dtype)
-        u0 = xp.broadcast_to(xp.expand_dims(base, axis=-1), (*base.shape, n))
-        u0 = xp.asarray(u0, copy=True)
+        u0 = _repeated_u0(prob, n, backend)
     if "tspan" in data:
         spans = np.asarray(to_host(rows(data["tspan"])), dtype=np.float64)
         if (
@@ -272,9 +270,15 @@ def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: 
                 f"trajectory {i} has u0 shape {tuple(traj.u0.shape)}, expected "
                 f"{tuple(prob.u0.shape)}"
             )
-    u0 = xp.stack(
-        [backend.asarray(_to_backend_input(t.u0, backend), dtype=dtype) for t in problems], axis=-1
-    )
+    u0s = [t.u0 for t in problems]
+    if all(u0 is prob.u0 for u0 in u0s):
+        u0 = _repeated_u0(prob, len(problems), backend)
+    elif _same_host_kind(u0s):
+        u0 = backend.asarray(_host_stack(u0s), dtype=dtype)
+    else:
+        u0 = xp.stack(
+            [backend.asarray(_to_backend_input(u0, backend), dtype=dtype) for u0 in u0s], axis=-1
+        )
     t0 = np.array([t.tspan[0] for t in problems])
     t1 = np.array([t.tspan[1] for t in problems])
     _check_direction(t0, t1)
@@ -291,11 +295,44 @@ def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: 
     new_leaves = []
     for k, base in enumerate(base_leaves):
         if lane_leaf[k]:
-            column = [_as_lane_param(leaves[k], backend, dtype) for leaves in per_traj]
-            new_leaves.append(xp.stack(column, axis=-1))
+            new_leaves.append(_lane_column([leaves[k] for leaves in per_traj], backend, dtype))
         else:
             new_leaves.append(base)
     return _Lanes(u0, t0, t1, _pytree.rebuild(prob.p, new_leaves), lane_leaf)
+
+
+def _repeated_u0(prob: ODEProblem, n: int, backend: Backend) -> Array:
+    """``prob.u0`` for ``n`` lanes, ``(*shape, n)``, in the state's dtype."""
+    xp = backend.xp
+    base = backend.asarray(_to_backend_input(prob.u0, backend), dtype=prob.u0.dtype)
+    return xp.asarray(xp.broadcast_to(xp.expand_dims(base, axis=-1), (*base.shape, n)), copy=True)
+
+
+def _lane_column(values: list[Any], backend: Backend, dtype: Any) -> Array:
+    """One parameter leaf of every trajectory, stacked lanes last and converted as
+    ``_as_lane_param`` converts each value (at once when all are alike on the host)."""
+    if _same_host_kind(values):
+        return _as_lane_param(_host_stack(values), backend, dtype)
+    return backend.xp.stack([_as_lane_param(v, backend, dtype) for v in values], axis=-1)
+
+
+def _same_host_kind(values: list[Any]) -> bool:
+    """Whether ``values`` are all NumPy arrays or scalars of one dtype and shape, or all
+    Python numbers of one type: then one host stack converts them as each alone would be."""
+    kinds = {_host_kind(v) for v in values}
+    return len(kinds) == 1 and None not in kinds
+
+
+def _host_kind(value: Any) -> Any:
+    """``(dtype, shape)`` of a NumPy array or scalar, the type of a Python number, else None."""
+    if type(value) is np.ndarray or isinstance(value, np.generic):
+        return (value.dtype, value.shape)
+    return type(value) if type(value) in (float, int, bool) else None
+
+
+def _host_stack(values: list[Any]) -> np.ndarray:
+    """``values`` (see ``_same_host_kind``) stacked along a new last axis, C-contiguous."""
+    return np.ascontiguousarray(np.moveaxis(np.array(values), 0, -1))
 
 
 def _as_lane_param(value: Any, backend: Backend, dtype: Any) -> Array:

@@ -164,11 +164,16 @@ class EnsembleProblem:
         """Trajectory ``index`` as its own ODEProblem (the per-trajectory path)."""
         if self.prob_func is None:
             return self.prob
-        if self._context_form:
-            ctx = TrajectoryContext(index, repeat, trajectory_rng(seed, index, repeat))
-            prob = self.prob_func(self.prob, ctx)
-        else:
-            prob = self.prob_func(self.prob, index, repeat)
+        try:
+            if self._context_form:
+                ctx = TrajectoryContext(index, repeat, trajectory_rng(seed, index, repeat))
+                prob = self.prob_func(self.prob, ctx)
+            else:
+                prob = self.prob_func(self.prob, index, repeat)
+        except Exception as exc:  # e.g. remake rejecting a value: say which trajectory
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(f"raised by prob_func for trajectory {index} (repeat {repeat})")
+            raise
         if not isinstance(prob, ODEProblem):
             raise TypeError(
                 f"prob_func must return an ODEProblem (e.g. prob.remake(p=...)), got "

@@ -22,8 +22,8 @@ Array = Any
 class EnsembleStats:
     """Work per trajectory: ``nf``, ``naccept``, ``nreject`` are ``(trajectories,)`` arrays.
 
-    Ensembles reduced on Dask workers keep only totals (the arrays are then ``None``); those
-    written to Zarr keep the arrays in the store and the totals here.
+    Reduced ensembles keep only totals (the arrays are then ``None``); those written to Zarr
+    keep the arrays in the store and the totals here.
     """
 
     nf: Any
@@ -77,15 +77,15 @@ class EnsembleSolution:
         time spans.
     retcodes : (trajectories,) int array or None
         Each trajectory's ``ReturnCode``; failures never stop the others. A Zarr array for
-        ``EnsembleDask(output="zarr")``; ``None`` when a reduction ran on Dask workers (then
-        ``failures()`` and ``success`` still count them).
+        ``EnsembleDask(output="zarr")``; ``None`` with a reduction, which keeps nothing per
+        trajectory (``len(sim)``, ``failures()`` and ``success`` still count them).
     stats : EnsembleStats
         RHS evaluations and accepted/rejected steps per trajectory.
     converged : bool or None
         Whether the reduction reported convergence (``None`` without a reduction).
     events : EventRecord or None
         The events callbacks fired, by trajectory (its ``trajectory`` column) and time;
-        ``None`` without callbacks, and for reductions on Dask workers and Zarr output.
+        ``None`` without callbacks, and for reductions and Zarr output.
     """
 
     def __init__(

@@ -70,15 +70,7 @@ class ODEProblem:
         tgrad: Callable[..., Any] | None = None,
         paramjac: Callable[..., Any] | None = None,
     ) -> None:
-        if not callable(f):
-            raise TypeError(f"f must be callable as f(u, p, t), got {type(f).__name__}")
-        if vjp is not None and not callable(vjp):
-            raise TypeError(f"vjp must be callable as vjp(u, p, t, v), got {type(vjp).__name__}")
-        for name, fn in (("jac", jac), ("tgrad", tgrad), ("paramjac", paramjac)):
-            if fn is not None and not callable(fn):
-                raise TypeError(
-                    f"{name} must be callable as {name}(u, p, t), got {type(fn).__name__}"
-                )
+        _check_functions(f, vjp, jac, tgrad, paramjac)
         self.f = f
         self.vjp = vjp
         self.jac = jac
@@ -101,20 +93,41 @@ class ODEProblem:
         tgrad: Any = _UNSET,
         paramjac: Any = _UNSET,
     ) -> ODEProblem:
-        """A copy with the given fields replaced (and validated again)."""
-        return ODEProblem(
-            self.f if f is _UNSET else f,
-            self.u0 if u0 is _UNSET else u0,
-            self.tspan if tspan is _UNSET else tspan,
-            self.p if p is _UNSET else p,
-            vjp=self.vjp if vjp is _UNSET else vjp,
-            jac=self.jac if jac is _UNSET else jac,
-            tgrad=self.tgrad if tgrad is _UNSET else tgrad,
-            paramjac=self.paramjac if paramjac is _UNSET else paramjac,
-        )
+        """A copy with the given fields replaced.
+
+        Only the replaced fields are validated (as at construction): the others were
+        validated when this problem was made and are shared with it as they are, so a
+        ``prob_func`` that changes ``p`` pays for checking ``p`` alone.
+        """
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        functions = {"f": f, "vjp": vjp, "jac": jac, "tgrad": tgrad, "paramjac": paramjac}
+        changed = {name: fn for name, fn in functions.items() if fn is not _UNSET}
+        if changed:
+            new.__dict__.update(changed)
+            _check_functions(new.f, new.vjp, new.jac, new.tgrad, new.paramjac)
+        if u0 is not _UNSET:
+            new.u0 = _validation.as_state_array("u0", u0)
+        if tspan is not _UNSET:
+            new.tspan = _validation.as_tspan(tspan)
+        if p is not _UNSET:
+            _validation.check_parameters_finite(p)
+            new.p = p
+        return new
 
     def __repr__(self) -> str:
         return (
             f"ODEProblem(f={getattr(self.f, '__name__', self.f)!s}, "
             f"u0 shape={tuple(self.u0.shape)}, dtype={self.u0.dtype}, tspan={self.tspan})"
         )
+
+
+def _check_functions(f: Any, vjp: Any, jac: Any, tgrad: Any, paramjac: Any) -> None:
+    """Raise unless ``f`` is callable and each given derivative function is too."""
+    if not callable(f):
+        raise TypeError(f"f must be callable as f(u, p, t), got {type(f).__name__}")
+    if vjp is not None and not callable(vjp):
+        raise TypeError(f"vjp must be callable as vjp(u, p, t, v), got {type(vjp).__name__}")
+    for name, fn in (("jac", jac), ("tgrad", tgrad), ("paramjac", paramjac)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name} must be callable as {name}(u, p, t), got {type(fn).__name__}")

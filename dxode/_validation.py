@@ -49,8 +49,12 @@ def as_state_array(name: str, value: Any) -> Array:
 
 def check_finite(name: str, array: Array) -> None:
     """Raise if a floating array holds NaN or inf."""
-    xp = array_api_compat.array_namespace(array)
-    if not bool(xp.all(xp.isfinite(array))):
+    if isinstance(array, np.ndarray):  # directly: the namespace lookup costs more than the check
+        finite = bool(np.isfinite(array).all())
+    else:
+        xp = array_api_compat.array_namespace(array)
+        finite = bool(xp.all(xp.isfinite(array)))
+    if not finite:
         raise ValueError(f"{name} contains non-finite values (NaN or inf)")
 
 
@@ -65,6 +69,9 @@ def check_parameters_finite(p: Any) -> None:
         if isinstance(leaf, float):
             if not math.isfinite(leaf):
                 raise ValueError(f"{path} is not finite ({leaf})")
+        elif isinstance(leaf, np.ndarray):  # the common case, without the namespace lookup
+            if leaf.dtype.kind in "fc":
+                check_finite(path, leaf)
         elif array_api_compat.is_array_api_obj(leaf):
             xp = array_api_compat.array_namespace(leaf)
             if xp.isdtype(leaf.dtype, ("real floating", "complex floating")):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -83,6 +84,50 @@ def test_the_three_construction_paths_agree():
     np.testing.assert_array_equal(by_batch.u, by_array.u)
 
 
+def test_prob_func_remake_gives_the_bits_of_per_trajectory_arrays(xp, dtype_name):
+    params = xp.asarray(_scaled_params(12))  # float64, cast to the state's dtype per lane
+    starts = xp.asarray(np.linspace(0.5, 1.5, 36).reshape(12, 3), dtype=getattr(xp, dtype_name))
+    prob = _prob(xp, dtype_name).remake(p=xp.asarray(P0))
+    by_arrays = dxode.solve(EnsembleProblem(prob, u0=starts, p=params), trajectories=12, **SOLVE)
+    by_remake = dxode.solve(
+        EnsembleProblem(
+            prob,
+            prob_func=lambda prob, i, repeat: prob.remake(u0=starts[i, ...], p=params[i, ...]),
+        ),
+        trajectories=12,
+        batch_size=5,
+        **SOLVE,
+    )
+    np.testing.assert_array_equal(to_numpy(by_remake.u), to_numpy(by_arrays.u))
+    np.testing.assert_array_equal(by_remake.stats.nf, by_arrays.stats.nf)
+    assert by_remake.u.dtype == by_arrays.u.dtype
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [np.array([1.5, 2.0], dtype=np.float32), np.array([0.1, 3.0], dtype=np.float32)],
+        [np.float64(0.1), np.float64(0.2)],
+        [0.1, 0.2, 1e-3],
+        [1, 2, 3],
+        [True, False],
+        [np.array([1, 2], dtype=np.int32), np.array([3, 4], dtype=np.int32)],
+        [1, 2.5],  # mixed: converted one by one
+        [np.array([1.0]), np.array([2.0], dtype=np.float32)],
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_parameter_column_is_converted_as_each_value_alone(values, dtype):
+    from dxode._ensemble_batch import _as_lane_param, _lane_column
+    from dxode.backends import get_backend
+
+    backend = get_backend("numpy")
+    column = _lane_column(values, backend, dtype)
+    one_by_one = np.stack([_as_lane_param(v, backend, dtype) for v in values], axis=-1)
+    assert column.dtype == one_by_one.dtype and column.flags.c_contiguous
+    np.testing.assert_array_equal(column, one_by_one)
+
+
 def test_context_rng_depends_only_on_seed_and_index():
     seen = {}
 
@@ -145,6 +190,45 @@ def test_reduction_stops_early_once_converged():
     assert sim.u[1] == 24 and len(sim) == 24
     full = dxode.solve(EnsembleProblem(_prob(), p=_scaled_params(100)), trajectories=24, **SOLVE)
     assert sim.u[0] == pytest.approx(float(full.u[:, -1, 0].sum()), rel=1e-12)
+
+
+def test_a_reduction_keeps_only_counts_and_totals():
+    def final_sum(acc, u, indices):
+        return acc + float(u[:, -1, 0].sum()), False
+
+    kept = dxode.solve(
+        EnsembleProblem(_prob(), p=_scaled_params(30)), trajectories=30, batch_size=7, **SOLVE
+    )
+    eprob = EnsembleProblem(_prob(), p=_scaled_params(30), reduction=final_sum, u_init=0.0)
+    reduced = dxode.solve(eprob, trajectories=30, batch_size=7, **SOLVE)
+    assert reduced.u == pytest.approx(float(kept.u[:, -1, 0].sum()), rel=1e-12)
+    assert reduced.retcodes is None and reduced.stats.nf is None and reduced.events is None
+    assert len(reduced) == 30 and reduced.success and reduced.converged is False
+    assert reduced.stats.total_nf == kept.stats.total_nf
+    assert reduced.stats.total_steps == kept.stats.total_steps
+    np.testing.assert_array_equal(reduced.t, kept.t)
+    with pytest.raises(TypeError, match="this ensemble was reduced"):
+        reduced[0]
+
+
+def test_a_reduction_holds_driver_memory_flat_in_the_number_of_trajectories():
+    def count(acc, u, indices):
+        return acc + len(indices), False
+
+    prob = dxode.ODEProblem(lambda u, p, t: -u, [1.0], (0.0, 0.1))
+    eprob = EnsembleProblem(prob, reduction=count, u_init=0)
+    dxode.solve(eprob, trajectories=2_000, batch_size=2_000)  # first-call caches
+    peaks = {}
+    for n in (20_000, 100_000):
+        tracemalloc.start()
+        try:
+            sim = dxode.solve(eprob, trajectories=n, batch_size=2_000)
+            peaks[n] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert sim.u == n and len(sim) == n and sim.success
+    # Per-trajectory records (return codes, statistics, indices: ~55 B each) would add 4 MiB.
+    assert peaks[100_000] - peaks[20_000] < 256 * 1024, peaks
 
 
 def test_per_trajectory_tspan():

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
 
 import dxode
-from dxode import ReturnCode
+from dxode import ReturnCode, _validation
 
 from problems import decay, oscillator
 
 
 def _prob(**overrides):
     kwargs = {"f": oscillator, "u0": [1.0, 0.0], "tspan": (0.0, 1.0), "p": None} | overrides
-    return dxode.ODEProblem(kwargs["f"], kwargs["u0"], kwargs["tspan"], kwargs["p"])
+    return dxode.ODEProblem(**kwargs)
 
 
 @pytest.mark.parametrize(
@@ -31,11 +32,44 @@ def _prob(**overrides):
         ({"tspan": (0.0, math.inf)}, ValueError, "tspan must be finite"),
         ({"tspan": (0.0,)}, ValueError, "tspan must be a pair"),
         ({"f": 3.0}, TypeError, "f must be callable"),
+        ({"jac": 3.0}, TypeError, "jac must be callable"),
     ],
 )
-def test_problem_validation(overrides, error, match):
+@pytest.mark.parametrize("how", ["construct", "remake"])  # remake validates what it replaces
+def test_problem_validation(overrides, error, match, how):
     with pytest.raises(error, match=match):
-        _prob(**overrides)
+        _prob(**overrides) if how == "construct" else _prob().remake(**overrides)
+
+
+def test_remake_does_not_validate_what_it_keeps(monkeypatch):
+    prob = _prob(p=np.array([1.0, 2.0]))
+    checked = []
+    for name in ("as_state_array", "as_tspan", "check_parameters_finite"):
+        original = getattr(_validation, name)
+        monkeypatch.setattr(
+            _validation, name, lambda *args, _f=original, _n=name: checked.append(_n) or _f(*args)
+        )
+    other = prob.remake(p=np.array([3.0, 4.0]))
+    assert checked == ["check_parameters_finite"]
+    assert other.u0 is prob.u0 and other.tspan == prob.tspan and other.f is prob.f
+    assert prob.remake(tspan=(0.0, 2.0)).p is prob.p and checked[1:] == ["as_tspan"]
+
+
+def test_prob_func_remake_with_a_bad_value_names_the_value_and_the_trajectory():
+    params = np.ones((5, 2))
+    params[3, 1] = math.nan
+    eprob = dxode.EnsembleProblem(
+        _prob(p=np.ones(2)), prob_func=lambda prob, i, repeat: prob.remake(p=params[i])
+    )
+    with pytest.raises(ValueError, match="p contains non-finite values") as info:
+        dxode.solve(eprob, trajectories=5)
+    if sys.version_info >= (3, 11):  # exception notes
+        assert "prob_func for trajectory 3 (repeat 0)" in info.value.__notes__[-1]
+    tuples = dxode.EnsembleProblem(
+        _prob(p=(1.0, 1.0)), prob_func=lambda prob, i, repeat: prob.remake(p=tuple(params[i]))
+    )
+    with pytest.raises(ValueError, match=r"p\[1\] is not finite"):
+        dxode.solve(tuples, trajectories=5)
 
 
 def test_integer_u0_becomes_float64():

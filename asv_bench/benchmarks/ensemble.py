@@ -13,6 +13,11 @@ uniform per component from a fixed seed (the same first rows for every ``N``).
     size, controlled by the RMS error over all ``3N`` components, so a single trajectory's
     own error is not controlled.
 
+``dxode_prob_func``
+    The same ensemble built DiffEq style, ``EnsembleProblem(prob, prob_func=lambda prob, i,
+    repeat: prob.remake(p=P[i]))``: one Python call and one ``remake`` per trajectory, which
+    should cost at most 1.25x the arrays above (``EnsembleConstruction``).
+
 ``compare_ensemble.py`` next to this folder imports these definitions and adds the peers
 that are not in the benchmark extra (a SciPy loop, Diffrax, torchode).
 """
@@ -62,6 +67,24 @@ def run_dxode(
         dxode.EnsembleArray(lockstep=lockstep),
         trajectories=n,
         batch_size=batch_size,
+        saveat=1.0,
+        rtol=tol,
+        atol=tol,
+    )
+
+
+def run_dxode_prob_func(params: np.ndarray, tol: float = TOL):
+    """The ensemble built with ``prob_func`` and ``remake(p=params[i])``; the same bits as
+    ``run_dxode(params)``."""
+    eprob = dxode.EnsembleProblem(
+        PROBLEM.remake(p=np.asarray(P)),  # an array p, so that each trajectory's row fits it
+        prob_func=lambda prob, i, repeat: prob.remake(p=params[i]),
+    )
+    return dxode.solve(
+        eprob,
+        dxode.Tsit5(),
+        dxode.EnsembleArray(),
+        trajectories=params.shape[0],
         saveat=1.0,
         rtol=tol,
         atol=tol,
@@ -123,3 +146,22 @@ class LorenzEnsemble:
         return run_scipy_stacked(self.p).nfev * n
 
     track_rhs_evals_scipy_stacked.unit = "RHS evaluations"
+
+
+class EnsembleConstruction:
+    """The same ensemble from per-trajectory arrays (``p=P``) and from ``prob_func`` +
+    ``remake`` (DiffEq style), whose extra cost is one Python call per trajectory."""
+
+    params: ClassVar[list[int]] = [10_000]
+    param_names: ClassVar[list[str]] = ["trajectories"]
+    timeout = 300
+
+    def setup(self, n):
+        self.p = parameters(n)
+        run_dxode_prob_func(self.p[:10])  # warm caches
+
+    def time_p_arrays(self, n):
+        run_dxode(self.p)
+
+    def time_prob_func_remake(self, n):
+        run_dxode_prob_func(self.p)
