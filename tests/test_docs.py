@@ -1,13 +1,17 @@
 """The documentation builds cleanly and its examples run.
 
 ``mkdocs build --strict`` turns every warning (a broken link, a docstring mkdocstrings cannot
-parse) into a failure. Fenced ``python`` blocks in the README and the docs pages are executed
-in order, one namespace per page; blocks meant only to be read (GPU code, counter-examples)
-are fenced as ``py`` instead and are not run.
+parse) into a failure. The fenced ``python`` blocks of each page (the README and the docs
+pages) are joined, in order, into one script that runs in a fresh interpreter in an empty
+directory, exactly as a reader who copies the page into a file and runs it would: Dask's
+worker processes re-import that script, so cluster code needs its ``if __name__ ==
+"__main__":`` guard. Blocks meant only to be read (GPU code, counter-examples) are fenced as
+``py`` instead and are not run.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -51,14 +55,40 @@ def test_mkdocs_build_strict(tmp_path):
     assert (tmp_path / "site" / "index.html").exists()
 
 
+PAGE_TIMEOUT_S = 300
+
+
 @pytest.mark.parametrize("page", RUNNABLE_PAGES)
-def test_page_examples_run(page):
+def test_page_examples_run_as_a_script(page, tmp_path):
+    script = tmp_path / "page.py"
+    script.write_text(page_script(page), encoding="utf-8")
+    result = run_script(script)
+    assert result.returncode == 0, (
+        f"{page}: its python blocks, run as a script, exit with {result.returncode}\n"
+        f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+    )
+
+
+def page_script(page: str) -> str:
+    """The page's ``python`` blocks in order, each headed by a comment naming it."""
     source = (ROOT / page).read_text(encoding="utf-8")
     blocks = re.findall(r"^```python\n(.*?)^```", source, flags=re.S | re.M)
     assert blocks, f"{page} has no runnable python blocks"
-    namespace: dict[str, object] = {"__name__": "__docs__"}
-    for i, block in enumerate(blocks):
-        exec(compile(block, f"{page} (python block {i + 1})", "exec"), namespace)
+    return "\n\n".join(f"# {page}, python block {i + 1}\n{b}" for i, b in enumerate(blocks))
+
+
+def run_script(script: Path) -> subprocess.CompletedProcess[str]:
+    """``python script`` in the script's folder, importing this checkout's dxode."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, script.name],
+        cwd=script.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PAGE_TIMEOUT_S,
+    )
 
 
 def test_every_public_name_has_an_api_entry():
