@@ -99,3 +99,67 @@ def test_every_public_name_has_an_api_entry():
         documented |= set(re.findall(r"^::: (dxode\.\S+)", page.read_text(), flags=re.M))
     missing = sorted(f"dxode.{name}" for name in dxode.__all__ if f"dxode.{name}" not in documented)
     assert not missing, f"public names without a '::: name' entry in docs/api/*.md: {missing}"
+
+
+def test_solve_docstring_lists_every_method_and_ensemble_algorithm():
+    import dxode
+    from dxode._solvers import ALGORITHMS
+
+    doc = dxode.solve.__doc__
+    alg_doc = _parameter_doc(doc, "alg")
+    methods = [cls.__name__ for cls in ALGORITHMS.values()]
+    assert [m for m in methods if f"``{m}()``" not in alg_doc] == []
+    ensemble_doc = _parameter_doc(doc, "ensemble_alg")
+    ensemble_algs = ["EnsembleArray", "EnsembleSerial", "EnsembleDask", "distributed.Client"]
+    assert [a for a in ensemble_algs if a not in ensemble_doc] == []
+
+
+def _parameter_doc(doc: str, name: str) -> str:
+    """The numpydoc entry of parameter ``name``: its type line and its indented description."""
+    match = re.search(rf"^( *){name} :.*\n((?:\1 .*\n)*)", doc, flags=re.M)
+    assert match, f"solve's docstring has no entry for {name}"
+    return match.group(0)
+
+
+def test_readme_stats_comment_names_every_stats_field():
+    import dataclasses
+
+    import dxode
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    comment = re.search(
+        r"print\(sol\.retcode\.name, sol\.stats\) +# Success (SolverStats\(.*\))", readme
+    )
+    assert comment, "the README's quickstart no longer prints sol.stats with a comment"
+    named = re.findall(r"(\w+)=", comment.group(1))
+    assert named == [field.name for field in dataclasses.fields(dxode.SolverStats)]
+
+
+def test_benchmarks_summary_quotes_the_single_solve_table():
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    summary = re.search(
+        r"^\| one Lorenz solve, time per step vs SciPy RK45 \| ([\d.]+)–([\d.]+)×", page, flags=re.M
+    )
+    assert summary, "the at-a-glance table has no range for the single Lorenz solve"
+    results = page[page.index("### Results") :]
+    table = re.findall(r"^\| .* \| dxode Tsit5 \|.*\| \*\*([\d.]+)\*\* \|$", results, flags=re.M)
+    assert len(table) == 2, "the single-solve results table has changed shape"
+    ratios = sorted(float(r) for r in table)
+    assert [float(summary.group(1)), float(summary.group(2))] == [ratios[0], ratios[-1]]
+
+
+# Claims the docs once made and that are no longer true; they must not come back.
+RETRACTED_CLAIMS = {
+    r"not available for stiff methods": "gradients work with the stiff methods",
+}
+
+
+@pytest.mark.parametrize("claim", sorted(RETRACTED_CLAIMS))
+def test_no_page_makes_a_retracted_claim(claim):
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    making_it = [
+        str(page.relative_to(ROOT))
+        for page in pages
+        if re.search(claim, " ".join(page.read_text(encoding="utf-8").split()))
+    ]
+    assert making_it == [], f"{making_it} say {claim!r}, but {RETRACTED_CLAIMS[claim]}"
