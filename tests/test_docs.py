@@ -11,13 +11,13 @@ worker processes re-import that script, so cluster code needs its ``if __name__ 
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from scripts import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNABLE_PAGES = [
@@ -62,11 +62,13 @@ PAGE_TIMEOUT_S = 300
 def test_page_examples_run_as_a_script(page, tmp_path):
     script = tmp_path / "page.py"
     script.write_text(page_script(page), encoding="utf-8")
-    result = run_script(script)
+    result = run_script(script, timeout=PAGE_TIMEOUT_S)
     assert result.returncode == 0, (
         f"{page}: its python blocks, run as a script, exit with {result.returncode}\n"
         f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     )
+    # A reader sees the page's output and nothing else: no warnings, no log messages.
+    assert result.stderr == "", f"{page}: the script writes to standard error:\n{result.stderr}"
 
 
 def page_script(page: str) -> str:
@@ -75,20 +77,6 @@ def page_script(page: str) -> str:
     blocks = re.findall(r"^```python\n(.*?)^```", source, flags=re.S | re.M)
     assert blocks, f"{page} has no runnable python blocks"
     return "\n\n".join(f"# {page}, python block {i + 1}\n{b}" for i, b in enumerate(blocks))
-
-
-def run_script(script: Path) -> subprocess.CompletedProcess[str]:
-    """``python script`` in the script's folder, importing this checkout's dxode."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, script.name],
-        cwd=script.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PAGE_TIMEOUT_S,
-    )
 
 
 def test_every_public_name_has_an_api_entry():

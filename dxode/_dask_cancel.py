@@ -1,0 +1,29 @@
+"""Cancelling Dask batches: return only once no worker still runs them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+__all__ = ["cancel_and_wait"]
+
+_POLL_S = 0.02
+
+
+def cancel_and_wait(client: Any, futures: list[Any]) -> None:
+    """Cancel ``futures`` and wait until every worker has let go of their tasks.
+
+    A worker cannot interrupt a batch it is already computing: the cancelled task keeps its
+    thread until the batch ends. Returning only then keeps the cluster free for what comes
+    next, and a cluster closed right afterwards does not interrupt those tasks (which
+    ``distributed`` reports with a warning per task).
+    """
+    keys = [future.key for future in futures]
+    client.cancel(futures)
+    while any(client.run(_holds_any, keys).values()):
+        time.sleep(_POLL_S)
+
+
+def _holds_any(keys: list[Any], dask_worker: Any = None) -> bool:
+    """On a worker: whether any of ``keys`` is still in its task state (e.g. computing)."""
+    return any(key in dask_worker.state.tasks for key in keys)
