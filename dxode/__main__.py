@@ -34,10 +34,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Solve the Lorenz system once (Tsit5, rtol = atol = 1e-8, t in [0, 100]) "
         "and print its summary and sol(5.0); then solve an ensemble of Lorenz trajectories "
         "with perturbed parameters on an embedded local Dask cluster (or --scheduler), with a "
-        "progress bar, print trajectories/s and steps, and write a PNG with the attractor and "
-        "the ensemble mean with its 5-95 % quantile band; then fit (sigma, rho, beta) to noisy "
-        "observations of 32 trajectories with Adam, the gradients coming from discrete adjoints "
-        'computed on the workers (needs pip install "dxode[dask,plot]").',
+        "progress bar on a terminal, print trajectories/s and steps, and write a PNG with the "
+        "attractor and the ensemble mean with its 5-95 % quantile band; then fit (sigma, rho, "
+        "beta) to noisy observations of 32 trajectories with Adam, the gradients coming from "
+        'discrete adjoints computed on the workers (needs pip install "dxode[dask,plot]").',
     )
     demo.add_argument(
         "--output",
