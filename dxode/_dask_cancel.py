@@ -11,7 +11,7 @@ _POLL_S = 0.02
 
 
 def cancel_and_wait(client: Any, futures: list[Any]) -> None:
-    """Cancel ``futures`` and wait until every worker has let go of their tasks.
+    """Cancel ``futures`` and wait until no worker is computing any of their tasks.
 
     A worker cannot interrupt a batch it is already computing: the cancelled task keeps its
     thread until the batch ends. Returning only then keeps the cluster free for what comes
@@ -20,10 +20,15 @@ def cancel_and_wait(client: Any, futures: list[Any]) -> None:
     """
     keys = [future.key for future in futures]
     client.cancel(futures)
-    while any(client.run(_holds_any, keys).values()):
+    while any(client.run(_computing_any, keys, on_error="ignore").values()):
         time.sleep(_POLL_S)
 
 
-def _holds_any(keys: list[Any], dask_worker: Any = None) -> bool:
-    """On a worker: whether any of ``keys`` is still in its task state (e.g. computing)."""
-    return any(key in dask_worker.state.tasks for key in keys)
+# Worker task states of a task whose function is (or may still be) running in a thread.
+_RUNNING = frozenset({"executing", "long-running", "cancelled", "resumed"})
+
+
+def _computing_any(keys: list[Any], dask_worker: Any = None) -> bool:
+    """On a worker: whether it is still computing any of the tasks ``keys``."""
+    tasks = dask_worker.state.tasks
+    return any(key in tasks and tasks[key].state in _RUNNING for key in keys)
