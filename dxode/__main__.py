@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from ._cluster import JOBQUEUE_SYSTEMS
+from ._demo import SCHEDULER_TIMEOUT_S
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,10 +34,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Solve the Lorenz system once (Tsit5, rtol = atol = 1e-8, t in [0, 100]) "
         "and print its summary and sol(5.0); then solve an ensemble of Lorenz trajectories "
         "with perturbed parameters on an embedded local Dask cluster (or --scheduler), with a "
-        "progress bar, print trajectories/s and steps, and write a PNG with the attractor and "
-        "the ensemble mean with its 5-95 %% quantile band; then fit (sigma, rho, beta) to noisy "
-        "observations of 32 trajectories with Adam, the gradients coming from discrete adjoints "
-        'computed on the workers (needs pip install "dxode[dask,plot]").',
+        "progress bar on a terminal, print trajectories/s and steps, and write a PNG with the "
+        "attractor and the ensemble mean with its 5-95 % quantile band; then fit (sigma, rho, "
+        "beta) to noisy observations of 32 trajectories with Adam, the gradients coming from "
+        'discrete adjoints computed on the workers (needs pip install "dxode[dask,plot]").',
     )
     demo.add_argument(
         "--output",
@@ -62,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--scheduler",
         default=None,
-        help="address of a running Dask scheduler to use instead (tcp://host:8786)",
+        help="address of a running Dask scheduler to use instead (tcp://host:8786); it must "
+        f"answer within {SCHEDULER_TIMEOUT_S} s",
     )
     demo.add_argument(
         "--jobqueue",
@@ -89,16 +91,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+    return _integer_at_least(1, "a positive integer", text)
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
+    return _integer_at_least(0, "a non-negative integer", text)
+
+
+def _integer_at_least(low: int, expected: str, text: str) -> int:
+    """``int(text)`` if it is ``>= low``; else argparse's error, naming what was expected."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
 
 

@@ -16,6 +16,7 @@ from ._demo_fit import INITIAL_GUESS, TRUE_PARAMETERS, fit_parameters
 from ._lorenz import lorenz
 
 PLOT_EXTRA_HINT = 'plotting needs matplotlib: install it with  pip install "dxode[plot]"'
+SCHEDULER_TIMEOUT_S = 5
 
 
 def run_demo(
@@ -44,7 +45,7 @@ def run_demo(
         print(f"dxode demo: {PLOT_EXTRA_HINT}", file=sys.stderr)
         return 1
     try:
-        import distributed
+        import distributed  # noqa: F401 (checked here, used by _client)
     except ImportError:
         print(
             'dxode demo: the ensemble runs on Dask: pip install "dxode[dask,plot]"', file=sys.stderr
@@ -62,28 +63,35 @@ def run_demo(
         )
         return 1
 
-    fig = Figure(figsize=(12, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax_single, ax_ensemble = fig.subplots(1, 2, width_ratios=(1, 1.6))
-    if not _single_solve(ax_single):
-        return 1
-    print()
     try:
         cluster = _cluster(scheduler, jobqueue, workers, backend)
     except (ImportError, ValueError) as exc:
         print(f"dxode demo: {exc}", file=sys.stderr)
         return 1
-    with cluster as address_or_cluster, distributed.Client(address_or_cluster) as client:
-        if jobqueue is not None:
-            print(f"waiting for {workers or 1} {jobqueue} job(s) to start Dask workers ...")
-            client.wait_for_workers(workers or 1, timeout=600)
-        workers_now = len(client.scheduler_info()["workers"])
-        print(f"Dask cluster: {workers_now} workers, {backend} backend")
-        sim, rate = _ensemble(client, trajectories, backend)
-        fit = None
-        if fit_iterations:
+
+    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_single, ax_ensemble = fig.subplots(1, 2, width_ratios=(1, 1.6))
+    with cluster as address_or_cluster:
+        try:
+            client = _client(address_or_cluster, scheduler)
+        except (OSError, ValueError) as exc:  # unreachable, or not an address
+            print(f"dxode demo: cannot connect to --scheduler {scheduler}: {exc}", file=sys.stderr)
+            return 1
+        with client:
+            if not _single_solve(ax_single):
+                return 1
             print()
-            fit = _fit(client, fit_iterations)
+            if jobqueue is not None:
+                print(f"waiting for {workers or 1} {jobqueue} job(s) to start Dask workers ...")
+                client.wait_for_workers(workers or 1, timeout=600)
+            workers_now = len(client.scheduler_info()["workers"])
+            print(f"Dask cluster: {workers_now} workers, {backend} backend")
+            sim, rate = _ensemble(client, trajectories, backend)
+            fit = None
+            if fit_iterations:
+                print()
+                fit = _fit(client, fit_iterations)
     sim.plot(component=0, ax=ax_ensemble, label="x")
     ax_ensemble.set_title(f"{trajectories:,} Lorenz trajectories, parameters ±5 %")
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +118,15 @@ def _cluster(scheduler: str | None, jobqueue: str | None, workers: int | None, b
         return jobqueue_cluster(jobqueue, workers or 1)
 
     return local_cluster(gpus=backend == "cupy", n_workers=workers)
+
+
+def _client(address_or_cluster: Any, scheduler: str | None) -> Any:
+    """A client of the cluster; the one at ``--scheduler`` must answer within a few seconds."""
+    import distributed
+
+    if scheduler is None:
+        return distributed.Client(address_or_cluster)
+    return distributed.Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
 
 
 def _single_solve(ax: Any) -> bool:
@@ -141,7 +158,8 @@ def _perturbed_parameters(prob: Any, ctx: Any) -> dict[str, Any]:
 def _ensemble(client: Any, trajectories: int, backend: str) -> tuple[Any, float]:
     prob = ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 10.0), (10.0, 28.0, 8 / 3))
     eprob = EnsembleProblem(prob, batch_func=_perturbed_parameters)
-    alg = EnsembleDask(client, backend=backend if backend != "numpy" else None, progress=True)
+    # The progress bar draws only where standard error is a terminal (EnsembleDask's default).
+    alg = EnsembleDask(client, backend=backend if backend != "numpy" else None)
     start = time.perf_counter()
     sim = solve(
         eprob, Tsit5(), alg, trajectories=trajectories, saveat=0.5, rtol=1e-6, atol=1e-6, seed=0

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._dask_cancel import cancel_and_wait
 from ._ensemble_algorithms import AbstractEnsembleAlgorithm, EnsembleArray, finish_batch
 from ._ensemble_assemble import assemble
 from ._ensemble_batch import BatchResult, BatchSpec
@@ -381,7 +382,7 @@ def _in_order(client: Any, futures: list[Any], progress: bool) -> Iterator[Batch
             bar.close()
         pending = [f for f in futures if f is not None and not f.done()]
         if pending:
-            client.cancel(pending)
+            cancel_and_wait(client, pending)
 
 
 def _progress_bar(total: int) -> Any:

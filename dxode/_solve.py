@@ -58,7 +58,7 @@ def solve(
         result is an ``EnsembleSolution``.
     alg : algorithm, optional
         ``Tsit5()`` (the default), ``DP5()``, ``BS3()``, ``Vern7()``, ``RK4()``, ``Euler()``;
-        for stiff problems ``Rodas5P()``, ``Rodas4()``, ``Rosenbrock23()``;
+        for stiff problems ``Rodas5P()``, ``Rodas4()``, ``Rosenbrock23()``, ``TRBDF2()``;
         a class or a name such as ``"tsit5"``.
     saveat : float or array_like, optional
         Save at these times (or every ``saveat`` time units, ends included). By default every
@@ -72,12 +72,15 @@ def solve(
         Events: ``ContinuousCallback``, ``DiscreteCallback``, ``PresetTimeCallback``, a
         ``CallbackSet`` or a list of them, applied per trajectory (see the events guide).
         The events that fired are in ``sol.events``. Not differentiable.
-    ensemble_alg : EnsembleArray or EnsembleSerial, optional
-        Ensembles only: how batches are computed (default ``EnsembleArray()``).
+    ensemble_alg : EnsembleArray, EnsembleSerial, EnsembleDask or distributed.Client, optional
+        Ensembles only: how batches are computed (default ``EnsembleArray()``, in this
+        process); ``EnsembleDask()`` runs them as Dask tasks, and a ``distributed.Client`` is
+        shorthand for ``EnsembleDask(client)``.
     trajectories : int
         Ensembles only: how many trajectories.
     batch_size : int, optional
-        Ensembles only: trajectories per batch (default 10,000 on NumPy, 10^6 on CuPy).
+        Ensembles only: trajectories per batch (default 10,000 on NumPy, 10^6 on CuPy; with
+        Dask, about four tasks per worker thread, at most those sizes).
     seed : int, optional
         Ensembles only: the master seed of the per-trajectory random streams (fresh entropy
         by default, recorded as ``sim.seed``).

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from dxode.__main__ import main
+from dxode._demo import SCHEDULER_TIMEOUT_S
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def test_demo_writes_png(tmp_path, capsys):
+def test_demo_writes_png(tmp_path, capfd):
     pytest.importorskip("matplotlib")
     output = tmp_path / "x.png"
     argv = ["demo", "--output", output, "--trajectories", "2000", "--workers", "2"]
     assert main([*argv, "--fit-iterations", "11"]) == 0
     assert output.read_bytes()[:8] == PNG_MAGIC
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()
+    # Standard error (here not a terminal) gets neither a progress bar nor log messages from
+    # the workers: capfd sees the worker processes' output too.
+    assert err == ""
     assert "Success" in out
     assert "RHS evals" in out
     assert "sol(5.0)" in out
@@ -52,11 +57,38 @@ def test_demo_rejects_scheduler_and_jobqueue_together(tmp_path, capsys):
     assert "either --scheduler or --jobqueue" in capsys.readouterr().err
 
 
-def test_demo_jobqueue_without_dask_jobqueue_names_the_extra(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("system", ["slurm", "pbs"])
+def test_demo_jobqueue_without_dask_jobqueue_names_the_extra(tmp_path, capsys, monkeypatch, system):
     pytest.importorskip("matplotlib")
     monkeypatch.setitem(sys.modules, "dask_jobqueue", None)
-    assert main(["demo", "-o", tmp_path / "x.png", "-n", "10", "--jobqueue", "pbs"]) == 1
-    assert 'pip install "dxode[hpc]"' in capsys.readouterr().err
+    assert main(["demo", "-o", tmp_path / "x.png", "-n", "10", "--jobqueue", system]) == 1
+    out, err = capsys.readouterr()
+    assert 'pip install "dxode[hpc]"' in err
+    assert out == ""  # said before anything is solved
+
+
+def test_demo_unreachable_scheduler_fails_fast_in_one_line(tmp_path):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("distributed")
+    address = "tcp://127.0.0.1:1"  # nothing listens on port 1
+    start = time.perf_counter()
+    result = _dxode("demo", "-o", tmp_path / "x.png", "-n", "10", "--scheduler", address)
+    wall = time.perf_counter() - start
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()  # one line: no traceback, no log messages
+    assert line.startswith(f"dxode demo: cannot connect to --scheduler {address}: ")
+    assert result.stdout == ""  # said before anything is solved
+    assert wall < SCHEDULER_TIMEOUT_S + 15
+
+
+def test_demo_scheduler_that_is_no_address_says_so(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("distributed")
+    assert main(["demo", "-o", tmp_path / "x.png", "-n", "10", "--scheduler", "nonsense"]) == 1
+    out, err = capsys.readouterr()
+    [line] = err.splitlines()
+    assert line.startswith("dxode demo: cannot connect to --scheduler nonsense: ")
+    assert out == ""
 
 
 def test_demo_asking_for_cupy_without_a_gpu_says_so(tmp_path, capsys):
@@ -78,12 +110,44 @@ def test_demo_without_matplotlib_names_the_plot_extra(tmp_path, capsys, monkeypa
     assert 'pip install "dxode[plot]"' in capsys.readouterr().err
 
 
+def _dxode(*args: object) -> subprocess.CompletedProcess[str]:
+    """``python -m dxode *args`` with its output captured."""
+    command = [sys.executable, "-m", "dxode", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
 def test_module_help_runs():
-    result = subprocess.run(
-        [sys.executable, "-m", "dxode", "--help"], capture_output=True, text=True, timeout=120
-    )
+    result = _dxode("--help")
     assert result.returncode == 0, result.stderr
     assert "demo" in result.stdout
+
+
+def test_demo_help_shows_percent_signs_once(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # undo the line wrapping
+    assert "5-95 % quantile band" in out
+    assert "%%" not in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-n", "abc"], "argument --trajectories/-n: expected a positive integer, got 'abc'"),
+        (["-n", "0"], "argument --trajectories/-n: expected a positive integer, got '0'"),
+        (["--workers", "2.5"], "argument --workers: expected a positive integer, got '2.5'"),
+        (
+            ["--fit-iterations", "-1"],
+            "argument --fit-iterations: expected a non-negative integer, got '-1'",
+        ),
+    ],
+)
+def test_demo_bad_counts_are_usage_errors_naming_the_option(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", *argv])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"dxode demo: error: {message}"
 
 
 def test_missing_command_is_a_usage_error(capsys):
