@@ -46,14 +46,16 @@ SOLVE = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
 
 
 def test_array_batches_equal_serial_solves_bitwise(xp):
-    eprob = EnsembleProblem(_prob(xp), p=xp.asarray(_scaled_params(30)))
+    # Three batches, the last one short: 5 + 5 + 2.
+    eprob = EnsembleProblem(_prob(xp), p=xp.asarray(_scaled_params(12)))
     array = dxode.solve(
-        eprob, dxode.Tsit5(), EnsembleArray(), trajectories=30, batch_size=8, **SOLVE
+        eprob, dxode.Tsit5(), EnsembleArray(), trajectories=12, batch_size=5, **SOLVE
     )
-    serial = dxode.solve(eprob, dxode.Tsit5(), EnsembleSerial(), trajectories=30, **SOLVE)
+    serial = dxode.solve(eprob, dxode.Tsit5(), EnsembleSerial(), trajectories=12, **SOLVE)
     np.testing.assert_array_equal(to_numpy(array.u), to_numpy(serial.u))
     np.testing.assert_array_equal(array.stats.nf, serial.stats.nf)
-    assert array.u.shape == (30, 4, 3)
+    assert len(set(array.stats.nf.tolist())) > 1  # the lanes took their own steps
+    assert array.u.shape == (12, 4, 3)
     np.testing.assert_allclose(to_numpy(array.t), [0, 1, 2, 3])
 
 
