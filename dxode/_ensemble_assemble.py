@@ -40,9 +40,8 @@ def assemble(
         solved += size
         if eprob.reduction is not None:
             values = batch.values if eprob.output_func is not None else batch.u
-            acc, converged = eprob.reduction(acc, _stack_values(values), batch.indices)
+            acc, converged = eprob.reduce(acc, _stack_values(values), batch.indices)
             batch.u, batch.values = None, None
-            converged = bool(converged)
             if converged:
                 break
         elif eprob.output_func is None and batch.u is not None:

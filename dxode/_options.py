@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
+
+import array_api_compat
+import numpy as np
 
 from ._controllers import AbstractController, PIController
 from ._solvers import AbstractStepper, get_algorithm
@@ -69,6 +73,13 @@ class SolverOptions:
             raise ValueError(f"maxiters must be a positive integer, got {maxiters!r}")
         rtol_f = positive_float("rtol", rtol)
         assert rtol_f is not None
+        dtmin_f = positive_float("dtmin", dtmin, allow_none=True)
+        dtmax_f = positive_float("dtmax", dtmax, allow_none=True)
+        if dtmin_f is not None and dtmax_f is not None and dtmin_f > dtmax_f:
+            raise ValueError(
+                f"dtmin={dtmin_f} is larger than dtmax={dtmax_f}: no step size satisfies both; "
+                f"give dtmin <= dtmax"
+            )
         return cls(
             alg=stepper,
             rtol=rtol_f,
@@ -77,17 +88,60 @@ class SolverOptions:
             adaptive=adaptive,
             controller=controller,
             maxiters=maxiters,
-            dtmin=positive_float("dtmin", dtmin, allow_none=True),
-            dtmax=positive_float("dtmax", dtmax, allow_none=True),
+            dtmin=dtmin_f,
+            dtmax=dtmax_f,
         )
+
+    def check_state(self, u0: Any) -> None:
+        """Raise if the tolerances do not fit a state like ``u0`` (its shape and dtype).
+
+        ``atol`` must broadcast to the state's shape. ``rtol`` must be at least the dtype's
+        machine epsilon: no relative accuracy finer than one rounding is achievable, and
+        asking for it only makes the step size crawl. ``atol`` must be at least the square
+        root of the dtype's smallest normal number (about ``1.5e-154`` for float64 and
+        ``1.1e-19`` for float32), below which the squared scaled errors of the error norm
+        overflow.
+        """
+        from autograd.tracer import getval
+
+        state = getval(u0)
+        shape = tuple(state.shape)
+        xp = array_api_compat.array_namespace(state)
+        finfo = xp.finfo(state.dtype)
+        atol_shape = tuple(np.shape(self.atol)) if not isinstance(self.atol, float) else ()
+        try:
+            fits = tuple(np.broadcast_shapes(atol_shape, shape)) == shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"atol has shape {atol_shape}, which does not broadcast to the state's shape "
+                f"{shape}; give a number or an array of u0's shape"
+            )
+        eps = float(finfo.eps)
+        if self.rtol < eps:
+            raise ValueError(
+                f"rtol={self.rtol:g} is below what {state.dtype} resolves: its machine epsilon "
+                f"is {eps:.3g}; use rtol >= {eps:.3g} (atol sets the absolute accuracy)"
+            )
+        atol_min = math.sqrt(float(finfo.smallest_normal))
+        atol = self.atol
+        smallest = (
+            atol
+            if isinstance(atol, float)
+            else float(array_api_compat.array_namespace(atol).min(atol))
+        )
+        if smallest < atol_min:
+            raise ValueError(
+                f"atol={smallest:g} is below what {state.dtype} resolves in the error norm "
+                f"(the square root of its smallest normal number, {atol_min:.3g}): scaled "
+                f"errors would overflow when squared; use atol >= {atol_min:.3g}"
+            )
 
 
 def _as_atol(atol: Any) -> Any:
     if isinstance(atol, (int, float)) and not isinstance(atol, bool):
         return positive_float("atol", atol)
-    import array_api_compat
-    import numpy as np
-
     array = atol if array_api_compat.is_array_api_obj(atol) else np.asarray(atol, dtype=float)
     xp = array_api_compat.array_namespace(array)
     if not bool(xp.all(array > 0)) or not bool(xp.all(xp.isfinite(array))):
