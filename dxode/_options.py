@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import array_api_compat
@@ -97,10 +96,9 @@ class SolverOptions:
 
         ``atol`` must broadcast to the state's shape. ``rtol`` must be at least the dtype's
         machine epsilon: no relative accuracy finer than one rounding is achievable, and
-        asking for it only makes the step size crawl. ``atol`` must be at least the square
-        root of the dtype's smallest normal number (about ``1.5e-154`` for float64 and
-        ``1.1e-19`` for float32), below which the squared scaled errors of the error norm
-        overflow.
+        asking for it only makes the step size crawl. ``atol`` must be at least the dtype's
+        smallest normal number (``2.2e-308`` for float64, ``1.2e-38`` for float32): below
+        it, it rounds to a subnormal or to zero, and a zero component fails at once.
         """
         from autograd.tracer import getval
 
@@ -124,7 +122,7 @@ class SolverOptions:
                 f"rtol={self.rtol:g} is below what {state.dtype} resolves: its machine epsilon "
                 f"is {eps:.3g}; use rtol >= {eps:.3g} (atol sets the absolute accuracy)"
             )
-        atol_min = math.sqrt(float(finfo.smallest_normal))
+        atol_min = float(finfo.smallest_normal)
         atol = self.atol
         smallest = (
             atol
@@ -133,9 +131,9 @@ class SolverOptions:
         )
         if smallest < atol_min:
             raise ValueError(
-                f"atol={smallest:g} is below what {state.dtype} resolves in the error norm "
-                f"(the square root of its smallest normal number, {atol_min:.3g}): scaled "
-                f"errors would overflow when squared; use atol >= {atol_min:.3g}"
+                f"atol={smallest:g} is below what {state.dtype} resolves: its smallest normal "
+                f"number is {atol_min:.3g}; use atol >= {atol_min:.3g} (rtol sets the relative "
+                f"accuracy)"
             )
 
 

@@ -88,7 +88,10 @@ def test_bad_condition_results_fail_in_ensembles():
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: ContinuousCallback(lambda u, t: u[0]), r"ContinuousCallback: condition must take 3"),
+        (
+            lambda: ContinuousCallback(lambda u, t: u[0]),
+            r"ContinuousCallback: condition must take 3",
+        ),
         (lambda: DiscreteCallback(lambda u: True), r"DiscreteCallback: condition must take 3"),
         (
             lambda: ContinuousCallback(lambda u, p, t: u[0], lambda u, p, t: u),
@@ -205,8 +208,8 @@ def test_unsupported_states_are_rejected(u0, error, match):
         ({"atol": [1e-6, 1e-6, 1e-6]}, r"atol has shape \(3,\), .* state's shape \(2,\)"),
         ({"atol": np.ones((2, 2))}, r"atol has shape \(2, 2\)"),
         ({"rtol": 1e-30, "atol": 1e-30}, r"rtol=1e-30 is below what float64 resolves.*2.22e-16"),
-        ({"atol": 1e-300}, r"atol=1e-300 is below what float64 resolves.*1.49e-154"),
-        ({"atol": [1e-6, 1e-200]}, r"atol=1e-200 is below what float64 resolves"),
+        ({"atol": 1e-320}, r"atol=9.99989e-321 is below what float64 resolves.*2.23e-308"),
+        ({"atol": [1e-6, 1e-320]}, r"atol=9.99989e-321 is below what float64 resolves"),
         ({"saveat": 1e-9}, r"would save 1,000,000,001 points, more than the limit of 10,000,000"),
     ],
 )
@@ -221,11 +224,11 @@ def test_tolerance_limits_follow_the_dtype():
     prob32 = dxode.ODEProblem(decay, np.ones(2, dtype=np.float32), (0.0, 1.0), 1.0)
     with pytest.raises(ValueError, match=r"rtol=1e-10 is below what float32 resolves.*1.19e-07"):
         dxode.solve(prob32, rtol=1e-10)
-    with pytest.raises(ValueError, match=r"atol=1e-25 is below what float32 resolves.*1.08e-19"):
-        dxode.solve(prob32, atol=1e-25)
+    with pytest.raises(ValueError, match=r"atol=1e-40 is below what float32 resolves.*1.18e-38"):
+        dxode.solve(prob32, atol=1e-40)
     # At the limits the solve works: rtol = eps, and a tiny atol beside a sane rtol.
     eps = float(np.finfo(np.float64).eps)
-    for kwargs in ({"rtol": eps, "atol": eps}, {"rtol": 1e-6, "atol": 1e-150}):
+    for kwargs in ({"rtol": eps, "atol": eps}, {"rtol": 1e-6, "atol": 1e-300}):
         sol = dxode.solve(_decay(), dxode.Vern7(), saveat=[1.0], **kwargs)
         assert sol.retcode == dxode.ReturnCode.Success
         np.testing.assert_allclose(sol.u[-1], [np.exp(-1.0), 2 * np.exp(-1.0)], rtol=1e-5)
@@ -305,7 +308,7 @@ def test_trajectories_default_to_the_per_trajectory_arrays():
     explicit = dxode.solve(eprob, trajectories=5, saveat=[1.0])
     assert len(sim) == 5
     np.testing.assert_array_equal(sim.u, explicit.u)
-    with pytest.raises(ValueError, match="trajectories=6 but the per-trajectory arrays hold only 5"):
+    with pytest.raises(ValueError, match="trajectories=6 but the per-trajectory arrays hold only"):
         dxode.solve(eprob, trajectories=6)
     with pytest.raises(TypeError, match="needs trajectories=N"):
         dxode.solve(EnsembleProblem(_decay()))
