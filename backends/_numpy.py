@@ -77,7 +77,11 @@ class NumpyBackend(Backend):
         if out is None:
             if not rows:
                 return np.asarray(rows)
-            out = np.empty((len(rows), *target), dtype=np.result_type(*map(_dtype_operand, rows)))
+            try:  # arrays and Python numbers (weakly typed, NEP 50)
+                dtype = np.result_type(*rows)
+            except TypeError:  # a row given as a list
+                dtype = np.result_type(*map(_dtype_operand, rows))
+            out = np.empty((len(rows), *target), dtype=dtype)
         for i, row in enumerate(rows):  # row by row: cheaper than np.stack for a few rows
             try:
                 out[i, ...] = row
@@ -119,7 +123,8 @@ class NumpyBackend(Backend):
 
 
 def _dtype_operand(row: Any) -> Any:
-    """A row as ``np.result_type`` takes it: Python numbers stay weakly typed (NEP 50)."""
+    """A row as ``np.result_type`` takes it: lists become arrays, Python numbers stay
+    weakly typed (NEP 50)."""
     if isinstance(row, (int, float)) or hasattr(row, "dtype"):
         return row
     return np.asarray(row)

@@ -114,18 +114,23 @@ def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
 
     xp = backend.xp
 
-    def column(u: Array, t: Array, out: Array | None) -> Array:
-        value = as_array(backend, f(u, p, t), out=out, shape=u.shape)
-        if (out is None or value is not out) and getattr(value, "shape", None) != u.shape:
-            raise _shape_changed(value, u)
-        return value
-
     def rhs(u: Array, t: Array, out: Array | None = None) -> Array:
         if u.shape[-1] == 1:
             view = None if out is None else out[..., 0]
-            value = column(u[..., 0], t[0], view)
-            return out if value is view and out is not None else value[..., None]
-        columns = [column(u[..., i], t[i], None) for i in range(u.shape[-1])]
+            state = u[..., 0]
+            value = as_array(backend, f(state, p, t[0]), out=view, shape=state.shape)
+            if value is view and out is not None:
+                return out
+            if getattr(value, "shape", None) != state.shape:
+                raise _shape_changed(value, state)
+            return value[..., None]
+        columns = []
+        for i in range(u.shape[-1]):
+            state = u[..., i]
+            value = as_array(backend, f(state, p, t[i]), shape=state.shape)
+            if getattr(value, "shape", None) != state.shape:
+                raise _shape_changed(value, state)
+            columns.append(value)
         return xp.stack(columns, axis=-1)
 
     return rhs
