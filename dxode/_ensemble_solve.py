@@ -40,7 +40,12 @@ def solve_ensemble(
     ) and ensemble_alg is None:
         alg, ensemble_alg = None, alg  # solve(eprob, EnsembleSerial(), ...) is unambiguous
     ensemble_alg = _ensemble_algorithm(ensemble_alg)
-    if trajectories is None and eprob.n_arrays is not None:
+    if trajectories is None:
+        if eprob.n_arrays is None:
+            raise TypeError(
+                "solving an EnsembleProblem needs trajectories=N (unless per-trajectory arrays "
+                "fix N)"
+            )
         trajectories = eprob.n_arrays
     n = _positive_int("trajectories", trajectories)
     if eprob.n_arrays is not None and n > eprob.n_arrays:

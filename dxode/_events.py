@@ -363,9 +363,7 @@ class EventHandler:
             raise TypeError(f"callback {k}: {what} returned None; did it forget to return?")
         if not hasattr(out, "shape") or not hasattr(out, "dtype"):
             out = xp.asarray(out)
-        if str(out.dtype) == "object" or not xp.isdtype(
-            out.dtype, ("bool", "integral", "real floating")
-        ):
+        if not xp.isdtype(out.dtype, ("bool", "integral", "real floating")):
             raise TypeError(
                 f"callback {k}: {what} returned {out.dtype} values; it must return real "
                 f"numbers (bools for a test)"

@@ -77,9 +77,8 @@ def solve(
         for stiff problems ``Rodas5P()``, ``Rodas4()``, ``Rosenbrock23()``;
         a class or a name such as ``"tsit5"``.
     saveat : float or array_like, optional
-        Save at these times (or every ``saveat`` time units, ends included: at most
-        10^7 points, ``dxode._timegrid.MAX_SAVE_POINTS``). By default every accepted step is
-        saved.
+        Save at these times (or every ``saveat`` time units, ends included, at most 10^7
+        points). By default every accepted step is saved.
     dense : bool, optional
         Keep every step's interpolant so ``sol(t)`` works anywhere in the span. Defaults to
         true without ``saveat`` and false with it.
@@ -154,10 +153,6 @@ def solve(
         )
     callbacks = as_callback_set(callback)
     if isinstance(prob, EnsembleProblem):
-        if trajectories is None:
-            if prob.n_arrays is None:
-                raise TypeError("solving an EnsembleProblem needs trajectories=N")
-            trajectories = prob.n_arrays
         return solve_ensemble(
             prob,
             alg,
