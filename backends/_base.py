@@ -31,6 +31,33 @@ def ordered_sum(xp: Any, x: Array) -> Array:
     return xp.reshape(reduce(pair, axis=0)[:1], rest)
 
 
+def row_shape(rows: Any, shape: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The shape each row of a list-of-rows RHS result fills: ``shape[1:]`` for a state of
+    ``shape``, else (no state shape known) the rows' common broadcast shape."""
+    if shape is not None:
+        if len(rows) != shape[0]:
+            raise ValueError(
+                f"the right-hand side returned {len(rows)} rows for a state of {shape[0]}"
+            )
+        return tuple(shape[1:])
+    shapes = [tuple(np.shape(row)) for row in rows]
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError(
+            f"the right-hand side returned rows of shapes {shapes}, which do not broadcast to "
+            f"one row shape"
+        ) from None
+
+
+def row_mismatch(index: int, row: Any, target: tuple[int, ...]) -> str:
+    """The message for a returned row that does not broadcast to the state's row shape."""
+    return (
+        f"row {index} of the right-hand side's result has shape {tuple(np.shape(row))}, which "
+        f"does not broadcast to the state's row shape {target}"
+    )
+
+
 class Backend(abc.ABC):
     """One array library (and device) that dxode can compute on.
 
@@ -79,10 +106,30 @@ class Backend(abc.ABC):
         increment = h * ordered_sum(self.xp, weights * stages[:m, ...])
         return increment if u is None else u + increment
 
-    def stack_rows(self, rows: Any, out: Array | None = None) -> Array:
-        """An RHS that returned a list of rows, stacked along a new first axis (into ``out``)."""
+    def stack_rows(
+        self, rows: Any, out: Array | None = None, shape: tuple[int, ...] | None = None
+    ) -> Array:
+        """An RHS that returned a list of rows, stacked along a new first axis (into ``out``).
+
+        Rows are broadcast to the state's row shape (``out.shape[1:]``, else ``shape[1:]``,
+        else the rows' common shape), so a constant row such as ``-9.81`` fills a whole row
+        of a batch of lanes. Python numbers take the dtype of the array rows.
+        """
         xp = self.xp
-        stacked = xp.stack([xp.asarray(row) for row in rows])
+        target = row_shape(rows, out.shape if out is not None else shape)
+        converted = [
+            row if isinstance(row, (int, float)) or hasattr(row, "dtype") else xp.asarray(row)
+            for row in rows
+        ]
+        arrays = [row for row in converted if not isinstance(row, (int, float))]
+        dtype = xp.result_type(*arrays) if arrays else None
+        full = []
+        for i, row in enumerate(converted):
+            try:
+                full.append(xp.broadcast_to(xp.asarray(row, dtype=dtype), target))
+            except ValueError:
+                raise ValueError(row_mismatch(i, row, target)) from None
+        stacked = xp.stack(full)
         if out is None:
             return stacked
         out[...] = stacked

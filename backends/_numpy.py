@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._base import Array, Backend, ordered_sum
+from ._base import Array, Backend, ordered_sum, row_mismatch, row_shape
 
 # States (times lanes) from these sizes on reuse a scratch array for the stage products, and
 # combine stages term by term, in place.
@@ -70,15 +70,23 @@ class NumpyBackend(Backend):
             buffer = local.buffer = np.empty(stages.shape, dtype=stages.dtype)
         return buffer[:m]
 
-    def stack_rows(self, rows: Any, out: Array | None = None) -> Array:
+    def stack_rows(
+        self, rows: Any, out: Array | None = None, shape: tuple[int, ...] | None = None
+    ) -> Array:
+        target = row_shape(rows, out.shape if out is not None else shape)
         if out is None:
-            return np.asarray(rows)
-        if len(rows) != out.shape[0]:
-            raise ValueError(
-                f"the right-hand side returned {len(rows)} rows for a state of {out.shape[0]}"
-            )
+            if not rows:
+                return np.asarray(rows)
+            try:  # arrays and Python numbers (weakly typed, NEP 50)
+                dtype = np.result_type(*rows)
+            except TypeError:  # a row given as a list
+                dtype = np.result_type(*map(_dtype_operand, rows))
+            out = np.empty((len(rows), *target), dtype=dtype)
         for i, row in enumerate(rows):  # row by row: cheaper than np.stack for a few rows
-            out[i, ...] = row
+            try:
+                out[i, ...] = row
+            except ValueError:
+                raise ValueError(row_mismatch(i, row, target)) from None
         return out
 
     def scatter_rows(self, keys: Array, values: Array, n_rows: int, fill: float) -> Array:
@@ -112,3 +120,11 @@ class NumpyBackend(Backend):
             return super().lu_solve(factors, b)
         x = np.matmul(factors.inverse, np.moveaxis(b, -1, 0)[..., None])
         return np.moveaxis(x[..., 0], 0, -1)
+
+
+def _dtype_operand(row: Any) -> Any:
+    """A row as ``np.result_type`` takes it: lists become arrays, Python numbers stay
+    weakly typed (NEP 50)."""
+    if isinstance(row, (int, float)) or hasattr(row, "dtype"):
+        return row
+    return np.asarray(row)

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._validation import check_arguments
+
 __all__ = ["CallbackSet", "ContinuousCallback", "DiscreteCallback", "PresetTimeCallback"]
 
 _DIRECTIONS = ("both", "up", "down")
@@ -24,8 +26,12 @@ _DIRECTIONS = ("both", "up", "down")
 def _check_common(name: str, affect: Any, terminate: Any, save_positions: Any) -> tuple[bool, bool]:
     if affect is not None and not callable(affect):
         raise TypeError(f"{name}: affect must be a function affect(u, p, t, fired) or None")
+    if affect is not None:
+        check_arguments("affect", affect, "u, p, t, fired", owner=f"{name}: ")
     if not (isinstance(terminate, bool) or callable(terminate)):
         raise TypeError(f"{name}: terminate must be True, False or a function terminate(u, p, t)")
+    if not isinstance(terminate, bool):
+        check_arguments("terminate", terminate, "u, p, t", owner=f"{name}: ")
     try:
         before, after = save_positions
     except (TypeError, ValueError):
@@ -88,6 +94,7 @@ class ContinuousCallback:
         name = "ContinuousCallback"
         if not callable(self.condition):
             raise TypeError(f"{name}: condition must be a function condition(u, p, t)")
+        check_arguments("condition", self.condition, "u, p, t", owner=f"{name}: ")
         if self.direction not in _DIRECTIONS:
             raise ValueError(
                 f"{name}: direction must be 'both', 'up' or 'down', got {self.direction!r}"
@@ -124,6 +131,7 @@ class DiscreteCallback:
     def __post_init__(self) -> None:
         if not callable(self.condition):
             raise TypeError("DiscreteCallback: condition must be a function condition(u, p, t)")
+        check_arguments("condition", self.condition, "u, p, t", owner="DiscreteCallback: ")
         positions = _check_common(
             "DiscreteCallback", self.affect, self.terminate, self.save_positions
         )
@@ -135,8 +143,9 @@ class PresetTimeCallback:
     """An event at given times (doses, switches), which every lane steps to exactly.
 
     The times are added to the integrator's ``tstops``; ``affect`` applies when a lane's
-    accepted step ends on one of them, and at the start when one equals ``t0``. Times
-    outside a lane's span are ignored.
+    accepted step ends on one of them, and at the start when one equals ``t0``. ``solve``
+    rejects times outside the time span (with per-trajectory spans: outside all of them);
+    a lane ignores times outside its own span.
 
     Parameters
     ----------
@@ -219,3 +228,16 @@ def as_callback_set(callback: Any) -> CallbackSet | None:
             )
         callback = CallbackSet(callback)
     return callback if len(callback) else None
+
+
+def check_preset_times(callbacks: CallbackSet | None, lo: float, hi: float) -> None:
+    """Raise if a ``PresetTimeCallback`` time lies outside ``[lo, hi]``, where no trajectory
+    could ever reach it (so the callback would silently never fire)."""
+    for k, cb in enumerate(() if callbacks is None else callbacks):
+        if isinstance(cb, PresetTimeCallback):
+            outside = cb.times[(cb.times < lo) | (cb.times > hi)]
+            if outside.size:
+                raise ValueError(
+                    f"PresetTimeCallback (callback {k}): time {float(outside[0])} is outside the "
+                    f"time span [{lo}, {hi}], so it would never fire; drop it or widen tspan"
+                )

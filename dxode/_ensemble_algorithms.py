@@ -88,7 +88,7 @@ def finish_batch(
     for _ in range(_MAX_RERUNS):
         rerun = []
         for pos_in_current, pos in enumerate(pending):
-            value, again = eprob.output_func(
+            value, again = eprob.output(
                 _trajectory_solution(current, pos_in_current, eprob, spec), int(indices[pos])
             )
             values[pos] = value

@@ -81,8 +81,7 @@ def reduce_batches(
         counts += summary["counts"]
         totals += summary["totals"]
         values = batch.values if eprob.output_func is not None else batch.u
-        acc, converged = eprob.reduction(acc, _stack_values(values), batch.indices)
-        converged = bool(converged)
+        acc, converged = eprob.reduce(acc, _stack_values(values), batch.indices)
         if converged:
             break
     return EnsembleSolution(

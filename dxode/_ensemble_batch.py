@@ -20,7 +20,7 @@ from ._integrator import LaneProblem, integrate
 from ._jacobian import Derivatives, LaneFunction
 from ._options import SolverOptions
 from ._problem import ODEProblem
-from ._rhs import as_array, checked_first_call
+from ._rhs import checked_first_call, lane_rhs
 from ._timegrid import save_times, stop_times
 from .backends import Backend, backend_for, get_backend, to_host
 
@@ -115,7 +115,7 @@ def solve_batch(
 
     def rhs_for(lane_leaves: tuple[Array, ...]) -> Any:
         p = p_for(lane_leaves)
-        rhs = lambda u, t, out=None: as_array(backend, f(u, p, t), out=out)
+        rhs = lane_rhs(backend, f, p)
         return rhs if derivatives is None else LaneFunction(rhs, p, derivatives)
 
     lane_params = tuple(

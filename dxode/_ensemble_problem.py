@@ -181,6 +181,22 @@ class EnsembleProblem:
             )
         return prob
 
+    def output(self, sol: Any, index: int) -> tuple[Any, bool]:
+        """``output_func(sol, index)``, checked to be a pair ``(value, rerun)``."""
+        assert self.output_func is not None
+        value, rerun = _pair(
+            "output_func", "(value, rerun)", self.output_func(sol, index), "rerun=False"
+        )
+        return value, bool(rerun)
+
+    def reduce(self, acc: Any, values: Any, indices: np.ndarray) -> tuple[Any, bool]:
+        """``reduction(acc, values, indices)``, checked to be a pair ``(acc, converged)``."""
+        assert self.reduction is not None
+        acc, converged = _pair(
+            "reduction", "(acc, converged)", self.reduction(acc, values, indices), "False"
+        )
+        return acc, bool(converged)
+
     def __repr__(self) -> str:
         how = (
             "prob_func"
@@ -192,6 +208,17 @@ class EnsembleProblem:
             else "identical trajectories"
         )
         return f"EnsembleProblem({self.prob!r}, built from {how})"
+
+
+def _pair(name: str, pair: str, result: Any, example: str) -> tuple[Any, Any]:
+    """``result`` as the pair a user function must return, or a clear error."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        sequence = isinstance(result, (tuple, list))
+        got = f"{len(result)} values" if sequence else type(result).__name__
+        raise TypeError(
+            f"{name} must return a pair {pair}, got {got}; e.g. return value, {example}"
+        )
+    return result[0], result[1]
 
 
 def _any_given(*values: Any) -> bool:

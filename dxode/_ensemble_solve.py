@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import array_api_compat
 import numpy as np
 
+from ._callbacks import check_preset_times
 from ._ensemble_algorithms import AbstractEnsembleAlgorithm, EnsembleArray
 from ._ensemble_batch import BatchSpec
 from ._ensemble_problem import EnsembleProblem
 from ._ensemble_solution import EnsembleSolution
 from ._options import SolverOptions
 from ._timegrid import save_times, stop_times
+from .backends import to_host
 
 __all__ = ["solve_ensemble"]
 
@@ -37,6 +40,13 @@ def solve_ensemble(
     ) and ensemble_alg is None:
         alg, ensemble_alg = None, alg  # solve(eprob, EnsembleSerial(), ...) is unambiguous
     ensemble_alg = _ensemble_algorithm(ensemble_alg)
+    if trajectories is None:
+        if eprob.n_arrays is None:
+            raise TypeError(
+                "solving an EnsembleProblem needs trajectories=N (unless per-trajectory arrays "
+                "fix N)"
+            )
+        trajectories = eprob.n_arrays
     n = _positive_int("trajectories", trajectories)
     if eprob.n_arrays is not None and n > eprob.n_arrays:
         raise ValueError(
@@ -48,14 +58,20 @@ def solve_ensemble(
         else _positive_int("batch_size", batch_size)
     )
     opts = SolverOptions.from_user(alg, **options)
+    opts.check_state(eprob.prob.u0)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % 2**63)
-    elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an integer with 0 <= seed < 2**64, got {seed!r}")
     if "tspan" not in eprob.arrays and eprob.batch_func is None:
         # Validate the grids now, before any work (per-trajectory spans are checked per batch).
         save_times(saveat, *eprob.prob.tspan)
         stop_times(tstops, *eprob.prob.tspan)
+        check_preset_times(callback, *sorted(eprob.prob.tspan))
+    elif "tspan" in eprob.arrays:
+        spans = eprob.arrays["tspan"]
+        spans = to_host(spans) if array_api_compat.is_array_api_obj(spans) else np.asarray(spans)
+        check_preset_times(callback, float(np.min(spans)), float(np.max(spans)))
     from ._sensitivity._entry import ensemble_is_traced, solve_ensemble_traced
 
     if ensemble_is_traced(eprob, int(seed)):

@@ -359,8 +359,15 @@ class EventHandler:
 
     def _per_lane(self, k: int, what: str, out: Any, n: int) -> Array:
         xp = self._xp
+        if out is None:
+            raise TypeError(f"callback {k}: {what} returned None; did it forget to return?")
         if not hasattr(out, "shape") or not hasattr(out, "dtype"):
             out = xp.asarray(out)
+        if not xp.isdtype(out.dtype, ("bool", "integral", "real floating")):
+            raise TypeError(
+                f"callback {k}: {what} returned {out.dtype} values; it must return real "
+                f"numbers (bools for a test)"
+            )
         expected = () if self._spec.single else (n,)
         if tuple(out.shape) != expected:
             kind = "a scalar" if self._spec.single else f"shape ({n},), one value per lane"
@@ -395,8 +402,8 @@ class EventHandler:
         self, k: int, cb: Any, u: Array, t: Array, params: tuple[Array, ...], fired: Array
     ) -> Array:
         xp = self._xp
-        out = as_array(self._backend, self._call(cb.affect, u, t, params, fired))
         shape = tuple(u.shape[:-1]) if self._spec.single else tuple(u.shape)
+        out = as_array(self._backend, self._call(cb.affect, u, t, params, fired), shape=shape)
         if not hasattr(out, "shape") or tuple(out.shape) != shape:
             got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
             raise ValueError(

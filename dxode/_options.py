@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import array_api_compat
+import numpy as np
+
 from ._controllers import AbstractController, PIController
 from ._solvers import AbstractStepper, get_algorithm
 from ._validation import positive_float
@@ -69,6 +72,13 @@ class SolverOptions:
             raise ValueError(f"maxiters must be a positive integer, got {maxiters!r}")
         rtol_f = positive_float("rtol", rtol)
         assert rtol_f is not None
+        dtmin_f = positive_float("dtmin", dtmin, allow_none=True)
+        dtmax_f = positive_float("dtmax", dtmax, allow_none=True)
+        if dtmin_f is not None and dtmax_f is not None and dtmin_f > dtmax_f:
+            raise ValueError(
+                f"dtmin={dtmin_f} is larger than dtmax={dtmax_f}: no step size satisfies both; "
+                f"give dtmin <= dtmax"
+            )
         return cls(
             alg=stepper,
             rtol=rtol_f,
@@ -77,17 +87,59 @@ class SolverOptions:
             adaptive=adaptive,
             controller=controller,
             maxiters=maxiters,
-            dtmin=positive_float("dtmin", dtmin, allow_none=True),
-            dtmax=positive_float("dtmax", dtmax, allow_none=True),
+            dtmin=dtmin_f,
+            dtmax=dtmax_f,
         )
+
+    def check_state(self, u0: Any) -> None:
+        """Raise if the tolerances do not fit a state like ``u0`` (its shape and dtype).
+
+        ``atol`` must broadcast to the state's shape. ``rtol`` must be at least the dtype's
+        machine epsilon: no relative accuracy finer than one rounding is achievable, and
+        asking for it only makes the step size crawl. ``atol`` must be at least the dtype's
+        smallest normal number (``2.2e-308`` for float64, ``1.2e-38`` for float32): below
+        it, it rounds to a subnormal or to zero, and a zero component fails at once.
+        """
+        from autograd.tracer import getval
+
+        state = getval(u0)
+        shape = tuple(state.shape)
+        xp = array_api_compat.array_namespace(state)
+        finfo = xp.finfo(state.dtype)
+        atol_shape = tuple(np.shape(self.atol)) if not isinstance(self.atol, float) else ()
+        try:
+            fits = tuple(np.broadcast_shapes(atol_shape, shape)) == shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"atol has shape {atol_shape}, which does not broadcast to the state's shape "
+                f"{shape}; give a number or an array of u0's shape"
+            )
+        eps = float(finfo.eps)
+        if self.rtol < eps:
+            raise ValueError(
+                f"rtol={self.rtol:g} is below what {state.dtype} resolves: its machine epsilon "
+                f"is {eps:.3g}; use rtol >= {eps:.3g} (atol sets the absolute accuracy)"
+            )
+        atol_min = float(finfo.smallest_normal)
+        atol = self.atol
+        smallest = (
+            atol
+            if isinstance(atol, float)
+            else float(array_api_compat.array_namespace(atol).min(atol))
+        )
+        if smallest < atol_min:
+            raise ValueError(
+                f"atol={smallest:g} is below what {state.dtype} resolves: its smallest normal "
+                f"number is {atol_min:.3g}; use atol >= {atol_min:.3g} (rtol sets the relative "
+                f"accuracy)"
+            )
 
 
 def _as_atol(atol: Any) -> Any:
     if isinstance(atol, (int, float)) and not isinstance(atol, bool):
         return positive_float("atol", atol)
-    import array_api_compat
-    import numpy as np
-
     array = atol if array_api_compat.is_array_api_obj(atol) else np.asarray(atol, dtype=float)
     xp = array_api_compat.array_namespace(array)
     if not bool(xp.all(array > 0)) or not bool(xp.all(xp.isfinite(array))):

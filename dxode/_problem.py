@@ -11,6 +11,8 @@ __all__ = ["ODEProblem"]
 
 _UNSET: Any = object()
 
+SCIPY_HINT = "(dxode's order is f(u, p, t), not SciPy's f(t, y))"
+
 
 class ODEProblem:
     """The initial value problem ``du/dt = f(u, p, t)``, ``u(t0) = u0``, on ``tspan``.
@@ -55,7 +57,8 @@ class ODEProblem:
     ------
     ValueError, TypeError
         At construction, for non-finite ``u0`` or ``p``, a non-floating ``u0``, an empty or
-        non-finite ``tspan``, or a non-callable ``f``.
+        non-finite ``tspan``, a float16 or empty ``u0``, or an ``f`` (``jac``, ...) that is
+        not callable with the arguments it is given.
     """
 
     def __init__(
@@ -123,11 +126,18 @@ class ODEProblem:
 
 
 def _check_functions(f: Any, vjp: Any, jac: Any, tgrad: Any, paramjac: Any) -> None:
-    """Raise unless ``f`` is callable and each given derivative function is too."""
+    """Raise unless ``f`` and each given derivative function are callable with their arguments."""
     if not callable(f):
         raise TypeError(f"f must be callable as f(u, p, t), got {type(f).__name__}")
-    if vjp is not None and not callable(vjp):
-        raise TypeError(f"vjp must be callable as vjp(u, p, t, v), got {type(vjp).__name__}")
+    _validation.check_arguments("f", f, "u, p, t", hint=SCIPY_HINT)
+    if vjp is not None:
+        if not callable(vjp):
+            raise TypeError(f"vjp must be callable as vjp(u, p, t, v), got {type(vjp).__name__}")
+        _validation.check_arguments("vjp", vjp, "u, p, t, v")
     for name, fn in (("jac", jac), ("tgrad", tgrad), ("paramjac", paramjac)):
-        if fn is not None and not callable(fn):
-            raise TypeError(f"{name} must be callable as {name}(u, p, t), got {type(fn).__name__}")
+        if fn is not None:
+            if not callable(fn):
+                raise TypeError(
+                    f"{name} must be callable as {name}(u, p, t), got {type(fn).__name__}"
+                )
+            _validation.check_arguments(name, fn, "u, p, t")

@@ -35,12 +35,12 @@ def counter_uniform(
     seed: int, indices: NDArray[np.integer], repeat: NDArray[np.integer], n_draws: int
 ) -> NDArray[np.float64]:
     """Uniforms in ``[0, 1)``, shape ``(len(indices), n_draws)``: draw ``k`` of trajectory ``i``
-    depends only on ``(seed, i, repeat[i], k)``."""
+    depends only on ``(seed, i, repeat[i], k)`` (``0 <= seed < 2**64``, checked by ``solve``)."""
     idx = np.asarray(indices, dtype=np.uint64)[:, None]
     rep = np.asarray(repeat, dtype=np.uint64)[:, None]
     draw = np.arange(n_draws, dtype=np.uint64)[None, :]
     with np.errstate(over="ignore"):
-        key = _splitmix64(np.full_like(idx, np.uint64(seed % 2**64)))
+        key = _splitmix64(np.full_like(idx, np.uint64(seed)))
         key = _splitmix64(key ^ idx)
         key = _splitmix64(key ^ (rep * np.uint64(0x632BE59BD9B4E019)))
         bits = _splitmix64(key ^ (draw * np.uint64(0xD2B74407B1CE6E93)))

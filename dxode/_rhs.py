@@ -10,27 +10,46 @@ if TYPE_CHECKING:  # the solvers import this module (through the Jacobians)
 
 Array = Any
 
+SCIPY_ORDER = (
+    "f seems to take its arguments in SciPy's order f(t, u, p): called as f(t, u, p) it "
+    "returns du/dt, called as dxode calls it, f(u, p, t), it fails; reorder f's parameters "
+    "to f(u, p, t)"
+)
 
-def as_array(backend: Any, value: Any, out: Array | None = None) -> Any:
+
+def as_array(
+    backend: Any, value: Any, out: Array | None = None, shape: tuple[int, ...] | None = None
+) -> Any:
     """The RHS output as an array: a list or tuple of rows is stacked along axis 0.
 
+    Rows are broadcast to the state's rows (``shape``, the state's shape, or ``out``'s), so
+    constant rows (``[u[1], -9.81]``) work for one trajectory and for a batch of lanes alike.
     Stacked rows go straight into ``out`` when given (saving a copy); an array is returned
     as it is, and the caller copies it where it belongs.
     """
     if type(value) in (list, tuple):
-        return backend.stack_rows(value, out=out)
+        return backend.stack_rows(value, out=out, shape=shape)
     return value
 
 
 def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t: Array) -> Array:
     """Call ``f(u, p, t)`` once and check what it returns before any integration work."""
-    out = as_array(backend, f(u, p, t))
+    try:
+        out = as_array(backend, f(u, p, t), shape=tuple(u.shape))
+    except Exception as exc:
+        if _takes_scipy_order(backend, f, u, p, t):
+            raise TypeError(SCIPY_ORDER) from exc
+        raise
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
+        if _takes_scipy_order(backend, f, u, p, t):
+            raise TypeError(SCIPY_ORDER)
         raise TypeError(
             f"f(u, p, t) must return an array (du/dt), got {type(out).__name__}; did it forget "
             f"to return?"
         )
     if tuple(out.shape) != tuple(u.shape):
+        if _takes_scipy_order(backend, f, u, p, t):
+            raise TypeError(SCIPY_ORDER)
         raise ValueError(
             f"f(u, p, t) returned shape {tuple(out.shape)} for a state of shape "
             f"{tuple(u.shape)}; it must return du/dt with u's shape"
@@ -48,11 +67,49 @@ def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
     return out
 
 
+def _takes_scipy_order(backend: Any, f: Callable[..., Any], u: Array, p: Any, t: Array) -> bool:
+    """Whether ``f(t, u, p)`` (SciPy's order) works where ``f(u, p, t)`` did not.
+
+    Called only once ``f(u, p, t)`` has failed; it returns du/dt of ``u``'s shape exactly
+    when ``f`` was written in SciPy's order.
+    """
+    try:
+        value = as_array(backend, f(t, u, p), shape=tuple(u.shape))
+    except Exception:
+        return False
+    return hasattr(value, "shape") and tuple(value.shape) == tuple(u.shape)
+
+
+def _shape_changed(value: Any, u: Array) -> ValueError:
+    got = f"shape {tuple(value.shape)}" if hasattr(value, "shape") else type(value).__name__
+    return ValueError(
+        f"f(u, p, t) returned {got} for a state of shape {tuple(u.shape)} after returning "
+        f"u's shape before; f must return du/dt with u's shape on every call"
+    )
+
+
+def lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
+    """Lane RHS for a batch of lanes: ``f`` sees the lanes-last batch ``u`` ``(*shape, L)``.
+
+    Every call's result is checked against ``u``'s shape (one tuple comparison), so an ``f``
+    whose result changes shape fails instead of being broadcast into a wrong answer.
+    """
+
+    def rhs(u: Array, t: Array, out: Array | None = None) -> Array:
+        value = as_array(backend, f(u, p, t), out=out, shape=u.shape)
+        if getattr(value, "shape", None) != u.shape:
+            raise _shape_changed(value, u)
+        return value
+
+    return rhs
+
+
 def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
     """Lane RHS for one trajectory: ``f`` sees the state without the lane axis.
 
     With more than one lane (dense output evaluated at several times of a method whose
-    interpolant needs extra stages) ``f`` is called once per lane.
+    interpolant needs extra stages) ``f`` is called once per lane. Every result is checked
+    against the state's shape, as in ``lane_rhs``.
     """
 
     xp = backend.xp
@@ -60,9 +117,20 @@ def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
     def rhs(u: Array, t: Array, out: Array | None = None) -> Array:
         if u.shape[-1] == 1:
             view = None if out is None else out[..., 0]
-            value = as_array(backend, f(u[..., 0], p, t[0]), out=view)
-            return out if value is view and out is not None else value[..., None]
-        columns = [as_array(backend, f(u[..., i], p, t[i])) for i in range(u.shape[-1])]
+            state = u[..., 0]
+            value = as_array(backend, f(state, p, t[0]), out=view, shape=state.shape)
+            if value is view and out is not None:
+                return out
+            if getattr(value, "shape", None) != state.shape:
+                raise _shape_changed(value, state)
+            return value[..., None]
+        columns = []
+        for i in range(u.shape[-1]):
+            state = u[..., i]
+            value = as_array(backend, f(state, p, t[i]), shape=state.shape)
+            if getattr(value, "shape", None) != state.shape:
+                raise _shape_changed(value, state)
+            columns.append(value)
         return xp.stack(columns, axis=-1)
 
     return rhs

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ._callbacks import as_callback_set
+from ._callbacks import as_callback_set, check_preset_times
 from ._ensemble_problem import EnsembleProblem
 from ._ensemble_solution import EnsembleSolution
 from ._ensemble_solve import solve_ensemble
@@ -34,6 +34,22 @@ _OPTION_NAMES = tuple(
 )
 
 
+# Keywords of SciPy's solve_ivp and of DifferentialEquations.jl, and what dxode calls them.
+_OTHER_NAMES = {
+    "method": "the algorithm, solve's second argument: solve(prob, Tsit5())",
+    "t_eval": "saveat=",
+    "dense_output": "dense=",
+    "events": "callback=",
+    "first_step": "dt=",
+    "max_step": "dtmax=",
+    "min_step": "dtmin=",
+    "args": "p, given to ODEProblem(f, u0, tspan, p)",
+    "reltol": "rtol=",
+    "abstol": "atol=",
+    "d_discontinuities": "tstops=",
+}
+
+
 def solve(
     prob: ODEProblem | EnsembleProblem,
     alg: Any = None,
@@ -54,15 +70,15 @@ def solve(
     Parameters
     ----------
     prob : ODEProblem or EnsembleProblem
-        The problem. For an ``EnsembleProblem``, ``trajectories`` is required and the
-        result is an ``EnsembleSolution``.
+        The problem. For an ``EnsembleProblem`` the result is an ``EnsembleSolution``, and
+        ``trajectories`` is required unless per-trajectory arrays fix it.
     alg : algorithm, optional
         ``Tsit5()`` (the default), ``DP5()``, ``BS3()``, ``Vern7()``, ``RK4()``, ``Euler()``;
         for stiff problems ``Rodas5P()``, ``Rodas4()``, ``Rosenbrock23()``, ``TRBDF2()``;
         a class or a name such as ``"tsit5"``.
     saveat : float or array_like, optional
-        Save at these times (or every ``saveat`` time units, ends included). By default every
-        accepted step is saved.
+        Save at these times (or every ``saveat`` time units, ends included, at most 10^7
+        points). By default every accepted step is saved.
     dense : bool, optional
         Keep every step's interpolant so ``sol(t)`` works anywhere in the span. Defaults to
         true without ``saveat`` and false with it.
@@ -77,7 +93,9 @@ def solve(
         process); ``EnsembleDask()`` runs them as Dask tasks, and a ``distributed.Client`` is
         shorthand for ``EnsembleDask(client)``.
     trajectories : int
-        Ensembles only: how many trajectories.
+        Ensembles only: how many trajectories. Defaults to the length of the
+        ``EnsembleProblem``'s per-trajectory arrays when it has them (a smaller number
+        solves the first ``trajectories`` of them).
     batch_size : int, optional
         Ensembles only: trajectories per batch (default 10,000 on NumPy, 10^6 on CuPy; with
         Dask, about four tasks per worker thread, at most those sizes).
@@ -125,9 +143,11 @@ def solve(
     """
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
+        renamed = [f"{name}= is {_OTHER_NAMES[name]}" for name in unknown if name in _OTHER_NAMES]
+        hint = f" (in dxode, {'; '.join(renamed)})" if renamed else ""
         raise TypeError(
-            f"solve() got unknown option(s) {unknown}; valid options are saveat, dense, tstops, "
-            f"{', '.join(_OPTION_NAMES)}"
+            f"solve() got unknown option(s) {unknown}{hint}; valid options are saveat, dense, "
+            f"tstops, {', '.join(_OPTION_NAMES)}"
         )
     if sensealg is not None and not isinstance(sensealg, SENSEALGS):
         raise TypeError(
@@ -136,8 +156,6 @@ def solve(
         )
     callbacks = as_callback_set(callback)
     if isinstance(prob, EnsembleProblem):
-        if trajectories is None:
-            raise TypeError("solving an EnsembleProblem needs trajectories=N")
         return solve_ensemble(
             prob,
             alg,
@@ -165,6 +183,8 @@ def solve(
         if value is not None:
             raise TypeError(f"{name} applies to an EnsembleProblem, not to a single ODEProblem")
     opts = SolverOptions.from_user(alg, **options)
+    opts.check_state(prob.u0)
+    check_preset_times(callbacks, *sorted(prob.tspan))
     if is_traced(prob.u0, prob.p):
         if callbacks is not None:
             raise NotImplementedError(CALLBACK_GRADIENTS)

@@ -10,13 +10,16 @@ import numpy as np
 
 from .backends import to_host
 
+# The most points a ``saveat`` interval may make (explicit arrays of times are not limited).
+MAX_SAVE_POINTS = 10_000_000
+
 
 def save_times(saveat: Any, t0: float, t1: float) -> np.ndarray | None:
     """The save times asked for by ``saveat`` on ``[t0, t1]`` (float64, in time order).
 
     ``saveat`` is ``None`` (no fixed grid), a positive interval ``dt`` (``t0, t0 + dt, ...``
-    and always ``t1``) or a sequence of times inside the span, strictly ordered in the
-    direction of integration.
+    and always ``t1``; at most ``MAX_SAVE_POINTS`` points) or a sequence of times inside the
+    span, strictly ordered in the direction of integration.
     """
     if saveat is None:
         return None
@@ -27,6 +30,12 @@ def save_times(saveat: Any, t0: float, t1: float) -> np.ndarray | None:
             raise ValueError(f"saveat as an interval must be positive and finite, got {saveat!r}")
         span = abs(t1 - t0)
         n = math.floor(span / interval * (1 + 1e-12))
+        if n + 2 > MAX_SAVE_POINTS:
+            raise ValueError(
+                f"saveat={saveat!r} on a span of {span:g} would save {n + 1:,} points, more than "
+                f"the limit of {MAX_SAVE_POINTS:,} for an interval; use a larger interval, or "
+                f"pass the save times you need as an array"
+            )
         times = t0 + direction * interval * np.arange(n + 1)
         if span - n * interval > 1e-12 * span:
             times = np.append(times, t1)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import math
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import array_api_compat
@@ -42,6 +46,15 @@ def as_state_array(name: str, value: Any) -> Array:
         raise TypeError(
             f"{name} must have a real floating dtype (float32 or float64), got {array.dtype}; "
             f"convert it, e.g. {name}.astype(float64)"
+        )
+    if array.dtype not in (xp.float32, xp.float64):
+        raise TypeError(
+            f"{name} has dtype {array.dtype}; dxode computes in float32 or float64 only: "
+            f"convert it, e.g. {name}.astype(float32)"
+        )
+    if math.prod(array.shape) == 0:
+        raise ValueError(
+            f"{name} is empty (shape {tuple(array.shape)}); the state needs at least one component"
         )
     check_finite(name, array)
     return array
@@ -110,3 +123,38 @@ def positive_float(name: str, value: Any, allow_none: bool = False) -> float | N
     if not (math.isfinite(number) and number > 0.0):
         raise ValueError(f"{name} must be positive and finite, got {value!r}")
     return number
+
+
+# (callable, argument count) pairs already checked: ``remake`` builds problems in loops.
+_CALLABLE_OK: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
+
+
+def check_arguments(
+    name: str, fn: Callable[..., Any], arguments: str, *, hint: str = "", owner: str = ""
+) -> None:
+    """Raise if ``fn`` cannot be called with the positional ``arguments`` (e.g. ``"u, p, t"``).
+
+    Callables without a signature (builtins, NumPy ufuncs) are not checked; ``*args`` and
+    defaults are honoured. The message names ``fn`` as ``name`` (prefixed by ``owner``, e.g.
+    ``"ContinuousCallback: "``); ``hint`` is added when the first parameter is named ``t``
+    (a function written for SciPy's ``f(t, y)``).
+    """
+    count = len(arguments.split(","))
+    with contextlib.suppress(TypeError):  # unhashable callables are checked every time
+        if count in _CALLABLE_OK.get(fn, ()):
+            return
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        first = next(iter(signature.parameters), "")
+        extra = f" {hint}" if hint and first == "t" else ""
+        raise TypeError(
+            f"{owner}{name} must take {count} positional arguments, {name}({arguments}), but its "
+            f"signature is {signature}{extra}"
+        ) from None
+    with contextlib.suppress(TypeError):  # unhashable callables are checked every time
+        _CALLABLE_OK.setdefault(fn, set()).add(count)

@@ -114,7 +114,8 @@ def test_algorithm_lookup_errors():
     ("f", "error", "match"),
     [
         (lambda u, p, t: None, TypeError, "must return an array"),
-        (lambda u, p, t: [u[0]], ValueError, r"returned shape \(1,\) for a state of shape \(2,\)"),
+        (lambda u, p, t: [u[0]], ValueError, "returned 1 rows for a state of 2"),
+        (lambda u, p, t: u[:1], ValueError, r"returned shape \(1,\) for a state of shape \(2,\)"),
         (
             lambda u, p, t: np.asarray(u, dtype=np.float64),
             TypeError,

@@ -220,8 +220,11 @@ def test_dosing_at_preset_times(xp):
 
 
 def test_preset_time_at_t0_and_outside_span():
-    cb = dxode.PresetTimeCallback([-1.0, 0.0, 9.0], dose)
     prob = dxode.ODEProblem(decay, np.array([1.0]), (0.0, 1.0), [0.0])
+    outside = dxode.PresetTimeCallback([-1.0, 0.0, 9.0], dose)
+    with pytest.raises(ValueError, match=r"time -1\.0 is outside the time span"):
+        dxode.solve(prob, dxode.Tsit5(), callback=outside)
+    cb = dxode.PresetTimeCallback([0.0], dose)
     sol = dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=[0.0, 1.0])
     np.testing.assert_allclose(sol.events.t, [0.0])
     np.testing.assert_allclose(sol.u, [[1.0], [2.0]])  # the save at t0 is before the dose

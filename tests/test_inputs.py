@@ -1,0 +1,319 @@
+"""Inputs that used to misbehave (a silent wrong answer, a crawl, an internal traceback) now
+fail at once with a message naming the argument, or just work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dxode
+from dxode import ContinuousCallback, DiscreteCallback, EnsembleProblem, PresetTimeCallback
+
+from conftest import to_numpy
+from problems import decay, oscillator
+
+
+def _decay(u0=(1.0, 2.0), tspan=(0.0, 1.0)):
+    return dxode.ODEProblem(decay, list(u0), tspan, 1.0)
+
+
+# ---- f's result: checked on every call, constant rows broadcast -----------------------------
+
+
+def test_f_changing_shape_after_the_first_call_fails():
+    # -u[:1] broadcast into both components used to give u(1) = [0.368, 0.985] with Success.
+    f = lambda u, p, t: -u if np.all(t < 0.5) else -u[:1]
+    with pytest.raises(ValueError, match=r"returned shape \(1,\) .* on every call"):
+        dxode.solve(dxode.ODEProblem(f, [1.0, 2.0], (0.0, 1.0)))
+    with pytest.raises(ValueError, match=r"returned shape \(1, 4\) .* on every call"):
+        dxode.solve(EnsembleProblem(dxode.ODEProblem(f, [1.0, 2.0], (0.0, 1.0))), trajectories=4)
+
+
+def _falling(u, p, t):
+    return [u[1, ...], -9.81]
+
+
+@pytest.mark.parametrize("alg", [dxode.Tsit5(), dxode.Rodas5P()], ids=["Tsit5", "Rodas5P"])
+def test_constant_rows_broadcast_in_ensembles(xp, dtype_name, alg):
+    dtype = getattr(xp, dtype_name)
+    prob = dxode.ODEProblem(_falling, xp.asarray([0.0, 1.0], dtype=dtype), (0.0, 1.0))
+    single = dxode.solve(prob, alg, saveat=[1.0])
+    sim = dxode.solve(EnsembleProblem(prob), alg, trajectories=3, saveat=[1.0])
+    assert sim.u.dtype == dtype
+    expected = np.broadcast_to(to_numpy(single.u), (3, 1, 2))
+    np.testing.assert_array_equal(to_numpy(sim.u), expected)
+    np.testing.assert_allclose(expected[0, -1], [1.0 - 9.81 / 2, 1.0 - 9.81], rtol=1e-5)
+
+
+def test_all_constant_rows_broadcast_in_ensembles():
+    prob = dxode.ODEProblem(lambda u, p, t: [1.0, -2.0], [0.0, 0.0], (0.0, 1.0))
+    sim = dxode.solve(EnsembleProblem(prob), trajectories=2, saveat=[1.0])
+    np.testing.assert_allclose(sim.u[:, -1], [[1.0, -2.0], [1.0, -2.0]], rtol=1e-12)
+
+
+def test_affect_with_a_constant_row_in_ensembles():
+    bounce = ContinuousCallback(
+        lambda u, p, t: u[0], lambda u, p, t, fired: [0.0, -0.5 * u[1]], direction="down"
+    )
+    prob = dxode.ODEProblem(_falling, [1.0, 0.0], (0.0, 1.0))
+    sim = dxode.solve(EnsembleProblem(prob), trajectories=2, callback=bounce, saveat=[1.0])
+    single = dxode.solve(prob, callback=bounce, saveat=[1.0])
+    assert len(single.events) == 2 and len(sim.events) == 4
+    np.testing.assert_allclose(sim.u[:, -1], np.repeat(single.u[-1:], 2, axis=0), rtol=1e-12)
+
+
+# ---- callbacks: results and signatures ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("condition", "error", "match"),
+    [
+        (lambda u, p, t: None, TypeError, "condition returned None"),
+        (lambda u, p, t: "x", TypeError, "condition returned <U1 values; it must return real"),
+        (lambda u, p, t: u, ValueError, r"condition returned shape \(1,\)"),
+    ],
+)
+def test_bad_condition_results_fail_at_once(condition, error, match):
+    prob = dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0)
+    with pytest.raises(error, match=match):
+        dxode.solve(prob, callback=ContinuousCallback(condition))
+
+
+def test_bad_condition_results_fail_in_ensembles():
+    eprob = EnsembleProblem(dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0))
+    with pytest.raises(TypeError, match="condition returned None"):
+        dxode.solve(eprob, trajectories=2, callback=ContinuousCallback(lambda u, p, t: None))
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (
+            lambda: ContinuousCallback(lambda u, t: u[0]),
+            r"ContinuousCallback: condition must take 3",
+        ),
+        (lambda: DiscreteCallback(lambda u: True), r"DiscreteCallback: condition must take 3"),
+        (
+            lambda: ContinuousCallback(lambda u, p, t: u[0], lambda u, p, t: u),
+            r"affect must take 4 positional arguments, affect\(u, p, t, fired\), but its "
+            r"signature is \(u, p, t\)",
+        ),
+        (
+            lambda: PresetTimeCallback([0.5], terminate=lambda u: True),
+            r"PresetTimeCallback: terminate must take 3",
+        ),
+    ],
+)
+def test_callback_functions_with_the_wrong_arguments(make, match):
+    with pytest.raises(TypeError, match=match):
+        make()
+
+
+def test_callables_without_a_fixed_signature_are_accepted():
+    class Field:
+        def __call__(self, *args):
+            return -args[0]
+
+    prob = dxode.ODEProblem(Field(), [1.0], (0.0, 1.0))
+    assert dxode.solve(prob).retcode == dxode.ReturnCode.Success
+    ContinuousCallback(lambda *args: args[0][0], lambda u, p, t, fired=None, extra=1: u)
+    dxode.ODEProblem(np.add, [1.0], (0.0, 1.0))  # np.add(u, p, t) binds: out=t
+
+
+# ---- f's signature and SciPy's argument order --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("f", "match"),
+    [
+        (lambda u, p: -u, r"f must take 3 positional arguments, f\(u, p, t\), .* \(u, p\)$"),
+        (lambda t, y: -y, r"signature is \(t, y\) \(dxode's order is f\(u, p, t\), not SciPy's"),
+        (lambda u, p, t, k: -u, r"signature is \(u, p, t, k\)"),
+    ],
+)
+def test_f_with_the_wrong_number_of_arguments(f, match):
+    with pytest.raises(TypeError, match=match):
+        dxode.ODEProblem(f, [1.0], (0.0, 1.0))
+
+
+def test_derivative_functions_with_the_wrong_arguments():
+    with pytest.raises(TypeError, match=r"jac must take 3 positional arguments"):
+        dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0, jac=lambda u, p: u)
+    with pytest.raises(TypeError, match=r"vjp must take 4 positional arguments"):
+        dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0, vjp=lambda u, p, t: u)
+
+
+def _scipy_order_with_parameters(t, u, p):
+    k, c = p
+    return -k * u + c
+
+
+def _scipy_order_indexing(t, y, p):
+    return [y[1], -y[0]]
+
+
+@pytest.mark.parametrize(
+    ("f", "p"), [(_scipy_order_with_parameters, (1.0, 0.0)), (_scipy_order_indexing, None)]
+)
+def test_f_in_scipys_argument_order_is_recognised(f, p):
+    prob = dxode.ODEProblem(f, [1.0, 0.0], (0.0, 1.0), p)
+    with pytest.raises(TypeError, match=r"SciPy's order f\(t, u, p\).*f\(u, p, t\)"):
+        dxode.solve(prob)
+    with pytest.raises(TypeError, match=r"SciPy's order"):
+        dxode.solve(EnsembleProblem(prob), trajectories=2)
+
+
+def test_a_failing_f_that_is_not_in_scipys_order_keeps_its_own_error():
+    def f(u, p, t):
+        raise KeyError("from f")
+
+    with pytest.raises(KeyError, match="from f"):
+        dxode.solve(dxode.ODEProblem(f, [1.0], (0.0, 1.0)))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"method": "RK45"}, r"method= is the algorithm, solve's second argument"),
+        ({"t_eval": [0.5]}, r"t_eval= is saveat="),
+        ({"reltol": 1e-6, "abstol": 1e-8}, r"abstol= is atol=; reltol= is rtol="),
+        ({"max_step": 0.1}, r"max_step= is dtmax="),
+    ],
+)
+def test_scipy_and_julia_keywords_get_dxodes_names(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        dxode.solve(_decay(), **kwargs)
+
+
+# ---- state, tolerances, step limits, save grid -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("u0", "error", "match"),
+    [
+        (np.array([1.0], dtype=np.float16), TypeError, "u0 has dtype float16; .* float32 or"),
+        (np.zeros(0), ValueError, r"u0 is empty \(shape \(0,\)\)"),
+        (np.zeros((2, 0)), ValueError, r"u0 is empty \(shape \(2, 0\)\)"),
+    ],
+)
+def test_unsupported_states_are_rejected(u0, error, match):
+    with pytest.raises(error, match=match):
+        dxode.ODEProblem(decay, u0, (0.0, 1.0), 1.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"dtmin": 0.5, "dtmax": 0.1}, r"dtmin=0.5 is larger than dtmax=0.1"),
+        ({"atol": [1e-6, 1e-6, 1e-6]}, r"atol has shape \(3,\), .* state's shape \(2,\)"),
+        ({"atol": np.ones((2, 2))}, r"atol has shape \(2, 2\)"),
+        ({"rtol": 1e-30, "atol": 1e-30}, r"rtol=1e-30 is below what float64 resolves.*2.22e-16"),
+        ({"atol": 1e-320}, r"atol=9.99989e-321 is below what float64 resolves.*2.23e-308"),
+        ({"atol": [1e-6, 1e-320]}, r"atol=9.99989e-321 is below what float64 resolves"),
+        ({"saveat": 1e-9}, r"would save 1,000,000,001 points, more than the limit of 10,000,000"),
+    ],
+)
+def test_options_that_cannot_work_for_the_state(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(_decay(), **kwargs)
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(EnsembleProblem(_decay()), trajectories=2, **kwargs)
+
+
+def test_tolerance_limits_follow_the_dtype():
+    prob32 = dxode.ODEProblem(decay, np.ones(2, dtype=np.float32), (0.0, 1.0), 1.0)
+    with pytest.raises(ValueError, match=r"rtol=1e-10 is below what float32 resolves.*1.19e-07"):
+        dxode.solve(prob32, rtol=1e-10)
+    with pytest.raises(ValueError, match=r"atol=1e-40 is below what float32 resolves.*1.18e-38"):
+        dxode.solve(prob32, atol=1e-40)
+    # At the limits the solve works: rtol = eps, and a tiny atol beside a sane rtol.
+    eps = float(np.finfo(np.float64).eps)
+    for kwargs in ({"rtol": eps, "atol": eps}, {"rtol": 1e-6, "atol": 1e-300}):
+        sol = dxode.solve(_decay(), dxode.Vern7(), saveat=[1.0], **kwargs)
+        assert sol.retcode == dxode.ReturnCode.Success
+        np.testing.assert_allclose(sol.u[-1], [np.exp(-1.0), 2 * np.exp(-1.0)], rtol=1e-5)
+
+
+def test_save_grid_limit_is_exact():
+    from dxode._timegrid import MAX_SAVE_POINTS, save_times
+
+    span = float(MAX_SAVE_POINTS - 2)  # t0, t0 + 1, ..., t1: MAX_SAVE_POINTS - 1 points
+    assert save_times(1.0, 0.0, span).shape == (MAX_SAVE_POINTS - 1,)
+    with pytest.raises(ValueError, match="more than the limit"):
+        save_times(1.0, 0.0, span + 1.0)
+
+
+# ---- preset times, seeds, ensemble user functions, trajectories --------------------------
+
+
+def test_preset_times_outside_tspan_are_rejected():
+    dose = PresetTimeCallback([0.5, 2.0], lambda u, p, t, fired: u + 1.0)
+    match = r"callback 0\): time 2.0 is outside the time span \[0.0, 1.0\]"
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(_decay(), callback=dose)
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(EnsembleProblem(_decay()), trajectories=2, callback=dose)
+    backwards = r"time 2.0 is outside the time span \[0.0, 1.0\]"
+    with pytest.raises(ValueError, match=backwards):
+        dxode.solve(_decay(tspan=(1.0, 0.0)), callback=dose)
+    spans = np.array([[0.0, 1.0], [0.0, 1.5]])
+    with pytest.raises(ValueError, match=r"outside the time span \[0.0, 1.5\]"):
+        dxode.solve(EnsembleProblem(_decay(), tspan=spans), callback=dose)
+    # Inside some trajectory's span: allowed; lanes whose span misses it ignore it.
+    spans = np.array([[0.0, 1.0], [0.0, 2.5]])
+    sim = dxode.solve(EnsembleProblem(_decay(), tspan=spans), callback=dose)
+    assert sorted(np.asarray(sim.events.t).tolist()) == [0.5, 0.5, 2.0]
+
+
+@pytest.mark.parametrize("seed", [2**64, 2**70, -1])
+def test_seeds_outside_64_bits_are_rejected(seed):
+    eprob = EnsembleProblem(_decay(), batch_func=lambda prob, ctx: {"p": ctx.uniform()})
+    with pytest.raises(ValueError, match=r"seed must be an integer with 0 <= seed < 2\*\*64"):
+        dxode.solve(eprob, trajectories=2, seed=seed)
+
+
+def test_largest_seed_is_accepted():
+    eprob = EnsembleProblem(_decay(), batch_func=lambda prob, ctx: {"p": ctx.uniform()})
+    sim = dxode.solve(eprob, trajectories=2, seed=2**64 - 1, saveat=[1.0])
+    assert sim.seed == 2**64 - 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (
+            {"output_func": lambda sol, i: sol.u[-1]},
+            r"output_func must return a pair \(value, rerun\), got ndarray; e.g. return value, "
+            r"rerun=False",
+        ),
+        (
+            {"reduction": lambda acc, u, i: acc, "u_init": 0.0},
+            r"reduction must return a pair \(acc, converged\), got float",
+        ),
+        (
+            {"reduction": lambda acc, u, i: (acc, False, 1), "u_init": 0.0},
+            r"reduction must return a pair \(acc, converged\), got 3 values",
+        ),
+    ],
+)
+def test_ensemble_functions_must_return_pairs(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        dxode.solve(EnsembleProblem(_decay(), **kwargs), trajectories=2)
+
+
+def test_trajectories_default_to_the_per_trajectory_arrays():
+    p = np.linspace(0.5, 1.5, 5)
+    eprob = EnsembleProblem(_decay(), p=p)
+    sim = dxode.solve(eprob, saveat=[1.0])
+    explicit = dxode.solve(eprob, trajectories=5, saveat=[1.0])
+    assert len(sim) == 5
+    np.testing.assert_array_equal(sim.u, explicit.u)
+    with pytest.raises(ValueError, match="trajectories=6 but the per-trajectory arrays hold only"):
+        dxode.solve(eprob, trajectories=6)
+    with pytest.raises(TypeError, match="needs trajectories=N"):
+        dxode.solve(EnsembleProblem(_decay()))
+
+
+def test_oscillator_lists_still_work_on_one_trajectory():
+    sol = dxode.solve(dxode.ODEProblem(oscillator, [1.0, 0.0], (0.0, 1.0)), saveat=[1.0])
+    np.testing.assert_allclose(sol.u[-1], [np.cos(1.0), -np.sin(1.0)], rtol=1e-3)
