@@ -255,3 +255,25 @@ def test_a_hand_written_vjp_gives_the_same_gradients():
         autograd.grad(lambda th: ensemble_loss(th, None))(theta),
         rtol=1e-10,
     )
+
+
+def test_a_failed_gradient_leaves_plain_ensemble_solves_plain():
+    # autograd's trace level stays raised after an exception escapes a traced function; dxode
+    # must not take that for a trace in progress (it would run prob_func on the driver first).
+    def failing_loss(theta):
+        dxode.solve(dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 0.1), theta), saveat=[0.1])
+        raise RuntimeError("the user's loss fails after a solve")
+
+    with pytest.raises(RuntimeError, match="the user's loss fails"):
+        autograd.grad(failing_loss)(np.array(P0))
+    calls = []
+
+    def prob_func(prob, i, repeat):
+        calls.append(i)
+        return prob
+
+    eprob = dxode.EnsembleProblem(
+        dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 0.1), P0), prob_func=prob_func
+    )
+    dxode.solve(eprob, trajectories=3, saveat=[0.1])
+    assert sorted(calls) == [0, 1, 2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -157,11 +158,9 @@ def ensemble_is_traced(eprob: EnsembleProblem, seed: int) -> bool:
 
     User functions are probed only while autograd is actually tracing a computation.
     """
-    from autograd.tracer import trace_stack
-
     if is_traced(eprob.prob.u0, eprob.prob.p, eprob.arrays):
         return True
-    if trace_stack.top < 0:
+    if not _autograd_is_tracing():
         return False
     if eprob.prob_func is not None:
         first = eprob.trajectory(0, 0, seed)
@@ -170,6 +169,27 @@ def ensemble_is_traced(eprob: EnsembleProblem, seed: int) -> bool:
         return is_traced(
             eprob.batch_func(eprob.prob, BatchContext(np.array([0]), np.array([0]), seed))
         )
+    return False
+
+
+def _autograd_is_tracing() -> bool:
+    """Whether a computation autograd is tracing called this one.
+
+    autograd's trace level alone cannot say: it stays raised after an exception escapes a
+    traced function (``TraceStack.new_trace`` has no ``finally``), so after one failed
+    gradient it would report tracing for the rest of the process. A trace in progress also
+    has autograd's ``trace`` on the call stack.
+    """
+    from autograd import tracer
+
+    if tracer.trace_stack.top < 0:
+        return False
+    code = tracer.trace.__code__
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
     return False
 
 
