@@ -277,3 +277,24 @@ def test_a_failed_gradient_leaves_plain_ensemble_solves_plain():
     )
     dxode.solve(eprob, trajectories=3, saveat=[0.1])
     assert sorted(calls) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("ensemble", [False, True], ids=["single", "ensemble"])
+def test_gradients_through_an_f_with_a_constant_row(ensemble):
+    # A thrown ball, x' = v, v' = -9.81: x(t) = x0 + v0 t - 9.81 t^2 / 2, so dx(t)/dx0 = 1 and
+    # dx(t)/dv0 = t, for every trajectory.
+    def ball(u, p, t):
+        return [u[1], -9.81]
+
+    times = [0.5, 1.0]
+
+    def loss(u0s):
+        if ensemble:
+            eprob = dxode.EnsembleProblem(dxode.ODEProblem(ball, [0.0, 1.0], (0.0, 1.0)), u0=u0s)
+            return anp.sum(dxode.solve(eprob, saveat=times).u[:, :, 0])
+        prob = dxode.ODEProblem(ball, u0s[0], (0.0, 1.0))
+        return anp.sum(dxode.solve(prob, saveat=times).u[:, 0])
+
+    u0s = np.array([[0.0, 1.0], [2.0, -3.0], [1.0, 5.0]])[: 3 if ensemble else 1]
+    expected = np.tile([len(times), sum(times)], (len(u0s), 1))
+    np.testing.assert_allclose(autograd.grad(loss)(u0s), expected, rtol=1e-12)

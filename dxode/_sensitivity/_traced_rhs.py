@@ -179,8 +179,9 @@ class TracedRHS:
 
         p = _pytree.rebuild(self.p_template, leaves)
         if self.single_lane:  # one trajectory: f sees the state without the lane axis
-            return anp.expand_dims(_as_traced_array(self.f(y[..., 0], p, t[0])), -1)
-        return _as_traced_array(self.f(y, p, t))
+            state = y[..., 0]
+            return anp.expand_dims(_as_traced_array(self.f(state, p, t[0]), state), -1)
+        return _as_traced_array(self.f(y, p, t), y)
 
     def _plain_value(self, y: Array, t: Array, p: Any) -> Array:
         """``f(y, p, t)`` evaluated plainly (nothing traced), lanes last."""
@@ -243,13 +244,27 @@ class TracedRHS:
         return value, lambda v: self._call_user_vjp(y, t, p, v, wrt)
 
 
-def _as_traced_array(value: Any) -> Any:
-    """An RHS output as one array, stacking a list of rows with autograd's own ``stack``."""
+def _as_traced_array(value: Any, state: Any) -> Any:
+    """An RHS output as one array: a list of rows stacked with autograd's own ``stack``.
+
+    As on the plain path (``Backend.stack_rows``), each row is broadcast to the state's row
+    shape, so a constant row such as ``-9.81`` fills a whole row of lanes, and a Python number
+    takes the state's dtype.
+    """
     import autograd.numpy as anp
 
-    if type(value) in (list, tuple):
-        return anp.stack(list(value))
-    return value
+    if type(value) not in (list, tuple):
+        return value
+    shape = tuple(state.shape[1:])
+    rows = [
+        np.full(shape, row, dtype=state.dtype)
+        if isinstance(row, (int, float))
+        else row
+        if anp.shape(row) == shape
+        else anp.broadcast_to(row, shape)
+        for row in value
+    ]
+    return anp.stack(rows)
 
 
 def leaf_size(leaf: Any, per_lane: bool) -> int:
