@@ -472,7 +472,8 @@ def _like(grad: Any, arg: Any) -> Any:
 
 def default_sensealg(alg: Any) -> Any:
     """The sensitivity algorithm used when none is given: the discrete adjoint for explicit
-    methods, the interpolating adjoint for stiff ones."""
+    methods (the interpolating adjoint for a batch whose steps were limited by stability,
+    see ``_stability``), the interpolating adjoint for stiff ones."""
     return InterpolatingAdjoint() if is_stiff(alg) else DiscreteAdjoint()
 
 
