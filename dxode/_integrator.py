@@ -257,7 +257,6 @@ def _integrate(
                     saves,
                     None if every else result.inputs,
                     (u, lanes["f"]) if every and (iteration - 1) % every == 0 else None,
-                    stepper.stiffness(xp, result, habs) if options.adaptive else None,
                 )
             )
         elif problem.record_steps:

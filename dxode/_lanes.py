@@ -43,9 +43,7 @@ class Trial(NamedTuple):
     each ``(idx, save_idx, theta)``: positions in the working set, save point numbers and
     ``theta = (t_save - t) / h``; ``inputs`` the stage inputs ``(*shape, W)`` of the step (or
     ``None``); ``start`` the state and RHS ``(u, f)`` before the step, kept as a checkpoint
-    (or ``None``); ``stiffness`` each lane's ``|h| ρ`` (the stepper's estimate of the step
-    against the dominant eigenvalue, see ``ExplicitRungeKutta.stiffness``; ``None`` when not
-    estimated).
+    (or ``None``).
     """
 
     lane: Array
@@ -56,7 +54,6 @@ class Trial(NamedTuple):
     saves: tuple[tuple[Array, Array, Array], ...]
     inputs: tuple[Array, ...] | None
     start: tuple[Array, Array] | None
-    stiffness: Array | None = None
 
 
 class WorkingSet:

@@ -13,12 +13,15 @@ Differentiating through the controller does not help: the loss is then not diffe
 any useful scale (where the amplified mode sits depends on round-off), while its central
 differences agree with the continuous sensitivities.
 
-So the forward pass estimates, per accepted step, ``|h| ρ`` with ``ρ`` the Jacobian's dominant
-eigenvalue modulus (Hairer's estimate from two stages, ``ExplicitRungeKutta.stiffness``), and a
-lane whose step exceeded the method's real stability interval is "stability-limited". For those
-solves the default sensitivity algorithm switches to ``InterpolatingAdjoint`` (accurate to the
-tolerance; the adjoint equation is integrated with the same method and controller), and an
-explicitly requested ``DiscreteAdjoint`` refuses with an error naming the fixes.
+So the forward pass estimates the Jacobian's dominant eigenvalue modulus ``ρ`` by power
+iterations at a few states along the solve (forward differences of ``f``: they also see the
+modes the solution does not contain), and a lane with an accepted step ``|h| ρ`` beyond the
+method's real stability interval is "stability-limited". For those solves the default
+sensitivity algorithm switches to ``InterpolatingAdjoint`` (accurate to the tolerance; the
+adjoint equation is integrated with the same method and controller), and an explicitly
+requested ``DiscreteAdjoint`` refuses with an error naming the fixes. (An estimate from the
+steps' own stages, as in Hairer's stiffness detection, sees only the modes the solution
+contains, and missed an Allen–Cahn problem whose symmetric modes are unexcited.)
 """
 
 from __future__ import annotations
@@ -47,31 +50,28 @@ def stability_limited(
     """Lanes (among the ``succeeded`` ones, an ``(L,)`` host mask) with an accepted step
     ``h`` beyond the stability interval, ``|h| ρ > interval``, and the largest such ``ρ``.
 
-    ``ρ`` is the larger of the stepper's estimate from the step's stages (which sees only the
-    modes the solution contains) and power iterations on the Jacobian at up to ``_PROBES``
-    states along the solve (which also see modes the solution does not contain: those the
-    frozen steps amplify unseen), the larger of the probes before and after the step.
+    ``ρ`` comes from power iterations on the Jacobian at up to ``_PROBES`` states along the
+    solve (so it also sees the modes the solution does not contain, which frozen steps
+    amplify unseen): for a step, the larger of the probes before and after it.
     ``rhs_for(params)`` is the batch's lane RHS (``params`` its per-lane parameters).
     """
     xp = backend.xp
     limited = np.zeros(succeeded.shape[0], dtype=bool)
-    if not trials or trials[0].stiffness is None:
-        return limited, 0.0
     probes = _probe_rates(backend, rhs_for, params, trials, succeeded.shape[0])
-    sizes = [int(trial.lane.shape[0]) for trial in trials]
-    which = np.repeat(np.arange(len(trials)), sizes)
-    lanes, h, accept, stiffness = (
-        np.asarray(to_host(xp.concat([getattr(trial, name) for trial in trials])))
-        for name in ("lane", "h", "accept", "stiffness")
-    )
-    h = np.abs(h)
-    rho = np.divide(stiffness, h, out=np.zeros_like(stiffness), where=h > 0)
-    if probes is not None:
-        at, rates = probes
-        before = np.clip(np.searchsorted(at, which, side="right") - 1, 0, len(at) - 1)
-        after = np.minimum(before + 1, len(at) - 1)
-        rho = np.maximum(rho, np.maximum(rates[before, lanes], rates[after, lanes]))
-    over = accept.astype(bool) & (h * rho > interval) & succeeded[lanes]
+    if probes is None:
+        return limited, 0.0
+    at, rates = probes
+    h = xp.abs(xp.concat([trial.h for trial in trials]))
+    accept = xp.concat([trial.accept for trial in trials])
+    if float(xp.max(xp.where(accept, h, 0.0))) * float(np.max(rates)) <= interval:
+        return limited, 0.0  # no step can be beyond (the common, non-stiff case)
+    lanes = np.asarray(to_host(xp.concat([trial.lane for trial in trials])))
+    h, accept = np.asarray(to_host(h)), np.asarray(to_host(accept), dtype=bool)
+    which = np.repeat(np.arange(len(trials)), [int(trial.lane.shape[0]) for trial in trials])
+    before = np.clip(np.searchsorted(at, which, side="right") - 1, 0, len(at) - 1)
+    after = np.minimum(before + 1, len(at) - 1)
+    rho = np.maximum(rates[before, lanes], rates[after, lanes])
+    over = accept & (h * rho > interval) & succeeded[lanes]
     if not over.any():
         return limited, 0.0
     limited[lanes[over]] = True

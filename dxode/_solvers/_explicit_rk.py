@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any, ClassVar
-
-import numpy as np
 
 from .._tableau import ButcherTableau
 from ._base import AbstractStepper, Array, LaneRHS, StepResult
@@ -43,33 +40,6 @@ class ExplicitRungeKutta(AbstractStepper):
     @property
     def interpolation_rhs_evals(self) -> int:  # type: ignore[override]
         return 0 if self.tableau.c_extra is None else self.tableau.c_extra.shape[0]
-
-    def stiffness(self, xp: Any, result: StepResult, h: Array) -> Array | None:
-        """Each lane's ``|h| ρ``, ``ρ`` Hairer's estimate of the Jacobian's dominant eigenvalue
-        modulus along the step, or ``None`` for a one-stage method.
-
-        ``ρ = ||k_i - k_j|| / ||y_i - y_j||`` from the last stage ``i`` and the latest stage
-        ``j`` before it (both at ``t + h`` for Tsit5 and DP5): where a stiff mode dominates the
-        difference of the two stage inputs, ``ρ`` is its rate, and ``|h| ρ`` beyond the
-        method's ``real_stability_interval`` means the step amplified it. ``(L,)``; zero
-        where the two stage inputs coincide.
-        """
-        if result.inputs is None or len(result.inputs) < 2:
-            return None
-        i, j = self._stiffness_stages
-        axes = tuple(range(result.u1.ndim - 1))
-        dk = result.stages[i, ...] - result.stages[j, ...]
-        dy = result.inputs[i] - result.inputs[j]
-        num = xp.sqrt(xp.sum(dk * dk, axis=axes))
-        den = xp.sqrt(xp.sum(dy * dy, axis=axes))
-        return xp.where(den > 0, xp.abs(h) * num / xp.where(den > 0, den, 1.0), 0.0)
-
-    @functools.cached_property
-    def _stiffness_stages(self) -> tuple[int, int]:
-        """The last stage and the latest stage before it (the later one of equal times)."""
-        i = self.tableau.stages - 1
-        latest_first = self.tableau.c[:i][::-1]
-        return i, i - 1 - int(np.argmax(latest_first))
 
     def _coefs(self, xp: Any, like: Array) -> _Coefficients:
         key = (xp, like.dtype, like.ndim)
