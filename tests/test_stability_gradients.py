@@ -232,3 +232,21 @@ def test_the_tutorial_fit_reaches_its_documented_optimum():
     assert result.nit > 10  # no stop at the start (a wrong gradient stopped it after one)
     np.testing.assert_allclose(result.x, [-2.995, 0.792, -0.484, 0.291], atol=1.5e-3)
     assert result.fun == pytest.approx(9.15e-4, rel=1e-2)
+
+
+def test_fixed_steps_beyond_the_interval_keep_the_discrete_adjoint():
+    # Without a controller the frozen steps are the computation: their derivative is the
+    # gradient of the loss (here hλ ≈ 5 for the fastest mode, five steps).
+    u0 = 1.2 * np.sin(np.pi * X[1:-1])
+    loss = squares_loss(
+        heat,
+        u0,
+        (0.0, 0.1),
+        dxode.Tsit5(),
+        [0.1],
+        sensealg=dxode.DiscreteAdjoint(),
+        adaptive=False,
+        dt=0.02,
+    )
+    g = autograd.grad(loss)(THETA0)
+    assert relative_error(g, central_differences(loss, THETA0, 1e-6)) < 1e-7

@@ -250,7 +250,8 @@ def _forward_batch(
         )
         result = integrate(problem, static.options, batch.backend)
         saved = to_host(result.saved)
-        if isinstance(alg, DiscreteAdjoint):
+        if isinstance(alg, DiscreteAdjoint) and static.options.adaptive:
+            # Fixed steps are not controlled: their derivative is that of the loss.
             alg = _trusted_or_switched(static, backend, batch, result, n)
             if isinstance(alg, InterpolatingAdjoint):  # the same steps again, with stages
                 dense = dataclasses.replace(problem, record_steps="dense")
