@@ -114,7 +114,7 @@ def _power_iteration(backend: Any, rhs: Any, u: Any, t: Any, v: Any) -> Any:
     ``J v`` the forward difference ``(f(u + ε v) - f(u)) / ε``."""
     xp = backend.xp
     axes = tuple(range(u.ndim - 1))
-    eps = float(np.sqrt(np.finfo(np.dtype(str(u.dtype).split(".")[-1])).eps))
+    eps = float(np.sqrt(xp.finfo(u.dtype).eps))
 
     def norm(x: Any) -> Any:
         return xp.sqrt(xp.sum(x * x, axis=axes))
