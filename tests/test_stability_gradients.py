@@ -250,3 +250,22 @@ def test_fixed_steps_beyond_the_interval_keep_the_discrete_adjoint():
     )
     g = autograd.grad(loss)(THETA0)
     assert relative_error(g, central_differences(loss, THETA0, 1e-6)) < 1e-7
+
+
+def test_on_another_backend_the_default_refuses_with_dtmax_named():
+    xps = pytest.importorskip("array_api_strict")
+
+    def decay(u, p, t):  # u' = -λ u per component, λ = (1, 1000); computed by array_api_strict
+        return -p * u
+
+    def decay_vjp(u, p, t, v):
+        return -p * v, -u * v
+
+    def loss(rates):
+        prob = dxode.ODEProblem(decay, xps.asarray([1.0, 1.0]), (0.0, 1.0), None, vjp=decay_vjp)
+        eprob = dxode.EnsembleProblem(prob, p=anp.stack([rates, rates]))
+        sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=2, saveat=[1.0])
+        return anp.sum(sim.u**2)
+
+    with pytest.raises(ValueError, match=r"NumPy only.*dtmax="):
+        autograd.grad(loss)(np.array([1.0, 1000.0]))
