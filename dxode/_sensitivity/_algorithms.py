@@ -14,11 +14,15 @@ class DiscreteAdjoint:
     """Differentiate the discrete solution: replay the accepted steps backward (the default
     for explicit methods; stiff methods raise ``NotImplementedError``).
 
-    The gradient is exact for the numbers the forward pass computed (the step sizes are
-    constants of that computation), whatever the tolerance, and costs one backward sweep with
-    one RHS vector-Jacobian product per stage. To make save points exact step ends, the
-    forward pass steps onto every save time (so its steps differ slightly from a solve
-    without gradients).
+    The gradient is exact for the numbers the forward pass computed with the step sizes held
+    fixed, whatever the tolerance, and costs one backward sweep with one RHS vector-Jacobian
+    product per stage. Where an adaptive step went beyond the method's stability interval (a
+    stiff problem: steps limited by stability, not accuracy), that derivative can be far
+    from the gradient of the loss, so ``solve`` raises a ``ValueError`` naming the fixes; the
+    default ``sensealg=None`` switches to ``InterpolatingAdjoint`` instead.
+
+    To make save points exact step ends, the forward pass steps onto every save time (so its
+    steps differ slightly from a solve without gradients).
 
     Parameters
     ----------

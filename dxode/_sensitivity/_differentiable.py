@@ -17,10 +17,11 @@ from .. import _pytree
 from .._integrator import LaneProblem, integrate
 from .._jacobian import Derivatives, LaneFunction
 from .._options import SolverOptions
+from .._retcode import ReturnCode
 from .._rhs import as_array, checked_first_call
 from .._solvers import ExplicitRungeKutta
 from ..backends import get_backend, to_host
-from . import _continuous_adjoint, _forward_sensitivity
+from . import _continuous_adjoint, _forward_sensitivity, _stability
 from ._algorithms import (
     BacksolveAdjoint,
     DiscreteAdjoint,
@@ -72,6 +73,9 @@ class _Static:
     batch_size: int
     dtype: Any
     sensealg: Any = dataclasses.field(default_factory=DiscreteAdjoint)
+    # Whether sensealg is dxode's default: a stability-limited explicit solve then switches
+    # from DiscreteAdjoint to InterpolatingAdjoint instead of refusing (see _stability).
+    default_sensealg: bool = False
     jac: Any = None  # the problem's jac and tgrad (stiff methods)
     tgrad: Any = None
     paramjac: Any = None  # with jac: the derivatives of f without autograd
@@ -246,6 +250,12 @@ def _forward_batch(
         )
         result = integrate(problem, static.options, batch.backend)
         saved = to_host(result.saved)
+        if isinstance(alg, DiscreteAdjoint) and static.options.adaptive:
+            # Fixed steps are not controlled: their derivative is that of the loss.
+            alg = _trusted_or_switched(static, backend, batch, result, n)
+            if isinstance(alg, InterpolatingAdjoint):  # the same steps again, with stages
+                dense = dataclasses.replace(problem, record_steps="dense")
+                result = integrate(dense, static.options, batch.backend)
         if isinstance(alg, BacksolveAdjoint):
             payload = saved
         elif isinstance(alg, InterpolatingAdjoint):
@@ -253,7 +263,44 @@ def _forward_batch(
         else:
             payload = result.trials or []
     outcome = {k: to_host(getattr(result, k)) for k in ("retcode", "nf", "naccept", "nreject")}
-    return saved, payload, outcome
+    return saved, payload, outcome, alg
+
+
+_SUCCEEDED = (int(ReturnCode.Success), int(ReturnCode.Terminated))
+
+
+def _trusted_or_switched(
+    static: _Static, backend: Any, batch: BatchRHS, result: Any, n_lanes: int
+) -> Any:
+    """``static.sensealg`` (a ``DiscreteAdjoint``) if no successful lane's steps were limited
+    by stability (failed lanes get NaN gradients anyway); otherwise ``InterpolatingAdjoint()``
+    for the default sensealg where it can run, else a ``ValueError`` naming the fixes (see
+    ``_stability``)."""
+    alg = static.options.alg
+    interval = alg.tableau.real_stability_interval
+    succeeded = np.isin(to_host(result.retcode), _SUCCEEDED)
+    limited, rho = _stability.stability_limited(
+        backend, batch.rhs_for, batch.params, result.trials or [], succeeded, interval
+    )
+    if not limited.any():
+        return static.sensealg
+    shared_span = bool(np.all(static.t0 == static.t0[0]) and np.all(static.t1 == static.t1[0]))
+    if static.default_sensealg and backend.name == "numpy" and shared_span:
+        return InterpolatingAdjoint()
+    if not static.default_sensealg:
+        why = (
+            "Use sensealg=InterpolatingAdjoint() or ForwardSensitivity() (accurate to the "
+            "tolerance)."
+        )
+    elif backend.name != "numpy":
+        why = "The default would switch to InterpolatingAdjoint(), which runs on NumPy only."
+    else:
+        why = (
+            "The default would switch to InterpolatingAdjoint(), which needs one tspan for all "
+            "trajectories: use sensealg=ForwardSensitivity() (accurate to the tolerance)."
+        )
+    n_limited = int(limited.sum())
+    raise _stability.refusal(static.sensealg, alg, n_limited, n_lanes, interval, rho, why)
 
 
 def _on_backend(backend: Any, static: _Static, leaves: list[Any]) -> list[Any]:
@@ -367,7 +414,9 @@ def _backward_task(
 ) -> tuple[np.ndarray, list[Any]]:
     """One batch's backward pass."""
     rhs = traced_rhs(static)
-    alg = static.sensealg
+    alg = forward[3]  # the batch's sensitivity algorithm (the default may have switched)
+    if alg is not static.sensealg:
+        static = dataclasses.replace(static, sensealg=alg)
     save_grid = static.save_grid.astype(g.dtype)
     if isinstance(alg, ForwardSensitivity):
         return _forward_sensitivity.contract(static, forward[1], retcode, g)
@@ -424,7 +473,8 @@ def _like(grad: Any, arg: Any) -> Any:
 
 def default_sensealg(alg: Any) -> Any:
     """The sensitivity algorithm used when none is given: the discrete adjoint for explicit
-    methods, the interpolating adjoint for stiff ones."""
+    methods (the interpolating adjoint for a batch whose steps were limited by stability,
+    see ``_stability``), the interpolating adjoint for stiff ones."""
     return InterpolatingAdjoint() if is_stiff(alg) else DiscreteAdjoint()
 
 

@@ -33,6 +33,7 @@ def solve_single_traced(
     import autograd.numpy as anp
     from autograd.tracer import getval, isbox
 
+    by_default = sensealg is None
     sensealg = sensealg or default_sensealg(opts.alg)
     check_differentiable(opts, _backend_name(prob.u0), sensealg, prob.vjp, _has_jacobians(prob))
     t0, t1 = prob.tspan
@@ -55,6 +56,7 @@ def solve_single_traced(
         batch_size=1,
         dtype=getval(prob.u0).dtype,
         sensealg=sensealg,
+        default_sensealg=by_default,
         jac=prob.jac,
         tgrad=prob.tgrad,
         paramjac=prob.paramjac,
@@ -100,6 +102,7 @@ def solve_ensemble_traced(
             "loss from sim.u instead"
         )
     prob = eprob.prob
+    by_default = sensealg is None
     sensealg = sensealg or default_sensealg(opts.alg)
     backend = backend or _compute_backend(prob.u0)
     check_differentiable(opts, get_backend(backend).name, sensealg, prob.vjp, _has_jacobians(prob))
@@ -133,6 +136,7 @@ def solve_ensemble_traced(
         backend=backend,
         dtype=_host_dtype(prob.u0),
         sensealg=sensealg,
+        default_sensealg=by_default,
         jac=prob.jac,
         tgrad=prob.tgrad,
         paramjac=prob.paramjac,
