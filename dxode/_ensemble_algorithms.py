@@ -19,6 +19,7 @@ import numpy as np
 from . import _pytree
 from ._ensemble_batch import BatchResult, BatchSpec, solve_batch
 from ._ensemble_problem import EnsembleProblem
+from ._error_context import add_note
 from ._event_record import concat_records, replace_trajectories
 from ._problem import ODEProblem
 from ._retcode import ReturnCode
@@ -88,8 +89,8 @@ def finish_batch(
     for _ in range(_MAX_RERUNS):
         rerun = []
         for pos_in_current, pos in enumerate(pending):
-            value, again = eprob.output_func(
-                _trajectory_solution(current, pos_in_current, eprob, spec), int(indices[pos])
+            value, again = _output(
+                eprob, _trajectory_solution(current, pos_in_current, eprob, spec), int(indices[pos])
             )
             values[pos] = value
             if again:
@@ -105,6 +106,15 @@ def finish_batch(
         if spec.callback is not None:
             result.events = replace_trajectories(result.events, current.events, indices[pending])
     raise RuntimeError(f"output_func asked for more than {_MAX_RERUNS} reruns of a trajectory")
+
+
+def _output(eprob: EnsembleProblem, sol: ODESolution, index: int) -> Any:
+    """``output_func(sol, index)``; an exception it raises names the trajectory."""
+    try:
+        return eprob.output_func(sol, index)
+    except Exception as err:
+        add_note(err, f"raised by output_func for trajectory {index}")
+        raise
 
 
 def _copy_lane(into: BatchResult, pos: int, source: BatchResult, source_pos: int) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ._error_context import add_note
 from ._problem import ODEProblem
 from ._random import counter_uniform, trajectory_rng
 
@@ -164,11 +165,16 @@ class EnsembleProblem:
         """Trajectory ``index`` as its own ODEProblem (the per-trajectory path)."""
         if self.prob_func is None:
             return self.prob
-        if self._context_form:
-            ctx = TrajectoryContext(index, repeat, trajectory_rng(seed, index, repeat))
-            prob = self.prob_func(self.prob, ctx)
-        else:
-            prob = self.prob_func(self.prob, index, repeat)
+        try:
+            if self._context_form:
+                ctx = TrajectoryContext(index, repeat, trajectory_rng(seed, index, repeat))
+                prob = self.prob_func(self.prob, ctx)
+            else:
+                prob = self.prob_func(self.prob, index, repeat)
+        except Exception as err:
+            rerun = f" (rerun {repeat})" if repeat else ""
+            add_note(err, f"raised by prob_func for trajectory {index}{rerun}")
+            raise
         if not isinstance(prob, ODEProblem):
             raise TypeError(
                 f"prob_func must return an ODEProblem (e.g. prob.remake(p=...)), got "
