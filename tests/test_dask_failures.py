@@ -105,6 +105,33 @@ def test_a_failed_solve_stops_its_batches_and_releases_everything(client, tmp_pa
     assert "raised by prob_func for trajectory 37" in raised.value.__notes__
 
 
+def _slow_but_batch_one(prob, i, repeat):
+    """Every batch takes half a second but batch 1, which fails at once."""
+    if i == BATCH:
+        raise BoomError("batch 1 fails")
+    if i % BATCH == 0:
+        time.sleep(0.5)
+    return _varied(prob, i, repeat)
+
+
+def _executing(dask_worker):
+    return len(dask_worker.state.executing)
+
+
+def test_a_failed_solve_raises_once_none_of_its_batches_runs(client, tmp_path):
+    store = str(tmp_path / "ensemble.zarr")
+    eprob = EnsembleProblem(_prob(), prob_func=_slow_but_batch_one)
+    alg = EnsembleDask(client, output="zarr", store=store)
+    with pytest.raises(BoomError):
+        dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=32, batch_size=BATCH, **SOLVE)
+    # Batch 1 failed while another worker was in the middle of a batch: solve() waited for
+    # it (Dask cannot interrupt a running task), so nothing runs or writes any more.
+    assert set(client.run(_executing).values()) == {0}
+    chunks = _chunk_files(store)
+    time.sleep(0.5)
+    assert _chunk_files(store) == chunks
+
+
 def _raise_in(where):
     """EnsembleProblem keyword arguments whose ``where`` function raises for trajectory BAD."""
     if where == "prob_func":
