@@ -81,14 +81,31 @@ def _chunk_files(store):
     return sum(len(files) for _, _, files in os.walk(os.path.join(store, "u")))
 
 
-@pytest.mark.parametrize("output", ["memory", "dask", "zarr"])
+def _sum_last(acc, values, indices):
+    return acc + values[:, -1, :].sum(axis=0), False
+
+
+def _add(a, b):
+    return a + b
+
+
+@pytest.mark.parametrize("output", ["memory", "dask", "zarr", "tree reduction"])
 def test_a_failed_solve_stops_its_batches_and_releases_everything(client, tmp_path, output):
     starts = tmp_path / "starts"
     starts.mkdir()
     store = str(tmp_path / "ensemble.zarr")
     before = _scheduler_keys(client)
-    eprob = EnsembleProblem(_prob(), prob_func=_recording_prob_func(str(starts)))
-    alg = EnsembleDask(client, output=output, store=store if output == "zarr" else None)
+    reduced = {"reduction": _sum_last, "combine": _add, "u_init": np.zeros(3)}
+    eprob = EnsembleProblem(
+        _prob(),
+        prob_func=_recording_prob_func(str(starts)),
+        **(reduced if output == "tree reduction" else {}),
+    )
+    alg = EnsembleDask(
+        client,
+        output="memory" if output == "tree reduction" else output,
+        store=store if output == "zarr" else None,
+    )
     with pytest.raises(BoomError) as raised:
         dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=400, batch_size=BATCH, **SOLVE)
     started = len(os.listdir(starts))
@@ -193,6 +210,7 @@ def _killing_prob_func(marker, pids):
     return prob_func
 
 
+@pytest.mark.slow
 def test_the_problem_is_recomputed_when_every_worker_holding_it_dies(tmp_path):
     marker, pids = str(tmp_path / "killed"), tmp_path / "pids"
     eprob = EnsembleProblem(_prob(), prob_func=_killing_prob_func(marker, str(pids)))
@@ -218,6 +236,7 @@ def _always_killing_prob_func(prob, i, repeat):
     return _varied(prob, i, repeat)
 
 
+@pytest.mark.slow
 def test_a_batch_that_kills_every_worker_it_runs_on_is_named():
     import dask
 
