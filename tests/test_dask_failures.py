@@ -255,3 +255,19 @@ def test_a_batch_that_kills_every_worker_it_runs_on_is_named():
     ):
         dxode.solve(eprob, dxode.Tsit5(), c, trajectories=64, batch_size=BATCH, **SOLVE)
     assert raised.value.__notes__ == ["in batch 9 (trajectories 36-39) of an EnsembleDask solve"]
+
+
+def _decay_first_rate(u, p, t):
+    return -p[0] * u
+
+
+def test_a_large_problem_travels_once_without_a_large_graph_warning(client):
+    # 13 MB of per-trajectory parameters: Dask warns about graphs over 10 MB, but the
+    # problem is sent through the scheduler once on purpose (so that it can be recomputed).
+    rates = np.linspace(1.0, 2.0, 16)
+    p = np.repeat(rates[:, None], 100_000, axis=1)
+    prob = dxode.ODEProblem(_decay_first_rate, [1.0], (0.0, 1.0), p[0])
+    eprob = EnsembleProblem(prob, p=p)
+    sim = dxode.solve(eprob, dxode.Tsit5(), client, trajectories=16, batch_size=BATCH)
+    local = dxode.solve(eprob, dxode.Tsit5(), trajectories=16, batch_size=BATCH)
+    np.testing.assert_array_equal(sim.u, local.u)
