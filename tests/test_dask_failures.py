@@ -116,7 +116,9 @@ def test_a_failed_solve_stops_its_batches_and_releases_everything(client, tmp_pa
         _scheduler_keys(client) - before
     )
     time.sleep(0.5)
-    assert len(os.listdir(starts)) == started < 100  # no batch started after solve() raised
+    # No batch started after solve() raised. (Usually about 20 of the 100 batches have run
+    # then; not asserted, since Dask may run a failed batch's retries after the queue.)
+    assert len(os.listdir(starts)) == started
     if output == "zarr":
         assert _chunk_files(store) == chunks  # and none wrote a chunk afterwards
     assert "raised by prob_func for trajectory 37" in raised.value.__notes__
