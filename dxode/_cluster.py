@@ -8,6 +8,10 @@ from typing import Any
 
 __all__ = ["local_cluster", "worker_config"]
 
+# Loopback only (Dask's ":port" listens on every interface), on any free port, so that
+# clusters can run side by side.
+_DASHBOARD_ADDRESS = "127.0.0.1:0"
+
 
 def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwargs: Any) -> Any:
     """Start a local Dask cluster suited to dxode ensembles (use it as a context manager).
@@ -22,7 +26,12 @@ def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwar
     n_workers : int, optional
         Worker count; by default one per core (CPU) or per GPU.
     **kwargs
-        Passed on to ``LocalCluster`` / ``LocalCUDACluster``.
+        Passed on to ``LocalCluster`` / ``LocalCUDACluster``. The dashboard listens on
+        this machine only (``dashboard_address="127.0.0.1:0"``, a free port; see
+        ``cluster.dashboard_link``), also on a TLS cluster, whose dashboard is plain HTTP
+        unless Dask's ``distributed.scheduler.dashboard.tls`` settings give it a
+        certificate. Reach it from elsewhere through an SSH tunnel, or expose it on purpose
+        with e.g. ``dashboard_address="0.0.0.0:8787"``.
 
     Returns
     -------
@@ -52,7 +61,7 @@ def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwar
             return _cuda_cluster(n_workers, kwargs)
         kwargs.setdefault("threads_per_worker", 1)
         kwargs.setdefault("processes", True)
-        kwargs.setdefault("dashboard_address", ":0")  # any free port: clusters side by side
+        kwargs.setdefault("dashboard_address", _DASHBOARD_ADDRESS)
         return distributed.LocalCluster(n_workers=n_workers or os.cpu_count() or 1, **kwargs)
 
 
@@ -91,7 +100,7 @@ def _cuda_cluster(n_workers: int | None, kwargs: dict[str, Any]) -> Any:
         ) from exc
     if n_workers is not None:
         kwargs.setdefault("n_workers", n_workers)
-    kwargs.setdefault("dashboard_address", ":0")  # any free port: clusters may run side by side
+    kwargs.setdefault("dashboard_address", _DASHBOARD_ADDRESS)
     try:
         return LocalCUDACluster(**kwargs)
     except Exception as exc:  # NVML and CUDA errors come in many types

@@ -1,26 +1,33 @@
-"""Cancelling Dask batches: return only once no worker still runs them."""
+"""Cancelling Dask tasks: return once no worker still runs them, or say how many still do."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-__all__ = ["cancel_and_wait"]
+__all__ = ["STOP_WAIT_S", "cancel_and_wait"]
 
+STOP_WAIT_S = 60.0  # how long a cancelled solve waits for its tasks still running to end
 _POLL_S = 0.02
 
 
-def cancel_and_wait(client: Any, futures: list[Any]) -> None:
-    """Cancel ``futures`` and wait until no worker is computing any of their tasks.
+def cancel_and_wait(client: Any, futures: list[Any], timeout: float = STOP_WAIT_S) -> int:
+    """Cancel ``futures`` and wait, at most ``timeout`` seconds, until no worker is computing
+    any of their tasks; return how many still are then (0 once all have stopped).
 
-    A worker cannot interrupt a batch it is already computing: the cancelled task keeps its
-    thread until the batch ends. Returning only then keeps the cluster free for what comes
-    next, and a cluster closed right afterwards does not interrupt those tasks (which
-    ``distributed`` reports with a warning per task).
+    A worker cannot interrupt a task it is already computing: the cancelled task keeps its
+    thread until it ends. Returning only then keeps the cluster free for what comes next,
+    no result (a Zarr chunk, say) is written after the caller has moved on, and a cluster
+    closed right afterwards does not interrupt those tasks (which ``distributed`` reports
+    with a warning per task). Workers that do not answer are skipped.
     """
     keys = [future.key for future in futures]
     client.cancel(futures)
-    while any(client.run(_computing_any, keys, on_error="ignore").values()):
+    deadline = time.monotonic() + timeout
+    while True:
+        running = sum(client.run(_computing, keys, on_error="ignore").values())
+        if not running or time.monotonic() > deadline:
+            return running
         time.sleep(_POLL_S)
 
 
@@ -28,7 +35,7 @@ def cancel_and_wait(client: Any, futures: list[Any]) -> None:
 _RUNNING = frozenset({"executing", "long-running", "cancelled", "resumed"})
 
 
-def _computing_any(keys: list[Any], dask_worker: Any = None) -> bool:
-    """On a worker: whether it is still computing any of the tasks ``keys``."""
+def _computing(keys: list[Any], dask_worker: Any = None) -> int:
+    """On a worker: how many of the tasks ``keys`` it is still computing."""
     tasks = dask_worker.state.tasks
-    return any(key in tasks and tasks[key].state in _RUNNING for key in keys)
+    return sum(1 for key in keys if key in tasks and tasks[key].state in _RUNNING)

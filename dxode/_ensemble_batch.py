@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _pytree
 from ._ensemble_problem import BatchContext, EnsembleProblem
+from ._error_context import add_note, describe_trajectories
 from ._event_record import EventRecord, record_from_lanes
 from ._events import LaneEvents
 from ._integrator import LaneProblem, integrate
@@ -195,7 +196,11 @@ def _build_lanes(
             backend,
         )
     if eprob.batch_func is not None:
-        data = eprob.batch_func(prob, BatchContext(indices, repeat, seed))
+        try:
+            data = eprob.batch_func(prob, BatchContext(indices, repeat, seed))
+        except Exception as err:
+            add_note(err, f"raised by batch_func for {describe_trajectories(indices)}")
+            raise
         if not isinstance(data, dict) or not set(data) <= {"u0", "p", "tspan"}:
             raise TypeError("batch_func must return a dict with any of the keys 'u0', 'p', 'tspan'")
         return _lanes_from_arrays(data, prob, n, backend, take=None)

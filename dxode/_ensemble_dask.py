@@ -3,7 +3,8 @@
 Each batch is one task that runs the same function a local ``EnsembleArray`` batch runs
 (``finish_batch``), on the worker's backend. Batches are independent, so the scheduler
 balances them freely; when a worker dies, Dask recomputes its tasks elsewhere and the result
-is the same. Dask is imported only here, when an ``EnsembleDask`` runs.
+is the same. A solve that fails cancels all its tasks and releases their results before the
+error reaches the caller. Dask is imported only here, when an ``EnsembleDask`` runs.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._dask_cancel import cancel_and_wait
+from ._dask_cancel import STOP_WAIT_S, cancel_and_wait
 from ._ensemble_algorithms import AbstractEnsembleAlgorithm, EnsembleArray, finish_batch
-from ._ensemble_assemble import assemble
+from ._ensemble_assemble import _stack_values, assemble, batch_summary
 from ._ensemble_batch import BatchResult, BatchSpec
 from ._ensemble_problem import EnsembleProblem
 from ._ensemble_solution import EnsembleSolution, EnsembleStats
+from ._error_context import add_note, describe_trajectories
 from ._event_record import record_to_host
-from ._retcode import ReturnCode
 from .backends import to_host
 
 __all__ = ["EnsembleDask"]
@@ -148,31 +149,83 @@ class _Run:
         )
         self.token = uuid.uuid4().hex[:12]
         self._n = sum(len(b) for b in batches)
+        # Every future of this solve, in the lists that hold them (``None`` once released),
+        # so that a failure can cancel them all.
+        self._groups: list[list[Any]] = []
 
     def solve(self) -> EnsembleSolution:
-        eprob_future = self.client.scatter(self.eprob, broadcast=True, hash=False)
+        try:
+            return self._solve()
+        except BaseException as err:
+            self._abandon(err)
+            raise
+
+    def _solve(self) -> EnsembleSolution:
+        problem = self._problem_task()
         target = self._zarr_target() if self.alg.output == "zarr" else None
         reduce_on_workers = self.eprob.reduction is not None and self.eprob.combine is not None
-        futures = [
-            self.client.submit(
-                _dask_task,
-                eprob_future,
-                indices,
-                self.spec,
-                self.alg.backend,
-                target,
-                reduce_on_workers,
-                key=f"dxode-batch-{self.token}-{k}",
-                retries=2,
-            )
-            for k, indices in enumerate(self.batches)
-        ]
+        futures = self._track(
+            [
+                self.client.submit(
+                    _dask_task,
+                    problem,
+                    indices,
+                    self.spec,
+                    self.alg.backend,
+                    target,
+                    reduce_on_workers,
+                    key=f"dxode-batch-{self.token}-{k}",
+                    retries=2,
+                )
+                for k, indices in enumerate(self.batches)
+            ]
+        )
         if reduce_on_workers:
             return self._tree_reduce(futures)
         if self.alg.output == "memory":
-            results = _in_order(self.client, futures, self._progress())
+            results = self._in_order(futures)
             return assemble(self.eprob, results, self.spec.options.alg, self.spec.seed, self._n)
         return self._distributed(futures, target)
+
+    def _problem_task(self) -> Any:
+        """The EnsembleProblem as a task every batch depends on. Unlike scattered data, which
+        is lost for good when every worker holding it dies, the scheduler can recompute it."""
+        import dask
+
+        # Sent through the scheduler once, deliberately: no "large graph" warning for it.
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": sys.maxsize}):
+            future = self.client.submit(_problem, self.eprob, key=f"dxode-problem-{self.token}")
+        return self._track([future])[0]
+
+    def _track(self, futures: list[Any]) -> list[Any]:
+        """Remember ``futures`` (the list itself, which its users may clear) for ``_abandon``."""
+        self._groups.append(futures)
+        return futures
+
+    def _abandon(self, err: BaseException) -> None:
+        """After a failure: cancel every task of this solve, which also releases the results
+        the workers hold; after an error (not an interrupt) wait until none runs any more."""
+        futures = [f for group in self._groups for f in group if f is not None]
+        self._groups.clear()
+        if not futures:
+            return
+        try:
+            if not isinstance(err, Exception):  # an interrupt: cancel, do not wait
+                self.client.cancel(futures)
+                return
+            running = cancel_and_wait(self.client, futures)
+            if running:
+                add_note(
+                    err,
+                    f"{running} tasks of this EnsembleDask solve still ran on the workers "
+                    f"{STOP_WAIT_S:.0f} s later (Dask cannot interrupt a running task); "
+                    f"they finish in the background and their results are dropped",
+                )
+        except Exception as cleanup_err:  # never hide the error that ended the solve
+            add_note(err, f"cancelling the EnsembleDask solve's tasks failed: {cleanup_err!r}")
+
+    def _in_order(self, futures: list[Any]) -> Iterator[Any]:
+        return _in_order(self.client, futures, self.batches, self._progress())
 
     def _progress(self) -> bool:
         return self.alg.progress if self.alg.progress is not None else sys.stderr.isatty()
@@ -200,11 +253,13 @@ class _Run:
 
         if target is not None:
             return self._zarr_solution(futures, target)
-        metas = [
-            self.client.submit(_metadata, f, key=f"dxode-meta-{self.token}-{k}")
-            for k, f in enumerate(futures)
-        ]
-        done = list(_in_order(self.client, metas, self._progress()))
+        metas = self._track(
+            [
+                self.client.submit(_metadata, f, key=f"dxode-meta-{self.token}-{k}")
+                for k, f in enumerate(futures)
+            ]
+        )
+        done = list(self._in_order(metas))
         shape, dtype = _output_layout(self.eprob, self.spec, self._n)
         u = da.concatenate(
             [
@@ -222,19 +277,25 @@ class _Run:
     def _tree_reduce(self, futures: list[Any]) -> EnsembleSolution:
         """Combine per-batch partial reductions pairwise on the workers, in batch order."""
         combine = self.eprob.combine
-        level = [
-            self.client.submit(_partial, f, key=f"dxode-partial-{self.token}-{k}")
-            for k, f in enumerate(futures)
-        ]
+        level = self._track(
+            [
+                self.client.submit(_partial, f, key=f"dxode-partial-{self.token}-{k}")
+                for k, f in enumerate(futures)
+            ]
+        )
         depth = 0
         while len(level) > 1:
             pairs = [level[i : i + 2] for i in range(0, len(level), 2)]
-            level = [
-                self.client.submit(combine, *pair, key=f"dxode-combine-{self.token}-{depth}-{i}")
-                if len(pair) == 2
-                else pair[0]
-                for i, pair in enumerate(pairs)
-            ]
+            level = self._track(
+                [
+                    self.client.submit(
+                        combine, *pair, key=f"dxode-combine-{self.token}-{depth}-{i}"
+                    )
+                    if len(pair) == 2
+                    else pair[0]
+                    for i, pair in enumerate(pairs)
+                ]
+            )
             depth += 1
         summary = self._summaries(futures)
         return EnsembleSolution(
@@ -274,12 +335,14 @@ class _Run:
 
     def _summaries(self, futures: list[Any]) -> dict[str, Any]:
         """Return-code counts and step totals over all batches: O(1) memory on the driver."""
-        small = [
-            self.client.submit(_summary, f, key=f"dxode-summary-{self.token}-{k}")
-            for k, f in enumerate(futures)
-        ]
+        small = self._track(
+            [
+                self.client.submit(batch_summary, f, key=f"dxode-summary-{self.token}-{k}")
+                for k, f in enumerate(futures)
+            ]
+        )
         total: dict[str, Any] = {}
-        for part in _in_order(self.client, small, self._progress()):
+        for part in self._in_order(small):
             total.setdefault("t", part.pop("t"))
             for key, value in part.items():
                 total[key] = total[key] + value if key in total else value
@@ -303,9 +366,7 @@ def _dask_task(
         result.u = to_host(result.u)
     if reduce_here:
         values = result.values if eprob.output_func is not None else result.u
-        from ._ensemble_assemble import _stack_values
-
-        result.values = eprob.reduction(eprob.u_init, _stack_values(values), result.indices)[0]
+        result.values = eprob.reduce(eprob.u_init, _stack_values(values), result.indices)[0]
         result.u = None
     if target is not None:
         import zarr
@@ -322,14 +383,8 @@ def _dask_task(
 _PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject")
 
 
-def _summary(result: BatchResult) -> dict[str, Any]:
-    """A batch's return-code counts and step totals (and its save times)."""
-    t = result.t if result.t.ndim == 1 else result.t[0]
-    return {
-        "t": t,
-        "counts": np.bincount(result.retcode, minlength=len(ReturnCode)),
-        "totals": np.array([result.nf.sum(), result.naccept.sum(), result.nreject.sum()]),
-    }
+def _problem(eprob: EnsembleProblem) -> EnsembleProblem:
+    return eprob
 
 
 def _metadata(result: BatchResult) -> BatchResult:
@@ -360,8 +415,11 @@ def _output_layout(eprob: EnsembleProblem, spec: BatchSpec, n: int) -> tuple[tup
     return (n, n_save, *tuple(eprob.prob.u0.shape)), dtype
 
 
-def _in_order(client: Any, futures: list[Any], progress: bool) -> Iterator[BatchResult]:
-    """Batch results in submission order, as they complete; cancels the rest if abandoned."""
+def _in_order(
+    client: Any, futures: list[Any], batches: list[range], progress: bool
+) -> Iterator[Any]:
+    """Results of the per-batch ``futures`` in batch order, as they complete; raises the
+    first batch's error as soon as it arrives, and cancels the rest if abandoned."""
     from distributed import as_completed
 
     bar = _progress_bar(len(futures)) if progress else None
@@ -370,7 +428,10 @@ def _in_order(client: Any, futures: list[Any], progress: bool) -> Iterator[Batch
     next_k = 0
     try:
         for future in as_completed(futures, loop=client.loop):
-            ready[position[future.key]] = future
+            k = position[future.key]
+            if future.status != "finished":
+                _raise_for_batch(future, k, batches[k])
+            ready[k] = future
             if bar is not None:
                 bar.update(1)
             while next_k in ready:
@@ -383,6 +444,16 @@ def _in_order(client: Any, futures: list[Any], progress: bool) -> Iterator[Batch
         pending = [f for f in futures if f is not None and not f.done()]
         if pending:
             cancel_and_wait(client, pending)
+
+
+def _raise_for_batch(future: Any, k: int, batch: range) -> None:
+    """Raise a failed batch's error (the user's exception, or Dask's ``KilledWorker``),
+    noting the batch."""
+    try:
+        future.result()
+    except Exception as err:
+        add_note(err, f"in batch {k} ({describe_trajectories(batch)}) of an EnsembleDask solve")
+        raise
 
 
 def _progress_bar(total: int) -> Any:

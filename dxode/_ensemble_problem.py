@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ._error_context import add_note
 from ._problem import ODEProblem
 from ._random import counter_uniform, trajectory_rng
 
@@ -170,9 +171,9 @@ class EnsembleProblem:
                 prob = self.prob_func(self.prob, ctx)
             else:
                 prob = self.prob_func(self.prob, index, repeat)
-        except Exception as exc:  # e.g. remake rejecting a value: say which trajectory
-            if hasattr(exc, "add_note"):  # Python 3.11+
-                exc.add_note(f"raised by prob_func for trajectory {index} (repeat {repeat})")
+        except Exception as err:
+            rerun = f" (rerun {repeat})" if repeat else ""
+            add_note(err, f"raised by prob_func for trajectory {index}{rerun}")
             raise
         if not isinstance(prob, ODEProblem):
             raise TypeError(
@@ -182,11 +183,15 @@ class EnsembleProblem:
         return prob
 
     def output(self, sol: Any, index: int) -> tuple[Any, bool]:
-        """``output_func(sol, index)``, checked to be a pair ``(value, rerun)``."""
+        """``output_func(sol, index)``, checked to be a pair ``(value, rerun)``; an exception it
+        raises names the trajectory."""
         assert self.output_func is not None
-        value, rerun = _pair(
-            "output_func", "(value, rerun)", self.output_func(sol, index), "rerun=False"
-        )
+        try:
+            result = self.output_func(sol, index)
+        except Exception as err:
+            add_note(err, f"raised by output_func for trajectory {index}")
+            raise
+        value, rerun = _pair("output_func", "(value, rerun)", result, "rerun=False")
         return value, bool(rerun)
 
     def reduce(self, acc: Any, values: Any, indices: np.ndarray) -> tuple[Any, bool]:

@@ -238,6 +238,23 @@ def test_tls_secured_cluster(reference):
     np.testing.assert_array_equal(sim.u, reference.u)
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+def test_the_dashboard_listens_on_this_machine_only(tls):
+    import ipaddress
+
+    import psutil
+
+    kwargs = {"security": distributed.Security.temporary(), "protocol": "tls"} if tls else {}
+    with dxode.local_cluster(n_workers=1, **kwargs) as cluster:
+        port = cluster.scheduler.http_server.port
+        bound = [
+            c.laddr.ip
+            for c in psutil.Process().net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        ]
+    assert bound and all(ipaddress.ip_address(ip).is_loopback for ip in bound), bound
+
+
 def test_bad_dask_options():
     with pytest.raises(ValueError, match="output must be"):
         EnsembleDask(output="disk")
