@@ -298,3 +298,18 @@ def test_gradients_through_an_f_with_a_constant_row(ensemble):
     u0s = np.array([[0.0, 1.0], [2.0, -3.0], [1.0, 5.0]])[: 3 if ensemble else 1]
     expected = np.tile([len(times), sum(times)], (len(u0s), 1))
     np.testing.assert_allclose(autograd.grad(loss)(u0s), expected, rtol=1e-12)
+
+
+def test_an_f_that_changes_shape_fails_under_gradients_too():
+    # The lane RHS of a differentiated ensemble checks every result's shape, as a plain one does.
+    def f(u, p, t):
+        return -p[0] * u if float(np.max(t)) < 0.5 else -p[0] * u[:1]
+
+    def loss(theta):
+        eprob = dxode.EnsembleProblem(
+            dxode.ODEProblem(f, [1.0, 2.0], (0.0, 1.0), [theta[0]]), u0=np.ones((3, 2))
+        )
+        return anp.sum(dxode.solve(eprob, saveat=[1.0]).u)
+
+    with pytest.raises(ValueError, match="shape"):
+        autograd.grad(loss)(np.array([1.0]))

@@ -18,7 +18,7 @@ from .._integrator import LaneProblem, integrate
 from .._jacobian import Derivatives, LaneFunction
 from .._options import SolverOptions
 from .._retcode import ReturnCode
-from .._rhs import as_array, checked_first_call
+from .._rhs import checked_first_call, lane_rhs, single_lane_rhs
 from .._solvers import ExplicitRungeKutta
 from ..backends import get_backend, to_host
 from . import _continuous_adjoint, _forward_sensitivity, _stability
@@ -353,8 +353,6 @@ def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
             static.f, static.jac, static.tgrad, static.vjp, single_lane=static.single_lane
         )
     if static.single_lane:
-        from .._rhs import single_lane_rhs
-
         p = _pytree.rebuild(static.p_template, leaves)
         rhs = single_lane_rhs(backend, static.f, p)
         if derivatives is not None:
@@ -363,7 +361,7 @@ def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
 
     def rhs_for(params: tuple) -> Any:
         p_now = _pytree.rebuild(static.p_template, substituted(leaves, lane_positions, params))
-        rhs = lambda u, t, out=None: as_array(backend, static.f(u, p_now, t), out=out)
+        rhs = lane_rhs(backend, static.f, p_now)
         return rhs if derivatives is None else LaneFunction(rhs, p_now, derivatives)
 
     return rhs_for
