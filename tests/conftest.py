@@ -56,3 +56,16 @@ def to_numpy(x) -> np.ndarray:
     if hasattr(x, "get"):
         return x.get()
     return np.from_dlpack(x)
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A ``distributed.Client`` on a two-worker local cluster of processes, one per module."""
+    distributed = pytest.importorskip("distributed", reason="needs dxode[dask]")
+    import dxode
+
+    with (
+        dxode.local_cluster(n_workers=2) as cluster,
+        distributed.Client(cluster, set_as_default=False) as c,
+    ):
+        yield c

@@ -34,15 +34,6 @@ def _eprob(**kwargs):
 
 
 @pytest.fixture(scope="module")
-def client():
-    with (
-        dxode.local_cluster(n_workers=2) as cluster,
-        distributed.Client(cluster, set_as_default=False) as c,
-    ):
-        yield c
-
-
-@pytest.fixture(scope="module")
 def reference():
     return dxode.solve(_eprob(), dxode.Tsit5(), trajectories=N, **SOLVE)
 

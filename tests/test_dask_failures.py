@@ -41,15 +41,6 @@ def _varied(prob, i, repeat):
     return prob.remake(p=_p(i))
 
 
-@pytest.fixture(scope="module")
-def client():
-    with (
-        dxode.local_cluster(n_workers=2) as cluster,
-        distributed.Client(cluster, set_as_default=False) as c,
-    ):
-        yield c
-
-
 def _scheduler_keys(client):
     return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks)))
 
