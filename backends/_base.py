@@ -58,6 +58,31 @@ def row_mismatch(index: int, row: Any, target: tuple[int, ...]) -> str:
     )
 
 
+def check_row(index: int, row: Any, target: tuple[int, ...]) -> None:
+    """Raise unless ``row`` fills a row of shape ``target`` without guessing.
+
+    A number or a 0-d array is a constant row; an array must have the row's shape exactly
+    (one element will do for a scalar row). A row of another shape that merely broadcasts,
+    such as ``u[0][:1]`` beside lanes of shape ``(L,)``, would copy one lane's value into all
+    of them. Nested lists (rows of a Jacobian) are left to the stacking.
+    """
+    if row is None or isinstance(row, (str, bytes)):
+        raise TypeError(
+            f"row {index} of the right-hand side's result is {type(row).__name__}; each row "
+            f"must be a number or an array of the state's row shape {target}"
+        )
+    shape = getattr(row, "shape", None)
+    if shape is None or shape == target or shape == ():
+        return
+    if target == () and math.prod(shape) == 1:
+        return
+    raise ValueError(
+        row_mismatch(index, row, target).replace("does not broadcast to", "is not")
+        + ": return a number for a constant row (p[0], not a one-element slice), or an array"
+        " of the row's shape"
+    )
+
+
 class Backend(abc.ABC):
     """One array library (and device) that dxode can compute on.
 
@@ -117,6 +142,8 @@ class Backend(abc.ABC):
         """
         xp = self.xp
         target = row_shape(rows, out.shape if out is not None else shape)
+        for i, row in enumerate(rows):
+            check_row(i, row, target)
         converted = [
             row if isinstance(row, (int, float)) or hasattr(row, "dtype") else xp.asarray(row)
             for row in rows

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._base import Array, Backend, ordered_sum, row_mismatch, row_shape
+from ._base import Array, Backend, check_row, ordered_sum, row_mismatch, row_shape
 
 # States (times lanes) from these sizes on reuse a scratch array for the stage products, and
 # combine stages term by term, in place.
@@ -74,6 +74,8 @@ class NumpyBackend(Backend):
         self, rows: Any, out: Array | None = None, shape: tuple[int, ...] | None = None
     ) -> Array:
         target = row_shape(rows, out.shape if out is not None else shape)
+        for i, row in enumerate(rows):
+            check_row(i, row, target)
         if out is None:
             if not rows:
                 return np.asarray(rows)

@@ -192,6 +192,11 @@ class EnsembleProblem:
             add_note(err, f"raised by output_func for trajectory {index}")
             raise
         value, rerun = _pair("output_func", "(value, rerun)", result, "rerun=False")
+        if not isinstance(rerun, (bool, np.bool_)):
+            raise TypeError(
+                f"output_func must return (value, rerun) with rerun a bool (True to solve "
+                f"trajectory {index} again), got rerun={rerun!r}"
+            )
         return value, bool(rerun)
 
     def reduce(self, acc: Any, values: Any, indices: np.ndarray) -> tuple[Any, bool]:

@@ -17,6 +17,7 @@ from typing import Any
 from ._callbacks import CallbackSet, ContinuousCallback, DiscreteCallback, PresetTimeCallback
 from ._event_roots import bracket_root
 from ._rhs import as_array
+from .backends import to_host
 
 Array = Any
 
@@ -385,12 +386,29 @@ class EventHandler:
                     f"callback {k}: a ContinuousCallback condition returns values whose zero "
                     f"crossings are events, not bools (use DiscreteCallback for a test)"
                 )
-            return out if out.dtype == self._dtype else xp.astype(out, self._dtype)
+            out = out if out.dtype == self._dtype else xp.astype(out, self._dtype)
+            self._check_no_nan(k, out, u, t)
+            return out
         if not xp.isdtype(out.dtype, "bool"):
             raise TypeError(
                 f"callback {k}: a DiscreteCallback condition must return bools, got {out.dtype}"
             )
         return out
+
+    def _check_no_nan(self, k: int, values: Array, u: Array, t: Array) -> None:
+        """Raise if a condition is NaN on a lane whose state is finite (it has no sign, so no
+        crossing could be found, and the lane would crawl). A lane whose state has itself
+        become non-finite is left to fail with its own return code."""
+        xp = self._xp
+        finite = xp.all(xp.isfinite(u), axis=tuple(range(u.ndim - 1)))
+        bad = xp.isnan(values) & finite
+        if bool(xp.any(bad)):
+            at = float(to_host(t)[to_host(bad)][0])
+            raise ValueError(
+                f"callback {k}: the ContinuousCallback condition returned NaN at t = {at:g} "
+                f"for a finite state; it must return real numbers whose zero crossings are the "
+                f"events"
+            )
 
     def _terminate(self, k: int, cb: Any, u: Array, t: Array, params: tuple[Array, ...]) -> Array:
         out = self._per_lane(k, "terminate", self._call(cb.terminate, u, t, params), t.shape[0])

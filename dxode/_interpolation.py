@@ -46,6 +46,8 @@ class DenseOutput:
         scalar = tq.ndim == 0
         tq = xp.reshape(tq, (-1,))
         lo, hi = float(self.t_start), float(self.t_end)
+        if bool(xp.any(xp.isnan(tq))):
+            raise ValueError("cannot interpolate at t = nan: give times in the solved span")
         outside = (d * (tq - lo) < 0) | (d * (tq - hi) > 0)
         if bool(xp.any(outside)):
             raise ValueError(f"cannot interpolate outside the solved span [{lo}, {hi}]")

@@ -16,6 +16,12 @@ SCIPY_ORDER = (
     "to f(u, p, t)"
 )
 
+TRACED_CLOSURE = (
+    "f(u, p, t) returned a value autograd is tracing although u and p are plain: f uses a "
+    "variable being differentiated from outside (a closure); pass it in p, "
+    "ODEProblem(f, u0, tspan, p), so that dxode differentiates the solve with respect to it"
+)
+
 
 def as_array(
     backend: Any, value: Any, out: Array | None = None, shape: tuple[int, ...] | None = None
@@ -35,11 +41,15 @@ def as_array(
 def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t: Array) -> Array:
     """Call ``f(u, p, t)`` once and check what it returns before any integration work."""
     try:
-        out = as_array(backend, f(u, p, t), shape=tuple(u.shape))
+        raw = f(u, p, t)
+        traced = _is_traced_result(raw)
+        out = raw if traced else as_array(backend, raw, shape=tuple(u.shape))
     except Exception as exc:
         if _takes_scipy_order(backend, f, u, p, t):
             raise TypeError(SCIPY_ORDER) from exc
         raise
+    if traced:
+        raise TypeError(TRACED_CLOSURE)
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
         if _takes_scipy_order(backend, f, u, p, t):
             raise TypeError(SCIPY_ORDER)
@@ -67,20 +77,43 @@ def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
     return out
 
 
+def _is_traced_result(value: Any) -> bool:
+    """Whether ``f`` returned values autograd is tracing (while its arguments are plain)."""
+    from autograd.tracer import isbox
+
+    if type(value) in (list, tuple):
+        return any(isbox(row) for row in value)
+    return isbox(value)
+
+
 def _takes_scipy_order(backend: Any, f: Callable[..., Any], u: Array, p: Any, t: Array) -> bool:
     """Whether ``f(t, u, p)`` (SciPy's order) works where ``f(u, p, t)`` did not.
 
     Called only once ``f(u, p, t)`` has failed; it returns du/dt of ``u``'s shape exactly
     when ``f`` was written in SciPy's order.
     """
+    # One time as a scalar, as SciPy passes it: with the lanes' times (L,) an f(u, p, t) that
+    # merely failed on u (say, u[1] on array_api_strict lanes) could index t and pass.
+    scalar_t = t[0] if getattr(t, "ndim", 0) == 1 else t
     try:
-        value = as_array(backend, f(t, u, p), shape=tuple(u.shape))
+        value = as_array(backend, f(scalar_t, u, p), shape=tuple(u.shape))
     except Exception:
         return False
     return hasattr(value, "shape") and tuple(value.shape) == tuple(u.shape)
 
 
-def _shape_changed(value: Any, u: Array) -> ValueError:
+def _changed(value: Any, u: Array) -> bool:
+    """Whether an RHS result is not of ``u``'s shape and dtype (two comparisons a call)."""
+    return getattr(value, "shape", None) != u.shape or getattr(value, "dtype", None) != u.dtype
+
+
+def _changed_result(value: Any, u: Array) -> Exception:
+    """The error for a result that no longer has the state's shape or dtype (as at first)."""
+    if hasattr(value, "shape") and tuple(value.shape) == tuple(u.shape):
+        return TypeError(
+            f"f(u, p, t) returned dtype {value.dtype} for a {u.dtype} state after returning "
+            f"{u.dtype} before; f must return du/dt in u's dtype on every call"
+        )
     got = f"shape {tuple(value.shape)}" if hasattr(value, "shape") else type(value).__name__
     return ValueError(
         f"f(u, p, t) returned {got} for a state of shape {tuple(u.shape)} after returning "
@@ -97,8 +130,8 @@ def lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
 
     def rhs(u: Array, t: Array, out: Array | None = None) -> Array:
         value = as_array(backend, f(u, p, t), out=out, shape=u.shape)
-        if getattr(value, "shape", None) != u.shape:
-            raise _shape_changed(value, u)
+        if _changed(value, u):
+            raise _changed_result(value, u)
         return value
 
     return rhs
@@ -121,15 +154,15 @@ def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
             value = as_array(backend, f(state, p, t[0]), out=view, shape=state.shape)
             if value is view and out is not None:
                 return out
-            if getattr(value, "shape", None) != state.shape:
-                raise _shape_changed(value, state)
+            if _changed(value, state):
+                raise _changed_result(value, state)
             return value[..., None]
         columns = []
         for i in range(u.shape[-1]):
             state = u[..., i]
             value = as_array(backend, f(state, p, t[i]), shape=state.shape)
-            if getattr(value, "shape", None) != state.shape:
-                raise _shape_changed(value, state)
+            if _changed(value, state):
+                raise _changed_result(value, state)
             columns.append(value)
         return xp.stack(columns, axis=-1)
 

@@ -317,3 +317,115 @@ def test_trajectories_default_to_the_per_trajectory_arrays():
 def test_oscillator_lists_still_work_on_one_trajectory():
     sol = dxode.solve(dxode.ODEProblem(oscillator, [1.0, 0.0], (0.0, 1.0)), saveat=[1.0])
     np.testing.assert_allclose(sol.u[-1], [np.cos(1.0), -np.sin(1.0)], rtol=1e-3)
+
+
+# ---- found by a second round of outside-style testing -----------------------------------------
+
+
+def _switching(first, later, calls=2):
+    """An f returning ``first(u)`` for its first ``calls`` calls, then ``later(u)``."""
+    count = [0]
+
+    def f(u, p, t):
+        count[0] += 1
+        return first(u) if count[0] <= calls else later(u)
+
+    return f
+
+
+def test_a_one_element_row_is_not_stretched_across_lanes():
+    # -u[0][:1] has shape (1,): broadcasting it would give every trajectory the first one's value.
+    prob = dxode.ODEProblem(lambda u, p, t: [u[1], -u[0][:1]], [1.0, 0.0], (0.0, 1.0))
+    eprob = EnsembleProblem(prob, u0=np.array([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]]))
+    with pytest.raises(ValueError, match=r"row 1 .* shape \(1,\).*a number for a constant row"):
+        dxode.solve(eprob, saveat=[1.0])
+    matrix = dxode.ODEProblem(lambda u, p, t: [u[1], -u[0][:1]], np.ones((2, 3)), (0.0, 1.0))
+    with pytest.raises(ValueError, match=r"row 1 .* shape \(1,\)"):
+        dxode.solve(matrix)
+
+
+def test_a_one_element_parameter_row_still_fills_a_scalar_row():
+    prob = dxode.ODEProblem(lambda u, p, t: [u[1], -p], [0.0, 0.0], (0.0, 1.0), np.array([2.0]))
+    sol = dxode.solve(prob, saveat=[1.0])
+    np.testing.assert_allclose(sol.u[-1], [-1.0, -2.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("row", [None, "a"], ids=["None", "str"])
+@pytest.mark.parametrize("later", [False, True], ids=["first-call", "later-call"])
+def test_a_row_that_is_not_a_number_fails(row, later):
+    first = (lambda u: [u[1], -u[0]]) if later else (lambda u: [u[1], row])
+    f = _switching(first, lambda u: [u[1], row])
+    with pytest.raises(TypeError, match=f"row 1 .* is {type(row).__name__}"):
+        dxode.solve(dxode.ODEProblem(f, [1.0, 0.0], (0.0, 1.0)))
+
+
+@pytest.mark.parametrize("ensemble", [False, True], ids=["single", "ensemble"])
+def test_f_changing_dtype_after_the_first_call_fails(ensemble):
+    f = _switching(lambda u: -u, lambda u: np.ones(u.shape, dtype=np.int64))
+    prob = dxode.ODEProblem(f, [1.0, 1.0], (0.0, 1.0))
+    target = EnsembleProblem(prob, u0=np.ones((3, 2))) if ensemble else prob
+    with pytest.raises(TypeError, match="returned dtype int64 for a float64 state after"):
+        dxode.solve(target)
+
+
+def test_a_nan_condition_fails_at_once_instead_of_crawling():
+    cb = ContinuousCallback(lambda u, p, t: u[0] * np.nan, lambda u, p, t, f: u)
+    with pytest.raises(ValueError, match="condition returned NaN at t = 0"):
+        dxode.solve(dxode.ODEProblem(oscillator, [1.0, 0.0], (0.0, 1.0)), callback=cb)
+    later = ContinuousCallback(lambda u, p, t: np.where(t > 0.5, np.nan, u[0]), lambda *a: a[0])
+    eprob = EnsembleProblem(
+        dxode.ODEProblem(oscillator, [1.0, 0.0], (0.0, 1.0)), u0=np.ones((3, 2))
+    )
+    with pytest.raises(ValueError, match="condition returned NaN"):
+        dxode.solve(eprob, callback=later)
+
+
+def test_a_nan_condition_on_a_diverged_lane_leaves_that_lane_its_own_retcode():
+    # u' = u^2 blows up before t = 1 for u0 = 2 only; the condition is NaN once u is.
+    cb = ContinuousCallback(lambda u, p, t: u[0] - 100.0, lambda u, p, t, f: u)
+    eprob = EnsembleProblem(
+        dxode.ODEProblem(lambda u, p, t: u * u, [0.1], (0.0, 1.0)), u0=np.array([[0.1], [2.0]])
+    )
+    sim = dxode.solve(eprob, callback=cb, saveat=[1.0])
+    assert sim[0].retcode == dxode.ReturnCode.Success
+    assert sim[1].retcode != dxode.ReturnCode.Success
+
+
+def test_an_array_api_index_error_is_not_blamed_on_argument_order():
+    xps = pytest.importorskip("array_api_strict")
+    prob = dxode.ODEProblem(lambda u, p, t: [u[1], -9.81], xps.asarray([1.0, 0.0]), (0.0, 1.0))
+    with pytest.raises(IndexError):
+        dxode.solve(EnsembleProblem(prob, u0=xps.ones((3, 2))))
+
+
+def test_scipy_argument_order_is_still_recognised_in_ensembles():
+    prob = dxode.ODEProblem(lambda t, y, p: [y[1], -y[0]], [1.0, 0.0], (0.0, 1.0))
+    with pytest.raises(TypeError, match="SciPy's order"):
+        dxode.solve(EnsembleProblem(prob, u0=np.ones((3, 2))))
+
+
+def test_an_f_closing_over_a_differentiated_variable_says_to_use_p():
+    autograd = pytest.importorskip("autograd")
+    anp = pytest.importorskip("autograd.numpy")
+
+    def loss(k):
+        prob = dxode.ODEProblem(lambda u, p, t: [u[1], -k * u[0]], np.array([1.0, 0.0]), (0, 1))
+        return anp.sum(dxode.solve(prob, saveat=[1.0]).u)
+
+    with pytest.raises(TypeError, match="pass it in p"):
+        autograd.grad(loss)(1.0)
+
+
+def test_output_func_rerun_must_be_a_bool():
+    eprob = EnsembleProblem(
+        dxode.ODEProblem(oscillator, [1.0, 0.0], (0.0, 1.0)),
+        output_func=lambda sol, i: (sol.u[-1], "no"),
+    )
+    with pytest.raises(TypeError, match="rerun a bool"):
+        dxode.solve(eprob, trajectories=2)
+
+
+def test_interpolating_at_nan_fails():
+    sol = dxode.solve(dxode.ODEProblem(oscillator, [1.0, 0.0], (0.0, 1.0)))
+    with pytest.raises(ValueError, match="nan"):
+        sol(np.nan)
