@@ -8,6 +8,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from ._validation import refuse_traced
 from .backends import to_host
 
 # The most points a ``saveat`` interval may make (explicit arrays of times are not limited).
@@ -23,6 +24,7 @@ def save_times(saveat: Any, t0: float, t1: float) -> np.ndarray | None:
     """
     if saveat is None:
         return None
+    refuse_traced("saveat", saveat)
     direction = 1.0 if t1 > t0 else -1.0
     if np.ndim(saveat) == 0:
         interval = float(saveat)
@@ -48,6 +50,7 @@ def stop_times(tstops: Any, t0: float, t1: float) -> np.ndarray | None:
     """``tstops`` validated: times the integrator must step to exactly, inside the span."""
     if tstops is None:
         return None
+    refuse_traced("tstops", tstops)
     direction = 1.0 if t1 > t0 else -1.0
     grid = _checked_grid("tstops", tstops, t0, t1, direction)
     return grid if grid.size else None

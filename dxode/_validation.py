@@ -99,11 +99,25 @@ def _leaves(path: str, tree: Any) -> list[tuple[str, Any]]:
     return [(path, tree)]
 
 
+def refuse_traced(name: str, value: Any) -> None:
+    """Raise if autograd is differentiating ``value`` (a time, or a sequence of times)."""
+    from autograd.tracer import isbox
+
+    items = value if type(value) in (list, tuple) else (value,)
+    if any(isbox(item) for item in items):
+        raise TypeError(
+            f"{name} is being differentiated by autograd, but dxode differentiates solves "
+            f"with respect to u0 and p only: pass {name} as plain numbers (to fit a time "
+            f"scale, put it in p and rescale time inside f)"
+        )
+
+
 def as_tspan(tspan: Any) -> tuple[float, float]:
     """``(t0, t1)`` as finite floats with ``t0 != t1``."""
     try:
         t0, t1 = (float(t) for t in tspan)
     except (TypeError, ValueError) as exc:
+        refuse_traced("tspan", tuple(tspan) if isinstance(tspan, (list, tuple)) else tspan)
         raise ValueError(f"tspan must be a pair (t0, t1) of numbers, got {tspan!r}") from exc
     if not (math.isfinite(t0) and math.isfinite(t1)):
         raise ValueError(f"tspan must be finite, got {(t0, t1)}")

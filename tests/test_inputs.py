@@ -429,3 +429,31 @@ def test_interpolating_at_nan_fails():
     sol = dxode.solve(dxode.ODEProblem(oscillator, [1.0, 0.0], (0.0, 1.0)))
     with pytest.raises(ValueError, match="nan"):
         sol(np.nan)
+
+
+@pytest.mark.parametrize("what", ["saveat", "tspan", "tstops"])
+def test_differentiating_with_respect_to_times_says_what_dxode_differentiates(what):
+    autograd = pytest.importorskip("autograd")
+    anp = pytest.importorskip("autograd.numpy")
+
+    def loss(T):
+        tspan = (0.0, T) if what == "tspan" else (0.0, 2.0)
+        prob = dxode.ODEProblem(oscillator, np.array([1.0, 0.0]), tspan)
+        times = {"saveat": anp.array([T]), "tstops": [T]}.get(what)
+        options = {what: times} if what != "tspan" else {}
+        return anp.sum(dxode.solve(prob, **{"saveat": [1.0], **options}).u)
+
+    with pytest.raises(TypeError, match=rf"{what} is being differentiated.*u0 and p only"):
+        autograd.grad(loss)(1.0)
+
+
+def test_dense_output_of_a_differentiated_solve_points_to_saveat():
+    autograd = pytest.importorskip("autograd")
+    anp = pytest.importorskip("autograd.numpy")
+
+    def loss(k):
+        prob = dxode.ODEProblem(lambda u, p, t: [u[1], -p * u[0]], np.array([1.0, 0.0]), (0, 1), k)
+        return anp.sum(dxode.solve(prob)(0.5))
+
+    with pytest.raises(ValueError, match=r"differentiated solve has none.*saveat"):
+        autograd.grad(loss)(1.0)
