@@ -77,9 +77,9 @@ def check_row(index: int, row: Any, target: tuple[int, ...]) -> None:
     if target == () and math.prod(shape) == 1:
         return
     raise ValueError(
-        row_mismatch(index, row, target).replace("does not broadcast to", "is not")
-        + ": return a number for a constant row (p[0], not a one-element slice), or an array"
-        " of the row's shape"
+        f"row {index} of the right-hand side's result has shape {tuple(shape)}, which is not "
+        f"the state's row shape {target}: return a number for a constant row (p[0], not a "
+        f"one-element slice), or an array of the row's shape"
     )
 
 

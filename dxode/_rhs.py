@@ -124,8 +124,8 @@ def _changed_result(value: Any, u: Array) -> Exception:
 def lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
     """Lane RHS for a batch of lanes: ``f`` sees the lanes-last batch ``u`` ``(*shape, L)``.
 
-    Every call's result is checked against ``u``'s shape (one tuple comparison), so an ``f``
-    whose result changes shape fails instead of being broadcast into a wrong answer.
+    Every call's result is checked against ``u``'s shape and dtype (two comparisons), so an
+    ``f`` whose result changes fails instead of being broadcast or cast into a wrong answer.
     """
 
     def rhs(u: Array, t: Array, out: Array | None = None) -> Array:
@@ -142,7 +142,7 @@ def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
 
     With more than one lane (dense output evaluated at several times of a method whose
     interpolant needs extra stages) ``f`` is called once per lane. Every result is checked
-    against the state's shape, as in ``lane_rhs``.
+    against the state's shape and dtype, as in ``lane_rhs``.
     """
 
     xp = backend.xp

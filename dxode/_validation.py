@@ -117,7 +117,7 @@ def as_tspan(tspan: Any) -> tuple[float, float]:
     try:
         t0, t1 = (float(t) for t in tspan)
     except (TypeError, ValueError) as exc:
-        refuse_traced("tspan", tuple(tspan) if isinstance(tspan, (list, tuple)) else tspan)
+        refuse_traced("tspan", tspan)
         raise ValueError(f"tspan must be a pair (t0, t1) of numbers, got {tspan!r}") from exc
     if not (math.isfinite(t0) and math.isfinite(t1)):
         raise ValueError(f"tspan must be finite, got {(t0, t1)}")
