@@ -36,7 +36,7 @@ import autograd.numpy as anp
 import numpy as np
 
 import dxode
-from dxode._lorenz import lorenz_jac, lorenz_paramjac
+from dxode.demo.lorenz import lorenz_jac, lorenz_paramjac
 
 N = 1000
 T1 = 10.0

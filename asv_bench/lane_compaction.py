@@ -1,7 +1,7 @@
 """What retiring finished lanes buys: a heterogeneous ensemble with and without compaction.
 
 Lanes that reach their end (or fail) are dropped from the working set once they are a quarter
-of it (``dxode._integrator._COMPACT_FRACTION``). This script times a batch whose trajectories
+of it (``dxode.integrator.loop._COMPACT_FRACTION``). This script times a batch whose trajectories
 need very different numbers of steps with that default and with compaction switched off
 (retired lanes then ride along, masked, until the whole batch ends)::
 
@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import dxode
-import dxode._integrator as integrator
+import dxode.integrator.loop as integrator
 
 
 def lorenz(u, p, t):

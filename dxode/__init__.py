@@ -4,102 +4,102 @@ The public surface lives here; everything else is private (``dxode._name``) exce
 ``dxode.backends`` subpackage.
 """
 
-from ._callbacks import CallbackSet as CallbackSet
-from ._callbacks import ContinuousCallback as ContinuousCallback
-from ._callbacks import DiscreteCallback as DiscreteCallback
-from ._callbacks import PresetTimeCallback as PresetTimeCallback
-from ._cluster import local_cluster as local_cluster
-from ._cluster import worker_config as worker_config
-from ._controllers import (
-    AbstractController as AbstractController,
-)
-from ._controllers import (
-    IController as IController,
-)
-from ._controllers import (
-    PIController as PIController,
-)
-from ._controllers import (
-    PIDController as PIDController,
-)
-from ._ensemble_algorithms import (
-    AbstractEnsembleAlgorithm as AbstractEnsembleAlgorithm,
-)
-from ._ensemble_algorithms import (
-    EnsembleArray as EnsembleArray,
-)
-from ._ensemble_algorithms import (
-    EnsembleSerial as EnsembleSerial,
-)
-from ._ensemble_dask import EnsembleDask as EnsembleDask
-from ._ensemble_problem import (
-    BatchContext as BatchContext,
-)
-from ._ensemble_problem import (
-    EnsembleProblem as EnsembleProblem,
-)
-from ._ensemble_problem import (
-    TrajectoryContext as TrajectoryContext,
-)
-from ._ensemble_solution import (
-    EnsembleSolution as EnsembleSolution,
-)
-from ._ensemble_solution import (
-    EnsembleStats as EnsembleStats,
-)
-from ._ensemble_solution import (
-    EnsembleSummary as EnsembleSummary,
-)
-from ._event_record import EventRecord as EventRecord
 from ._problem import ODEProblem as ODEProblem
 from ._retcode import ReturnCode as ReturnCode
-from ._sensitivity import BacksolveAdjoint as BacksolveAdjoint
-from ._sensitivity import DiscreteAdjoint as DiscreteAdjoint
-from ._sensitivity import ForwardSensitivity as ForwardSensitivity
-from ._sensitivity import InterpolatingAdjoint as InterpolatingAdjoint
 from ._solution import ODESolution as ODESolution
 from ._solution import SolverStats as SolverStats
 from ._solve import solve as solve
-from ._solvers import (
+from .controllers import (
+    AbstractController as AbstractController,
+)
+from .controllers import (
+    IController as IController,
+)
+from .controllers import (
+    PIController as PIController,
+)
+from .controllers import (
+    PIDController as PIDController,
+)
+from .ensemble.algorithms import (
+    AbstractEnsembleAlgorithm as AbstractEnsembleAlgorithm,
+)
+from .ensemble.algorithms import (
+    EnsembleArray as EnsembleArray,
+)
+from .ensemble.algorithms import (
+    EnsembleSerial as EnsembleSerial,
+)
+from .ensemble.cluster import local_cluster as local_cluster
+from .ensemble.cluster import worker_config as worker_config
+from .ensemble.dask_ensemble import EnsembleDask as EnsembleDask
+from .ensemble.problem import (
+    BatchContext as BatchContext,
+)
+from .ensemble.problem import (
+    EnsembleProblem as EnsembleProblem,
+)
+from .ensemble.problem import (
+    TrajectoryContext as TrajectoryContext,
+)
+from .ensemble.solution import (
+    EnsembleSolution as EnsembleSolution,
+)
+from .ensemble.solution import (
+    EnsembleStats as EnsembleStats,
+)
+from .ensemble.solution import (
+    EnsembleSummary as EnsembleSummary,
+)
+from .events.callbacks import CallbackSet as CallbackSet
+from .events.callbacks import ContinuousCallback as ContinuousCallback
+from .events.callbacks import DiscreteCallback as DiscreteCallback
+from .events.callbacks import PresetTimeCallback as PresetTimeCallback
+from .events.record import EventRecord as EventRecord
+from .sensitivity import BacksolveAdjoint as BacksolveAdjoint
+from .sensitivity import DiscreteAdjoint as DiscreteAdjoint
+from .sensitivity import ForwardSensitivity as ForwardSensitivity
+from .sensitivity import InterpolatingAdjoint as InterpolatingAdjoint
+from .solvers import (
     BS3 as BS3,
 )
-from ._solvers import (
+from .solvers import (
     DP5 as DP5,
 )
-from ._solvers import (
+from .solvers import (
     RK4 as RK4,
 )
-from ._solvers import (
+from .solvers import (
     TRBDF2 as TRBDF2,
 )
-from ._solvers import (
+from .solvers import (
     AbstractStepper as AbstractStepper,
 )
-from ._solvers import (
+from .solvers import (
     Euler as Euler,
 )
-from ._solvers import (
+from .solvers import (
     ExplicitRungeKutta as ExplicitRungeKutta,
 )
-from ._solvers import (
+from .solvers import (
     Rodas4 as Rodas4,
 )
-from ._solvers import (
+from .solvers import (
     Rodas5P as Rodas5P,
 )
-from ._solvers import (
+from .solvers import (
     Rosenbrock23 as Rosenbrock23,
 )
-from ._solvers import (
+from .solvers import (
     RosenbrockTableau as RosenbrockTableau,
 )
-from ._solvers import (
+from .solvers import (
     Tsit5 as Tsit5,
 )
-from ._solvers import (
+from .solvers import (
     Vern7 as Vern7,
 )
-from ._tableau import ButcherTableau as ButcherTableau
+from .solvers.tableau import ButcherTableau as ButcherTableau
 
 __version__ = "0.1.0"
 

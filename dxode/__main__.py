@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from ._cluster import JOBQUEUE_SYSTEMS
-from ._demo import SCHEDULER_TIMEOUT_S
+from .demo.run import SCHEDULER_TIMEOUT_S
+from .ensemble.cluster import JOBQUEUE_SYSTEMS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     args = _parser().parse_args(None if argv is None else [str(a) for a in argv])
     if args.command == "demo":
-        from ._demo import run_demo
+        from .demo.run import run_demo
 
         return run_demo(
             args.output,

@@ -153,7 +153,7 @@ def _difference_jacobian(backend: Any, rhs: Any, u: Array, t: Array, f_u: Array)
 def _autograd_jacobian(derivs: Derivatives, p: Any, u: Array, t: Array) -> Array:
     import numpy as np
 
-    from ._sensitivity._traced_rhs import TracedRHS
+    from .sensitivity.traced_rhs import TracedRHS
 
     leaves = _pytree.leaves(p)
     traced = TracedRHS(

@@ -8,9 +8,9 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ._controllers import AbstractController, PIController
-from ._solvers import AbstractStepper, get_algorithm
 from ._validation import positive_float
+from .controllers import AbstractController, PIController
+from .solvers import AbstractStepper, get_algorithm
 
 __all__ = ["SolverOptions"]
 

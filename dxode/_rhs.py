@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the solvers import this module (through the Jacobians)
-    from ._solvers import LaneRHS
+    from .solvers import LaneRHS
 
 Array = Any
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ._interpolation import DenseOutput
 from ._retcode import ReturnCode
+from .integrator.interpolation import DenseOutput
 
 __all__ = ["ODESolution", "SolverStats"]
 

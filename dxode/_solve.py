@@ -7,23 +7,23 @@ from typing import Any
 
 import numpy as np
 
-from ._callbacks import as_callback_set, check_preset_times
-from ._ensemble_problem import EnsembleProblem
-from ._ensemble_solution import EnsembleSolution
-from ._ensemble_solve import solve_ensemble
-from ._event_record import record_from_lanes, with_points_after
-from ._events import LaneEvents
-from ._integrator import LaneProblem, integrate
-from ._interpolation import DenseOutput
 from ._jacobian import Derivatives, LaneFunction
 from ._options import SolverOptions
 from ._problem import ODEProblem
 from ._retcode import ReturnCode
 from ._rhs import checked_first_call, single_lane_rhs
-from ._sensitivity import SENSEALGS, is_traced, solve_single_traced
 from ._solution import ODESolution, SolverStats
 from ._timegrid import save_times, stop_times
 from .backends import backend_for
+from .ensemble.problem import EnsembleProblem
+from .ensemble.solution import EnsembleSolution
+from .ensemble.solve import solve_ensemble
+from .events.callbacks import as_callback_set, check_preset_times
+from .events.lanes import LaneEvents
+from .events.record import record_from_lanes, with_points_after
+from .integrator.interpolation import DenseOutput
+from .integrator.loop import LaneProblem, integrate
+from .sensitivity import SENSEALGS, is_traced, solve_single_traced
 
 __all__ = ["solve"]
 

@@ -21,7 +21,7 @@ def as_state_array(name: str, value: Any) -> Array:
     Values traced by autograd (a loss being differentiated) stay traced: their underlying
     values are checked.
     """
-    from ._sensitivity import is_traced
+    from .sensitivity import is_traced
 
     if is_traced(value):
         import autograd.numpy as anp

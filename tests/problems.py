@@ -10,7 +10,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from dxode._lorenz import lorenz_jac, lorenz_paramjac  # noqa: F401 - shared with the tests
+from dxode.demo.lorenz import lorenz_jac, lorenz_paramjac  # noqa: F401 - shared with the tests
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dxode.__main__ import main
-from dxode._demo import SCHEDULER_TIMEOUT_S
+from dxode.demo.run import SCHEDULER_TIMEOUT_S
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -41,7 +41,7 @@ def test_demo_writes_png(tmp_path, capfd):
 
 def test_demo_fit_recovers_the_parameters():
     from dxode import EnsembleArray
-    from dxode._demo_fit import INITIAL_GUESS, TRUE_PARAMETERS, fit_parameters
+    from dxode.demo.fit import INITIAL_GUESS, TRUE_PARAMETERS, fit_parameters
 
     fit = fit_parameters(EnsembleArray(), iterations=60)
     assert len(fit["history"]) == 60

@@ -91,7 +91,7 @@ def test_every_public_name_has_an_api_entry():
 
 def test_solve_docstring_lists_every_method_and_ensemble_algorithm():
     import dxode
-    from dxode._solvers import ALGORITHMS
+    from dxode.solvers import ALGORITHMS
 
     doc = dxode.solve.__doc__
     alg_doc = _parameter_doc(doc, "alg")

@@ -120,8 +120,8 @@ def test_prob_func_remake_gives_the_bits_of_per_trajectory_arrays(xp, dtype_name
 )
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_a_parameter_column_is_converted_as_each_value_alone(values, dtype):
-    from dxode._ensemble_batch import _as_lane_param, _lane_column
     from dxode.backends import get_backend
+    from dxode.ensemble.batch import _as_lane_param, _lane_column
 
     backend = get_backend("numpy")
     column = _lane_column(values, backend, dtype)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import dxode
-from dxode._integrator import LaneProblem, integrate
 from dxode._options import SolverOptions
 from dxode.backends import backend_for
+from dxode.integrator.loop import LaneProblem, integrate
 
 from conftest import to_numpy
 

@@ -88,8 +88,8 @@ def test_wheel_contents_list_backends(wheel):
         "dxode/backends/__init__.py",
         "dxode/backends/_numpy.py",
         "dxode/backends/_cupy.py",
-        "dxode/_solvers/tsit5.py",
+        "dxode/solvers/tsit5.py",
         "dxode/py.typed",
-        "dxode/_sensitivity/_discrete_adjoint.py",
+        "dxode/sensitivity/discrete_adjoint.py",
     ):
         assert module in names

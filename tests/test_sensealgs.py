@@ -362,17 +362,17 @@ def test_a_save_point_that_ends_some_steps_and_lies_inside_others(monkeypatch):
     # Trajectories ending at t = 1 save t = 1 at the end of their last step (θ = 1); those
     # running to t = 2 pass it inside a step, often in the same iteration: one save round
     # mixing both, whose cotangents split between u_{n+1} and the dense output.
-    from dxode._sensitivity import _discrete_adjoint
+    from dxode.sensitivity import discrete_adjoint
 
     mixed = []
-    save_cotangents = _discrete_adjoint._Sweep._save_cotangents
+    save_cotangents = discrete_adjoint._Sweep._save_cotangents
 
     def spy(self, j):
         for _, _, weights, at_end in self.rounds.get(j, ()):
             mixed.append(weights is not None and at_end.any() and not at_end.all())
         return save_cotangents(self, j)
 
-    monkeypatch.setattr(_discrete_adjoint._Sweep, "_save_cotangents", spy)
+    monkeypatch.setattr(discrete_adjoint._Sweep, "_save_cotangents", spy)
     n = 16
     spans = np.stack([np.zeros(n), np.where(np.arange(n) % 2 == 0, 1.0, 2.0)], axis=1)
 

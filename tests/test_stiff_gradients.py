@@ -227,7 +227,7 @@ def test_augmented_systems_keep_the_method_settings():
     # The augmented systems take the assembled Jacobian (autodiff "auto"); every other setting
     # of the user's method (here TRBDF2's Newton tolerance and iteration limit) is kept.
     from dxode._options import SolverOptions
-    from dxode._sensitivity._stiff import augmented_options
+    from dxode.sensitivity.augmented_jacobians import augmented_options
 
     method = dxode.TRBDF2(autodiff="finite_difference", kappa=0.05, max_iters=7)
     alg = augmented_options(SolverOptions.from_user(method)).alg

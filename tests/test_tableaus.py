@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dxode._solvers.bs3 import BS3, BS3_TABLEAU
-from dxode._solvers.dp5 import DP5, DP5_TABLEAU
-from dxode._solvers.euler import EULER_TABLEAU, Euler
-from dxode._solvers.rk4 import RK4, RK4_TABLEAU
-from dxode._solvers.tsit5 import TSIT5_TABLEAU, Tsit5
-from dxode._solvers.vern7 import VERN7_TABLEAU, Vern7
-from dxode._tableau import ButcherTableau
+from dxode.solvers.bs3 import BS3, BS3_TABLEAU
+from dxode.solvers.dp5 import DP5, DP5_TABLEAU
+from dxode.solvers.euler import EULER_TABLEAU, Euler
+from dxode.solvers.rk4 import RK4, RK4_TABLEAU
+from dxode.solvers.tableau import ButcherTableau
+from dxode.solvers.tsit5 import TSIT5_TABLEAU, Tsit5
+from dxode.solvers.vern7 import VERN7_TABLEAU, Vern7
 
 METHODS: dict[str, tuple[type, ButcherTableau]] = {
     "Euler": (Euler, EULER_TABLEAU),

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import dxode
-from dxode._solvers._newton import solve_stage
 from dxode.backends import get_backend
+from dxode.solvers.newton import solve_stage
 
 from conftest import to_numpy
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import dxode
-from dxode._lorenz import lorenz  # importable on the workers, unlike asv's benchmark package
+from dxode.demo.lorenz import lorenz  # importable on the workers, unlike asv's benchmark package
 
 from .ensemble import PROBLEM, parameters
 

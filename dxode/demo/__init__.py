@@ -1,0 +1,1 @@
+"""The ``dxode demo`` command and its Lorenz model."""

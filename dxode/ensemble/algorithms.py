@@ -1,0 +1,264 @@
+"""Ensemble algorithms: how the batches of an ensemble are computed.
+
+Every algorithm splits the trajectories into batches and turns each batch into a
+``BatchResult``; ``output_func`` (with reruns) runs per batch,
+``reduction`` folds batch results in order and may stop early. ``EnsembleArray`` solves a
+batch as one vectorized lane program; ``EnsembleSerial`` solves its trajectories one by one
+(the reference every other algorithm must agree with).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .. import _pytree
+from .._problem import ODEProblem
+from .._retcode import ReturnCode
+from .._solution import ODESolution, SolverStats
+from ..events.record import concat_records, replace_trajectories
+from .batch import BatchResult, BatchSpec, solve_batch
+from .problem import EnsembleProblem
+
+__all__ = ["AbstractEnsembleAlgorithm", "EnsembleArray", "EnsembleSerial"]
+
+_MAX_RERUNS = 100
+
+
+class AbstractEnsembleAlgorithm(abc.ABC):
+    """How to compute the batches of an ensemble. Subclasses implement ``run_batch``; those
+    that schedule batches themselves (``EnsembleDask``) override ``run``."""
+
+    default_batch_size: int = 10_000
+
+    def batch_size_for(self, trajectories: int) -> int:
+        """The batch size used when the caller gives none."""
+        return min(trajectories, self.default_batch_size)
+
+    def run(self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec) -> Any:
+        """Solve all batches and assemble the EnsembleSolution."""
+        from .assemble import assemble
+
+        results = self.solve_batches(eprob, batches, spec)
+        return assemble(eprob, results, spec.options.alg, spec.seed, sum(len(b) for b in batches))
+
+    @abc.abstractmethod
+    def run_batch(
+        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+    ) -> BatchResult:
+        """Solve the trajectories ``indices`` (attempt ``repeat`` of each) as one batch."""
+
+    def backend_name(self) -> str | None:
+        """The backend batches compute on (``None``: that of ``prob.u0``)."""
+        return None
+
+    def lanes_for_gradients(self, batch_size: int) -> int:
+        """Lanes per batch when the ensemble is differentiated (see the gradients guide)."""
+        return batch_size
+
+    def gradient_client(self) -> Any:
+        """The Dask client that runs a differentiated ensemble's batches (``None``: here)."""
+        return None
+
+    def solve_batches(
+        self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec
+    ) -> Iterator[BatchResult]:
+        """Batch results in order (lazily, so a converged reduction stops the work)."""
+        for indices in batches:
+            yield finish_batch(self, eprob, indices, spec)
+
+
+def finish_batch(
+    alg: AbstractEnsembleAlgorithm, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec
+) -> BatchResult:
+    """Solve a batch (trajectory indices, or a range of them), then apply ``output_func``
+    with its reruns."""
+    indices = np.asarray(indices, dtype=np.int64)
+    result = alg.run_batch(eprob, indices, spec, np.zeros_like(indices))
+    if eprob.output_func is None:
+        return result
+    values: list[Any] = [None] * len(indices)
+    pending = np.arange(len(indices))
+    repeat = np.zeros(len(indices), dtype=np.int64)
+    current = result
+    for _ in range(_MAX_RERUNS):
+        rerun = []
+        for pos_in_current, pos in enumerate(pending):
+            value, again = eprob.output(
+                _trajectory_solution(current, pos_in_current, eprob, spec), int(indices[pos])
+            )
+            values[pos] = value
+            if again:
+                rerun.append(pos)
+            else:
+                _copy_lane(result, pos, current, pos_in_current)
+        if not rerun:
+            result.values = values
+            return result
+        pending = np.asarray(rerun)
+        repeat[pending] += 1
+        current = alg.run_batch(eprob, indices[pending], spec, repeat[pending])
+        if spec.callback is not None:
+            result.events = replace_trajectories(result.events, current.events, indices[pending])
+    raise RuntimeError(f"output_func asked for more than {_MAX_RERUNS} reruns of a trajectory")
+
+
+def _copy_lane(into: BatchResult, pos: int, source: BatchResult, source_pos: int) -> None:
+    if source is into:
+        return
+    for name in ("retcode", "nf", "naccept", "nreject"):
+        getattr(into, name)[pos] = getattr(source, name)[source_pos]
+
+
+def _trajectory_solution(
+    batch: BatchResult, pos: int, eprob: EnsembleProblem, spec: BatchSpec
+) -> ODESolution:
+    t = batch.t if batch.t.ndim == 1 else batch.t[pos, ...]
+    stats = SolverStats(int(batch.nf[pos]), int(batch.naccept[pos]), int(batch.nreject[pos]))
+    events = batch.events
+    return ODESolution(
+        t,
+        batch.u[pos, ...],
+        ReturnCode(int(batch.retcode[pos])),
+        stats,
+        eprob.prob,
+        spec.options.alg,
+        None,
+        None if events is None else events.for_trajectory(int(batch.indices[pos])),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleArray(AbstractEnsembleAlgorithm):
+    """Each batch is one vectorized array program; every trajectory keeps its own step size.
+
+    The counterpart of DiffEqGPU's EnsembleCPUArray/EnsembleGPUArray, without lock-step: each
+    lane has its own time, step, error control and return code, and finished lanes leave the
+    working set.
+
+    Parameters
+    ----------
+    backend : {"numpy", "cupy"}, optional
+        Where batches compute; by default the array library of ``prob.u0``.
+    lockstep : bool
+        Share one step size across a batch (controlled by the RMS of the lanes' errors), as
+        array ensembles elsewhere do. Only for comparison: single trajectories then no longer
+        control their own error.
+    """
+
+    backend: str | None = None
+    lockstep: bool = False
+
+    def backend_name(self) -> str | None:
+        return self.backend
+
+    @property
+    def default_batch_size(self) -> int:  # type: ignore[override]
+        return 1_000_000 if self.backend == "cupy" else 10_000
+
+    def run_batch(
+        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+    ) -> BatchResult:
+        return solve_batch(eprob, indices, spec, repeat)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleSerial(AbstractEnsembleAlgorithm):
+    """One ordinary ``solve`` per trajectory: slow, simple, and the reference for the others."""
+
+    def lanes_for_gradients(self, batch_size: int) -> int:
+        return 1  # one trajectory at a time, as without gradients
+
+    def run_batch(
+        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+    ) -> BatchResult:
+        from .._solve import solve
+
+        if spec.dense:
+            raise ValueError(
+                "EnsembleSerial keeps no dense output; use EnsembleArray for dense=True"
+            )
+        sols = []
+        for i, r in zip(indices, repeat, strict=True):
+            prob = trajectory_problem(eprob, int(i), int(r), spec.seed)
+            saveat = spec.saveat if spec.saveat is not None else list(prob.tspan)
+            sols.append(
+                solve(
+                    prob,
+                    spec.options.alg,
+                    saveat=saveat,
+                    tstops=spec.tstops,
+                    callback=spec.callback,
+                    **_option_kwargs(spec),
+                )
+            )
+        xp = _namespace(sols[0].u)
+        times = [s.t for s in sols]
+        shared = all(bool(xp.all(t == times[0])) for t in times)
+        return BatchResult(
+            indices=np.asarray(indices),
+            t=times[0] if shared else xp.stack(times),
+            u=xp.stack([s.u for s in sols]),
+            retcode=np.array([int(s.retcode) for s in sols], dtype=np.int64),
+            nf=np.array([s.stats.nf for s in sols], dtype=np.int64),
+            naccept=np.array([s.stats.naccept for s in sols], dtype=np.int64),
+            nreject=np.array([s.stats.nreject for s in sols], dtype=np.int64),
+            events=concat_records(
+                [
+                    None if s.events is None else _renumbered(s.events, int(i))
+                    for s, i in zip(sols, indices, strict=True)
+                ]
+            ),
+        )
+
+
+def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: int) -> ODEProblem:
+    """Trajectory ``index`` of any ensemble as its own ODEProblem."""
+    if eprob.prob_func is not None or not (eprob.arrays or eprob.batch_func):
+        return eprob.trajectory(index, repeat, seed)
+    if eprob.batch_func is not None:
+        from .problem import BatchContext
+
+        data = eprob.batch_func(
+            eprob.prob, BatchContext(np.array([index]), np.array([repeat]), seed)
+        )
+        row = 0
+    else:
+        data, row = eprob.arrays, index
+    changes = {}
+    if "u0" in data:
+        changes["u0"] = data["u0"][row, ...]
+    if "tspan" in data:
+        changes["tspan"] = tuple(float(x) for x in np.asarray(data["tspan"][row]))
+    if "p" in data:
+        changes["p"] = _pytree.map_leaves(lambda leaf: leaf[row, ...], data["p"])
+    return eprob.prob.remake(**changes)
+
+
+def _renumbered(events: Any, trajectory: int) -> Any:
+    """A single solve's events as those of ``trajectory``."""
+    return dataclasses.replace(events, trajectory=np.full_like(events.trajectory, trajectory))
+
+
+def _option_kwargs(spec: BatchSpec) -> dict[str, Any]:
+    o = spec.options
+    return {
+        "rtol": o.rtol,
+        "atol": o.atol,
+        "dt": o.dt,
+        "adaptive": o.adaptive,
+        "controller": o.controller,
+        "maxiters": o.maxiters,
+        "dtmin": o.dtmin,
+        "dtmax": o.dtmax,
+    }
+
+
+def _namespace(x: Any) -> Any:
+    import array_api_compat
+
+    return array_api_compat.array_namespace(x)

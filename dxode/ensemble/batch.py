@@ -1,0 +1,395 @@
+"""One batch of an ensemble: build its lanes, run the lane integrator, collect the results.
+
+``solve_batch`` is the unit of work of every ensemble algorithm: ``EnsembleArray`` calls it
+batch after batch, and a Dask task calls the very same function on a worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+from .. import _pytree
+from .._error_context import add_note, describe_trajectories
+from .._jacobian import Derivatives, LaneFunction
+from .._options import SolverOptions
+from .._problem import ODEProblem
+from .._rhs import checked_first_call, lane_rhs
+from .._timegrid import save_times, stop_times
+from ..backends import Backend, backend_for, get_backend, to_host
+from ..events.lanes import LaneEvents
+from ..events.record import EventRecord, record_from_lanes
+from ..integrator.loop import LaneProblem, integrate
+from .problem import BatchContext, EnsembleProblem
+
+Array = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSpec:
+    """Everything about how to solve batches, shared by all of them (picklable).
+
+    ``backend`` is a backend name, or ``None`` for the backend of ``prob.u0``; ``callback``
+    a ``CallbackSet`` or ``None``.
+    """
+
+    options: SolverOptions
+    saveat: Any = None
+    dense: bool = False
+    tstops: Any = None
+    backend: str | None = None
+    seed: int = 0
+    lockstep: bool = False
+    callback: Any = None
+
+
+@dataclasses.dataclass
+class BatchResult:
+    """Per-trajectory outcomes of one batch, trajectories first.
+
+    ``u`` ``(B, nsave, *shape)`` and ``t`` (``(nsave,)`` or ``(B, nsave)``) are backend arrays;
+    ``retcode``, ``nf``, ``naccept``, ``nreject``, ``indices`` are NumPy ``(B,)`` arrays.
+    ``values`` holds ``output_func``'s values (a list) when there is one; ``dense`` keeps what
+    ``sim[i](t)`` needs when dense output was asked for; ``events`` the events callbacks
+    fired (trajectory indices in its ``trajectory`` column), when there are callbacks.
+    """
+
+    indices: np.ndarray
+    t: Array
+    u: Array | None
+    retcode: np.ndarray
+    nf: np.ndarray
+    naccept: np.ndarray
+    nreject: np.ndarray
+    values: list[Any] | None = None
+    dense: Any = None
+    events: EventRecord | None = None
+
+
+@dataclasses.dataclass
+class _Lanes:
+    """A batch's inputs, lanes last, on the compute backend."""
+
+    u0: Array  # (*shape, B)
+    t0: np.ndarray  # (B,) float64, host
+    t1: np.ndarray
+    p: Any  # pytree: per-lane leaves have a trailing B axis
+    lane_leaf: list[bool]  # which leaves of p are per-lane
+
+
+def solve_batch(
+    eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray | None = None
+) -> BatchResult:
+    """Solve trajectories ``indices`` as one vectorized batch of lanes."""
+    indices = np.asarray(indices, dtype=np.int64)
+    repeat = np.zeros_like(indices) if repeat is None else np.asarray(repeat, dtype=np.int64)
+    backend = get_backend(spec.backend) if spec.backend else backend_for(eprob.prob.u0)
+    lanes = _build_lanes(eprob, indices, repeat, spec.seed, backend)
+    dtype = lanes.u0.dtype
+    t0, t1 = lanes.t0, lanes.t1
+    shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
+    grid = _lane_save_grid(spec.saveat, t0, t1, shared_span)
+    tstops = (
+        stop_times(spec.tstops, float(t0[0]), float(t1[0])) if spec.tstops is not None else None
+    )
+
+    f = eprob.prob.f
+    p_leaves = _pytree.leaves(lanes.p)
+
+    def p_for(lane_leaves: tuple[Array, ...]) -> Any:
+        """The batch's ``p`` with its per-lane leaves replaced (after lane compaction)."""
+        it = iter(lane_leaves)
+        new = [
+            next(it) if is_lane else leaf
+            for leaf, is_lane in zip(p_leaves, lanes.lane_leaf, strict=True)
+        ]
+        return _pytree.rebuild(lanes.p, new)
+
+    derivatives = (
+        Derivatives.of(eprob.prob, single_lane=False)
+        if spec.options.alg.jacobians_per_step
+        else None
+    )
+
+    def rhs_for(lane_leaves: tuple[Array, ...]) -> Any:
+        p = p_for(lane_leaves)
+        rhs = lane_rhs(backend, f, p)
+        return rhs if derivatives is None else LaneFunction(rhs, p, derivatives)
+
+    lane_params = tuple(
+        leaf for leaf, is_lane in zip(p_leaves, lanes.lane_leaf, strict=True) if is_lane
+    )
+    t0_b = backend.asarray(t0, dtype=dtype)
+    f0 = checked_first_call(backend, f, lanes.u0, p_for(lane_params), t0_b)
+    problem = LaneProblem(
+        rhs_for=rhs_for,
+        u0=lanes.u0,
+        t0=t0_b,
+        t1=backend.asarray(t1, dtype=dtype),
+        params=lane_params,
+        save_times=backend.asarray(grid, dtype=dtype),
+        record_steps="dense" if spec.dense else "",
+        tstops=None if tstops is None else backend.asarray(tstops, dtype=dtype),
+        f0=f0,
+        events=None if spec.callback is None else LaneEvents(spec.callback, p_for),
+    )
+    result = integrate(problem, spec.options, backend, lockstep=spec.lockstep)
+    t_out = backend.asarray(grid[:, 0] if shared_span else grid.T, dtype=dtype)
+    out = BatchResult(
+        indices=indices,
+        t=t_out,
+        u=result.saved,
+        retcode=backend.to_host(result.retcode).astype(np.int64),
+        nf=backend.to_host(result.nf).astype(np.int64),
+        naccept=backend.to_host(result.naccept).astype(np.int64),
+        nreject=backend.to_host(result.nreject).astype(np.int64),
+    )
+    if result.events is not None:
+        out.events = record_from_lanes(backend, result.events, indices)
+    if spec.dense:
+        out.dense = _DenseData(
+            backend,
+            spec.options.alg,
+            f,
+            result.steps,
+            p_for,
+            lane_params,
+            1.0 if t1[0] > t0[0] else -1.0,
+        )
+    return out
+
+
+def _lane_save_grid(saveat: Any, t0: np.ndarray, t1: np.ndarray, shared_span: bool) -> np.ndarray:
+    """Save times ``(nsave, B)`` (float64, host): shared ``saveat`` or each lane's end points."""
+    n = t0.shape[0]
+    if saveat is None:
+        return np.stack([t0, t1])
+    if shared_span:
+        grid = save_times(saveat, float(t0[0]), float(t1[0]))
+        assert grid is not None
+        return np.repeat(grid[:, None], n, axis=1)
+    if np.ndim(saveat) == 0:
+        raise ValueError(
+            "saveat as an interval needs one shared tspan; with per-trajectory tspans give the "
+            "save times as an array inside every trajectory's span (or saveat=None for the ends)"
+        )
+    lo, hi = np.minimum(t0, t1).max(), np.maximum(t0, t1).min()
+    grid = save_times(saveat, float(t0[0]), float(t1[0]))
+    assert grid is not None
+    if grid.min() < lo or grid.max() > hi:
+        raise ValueError(f"saveat must lie inside every trajectory's tspan, i.e. in [{lo}, {hi}]")
+    return np.repeat(grid[:, None], n, axis=1)
+
+
+def _build_lanes(
+    eprob: EnsembleProblem, indices: np.ndarray, repeat: np.ndarray, seed: int, backend: Backend
+) -> _Lanes:
+    prob = eprob.prob
+    n = indices.shape[0]
+    if eprob.prob_func is not None:
+        return _lanes_from_problems(
+            [eprob.trajectory(int(i), int(r), seed) for i, r in zip(indices, repeat, strict=True)],
+            prob,
+            backend,
+        )
+    if eprob.batch_func is not None:
+        try:
+            data = eprob.batch_func(prob, BatchContext(indices, repeat, seed))
+        except Exception as err:
+            add_note(err, f"raised by batch_func for {describe_trajectories(indices)}")
+            raise
+        if not isinstance(data, dict) or not set(data) <= {"u0", "p", "tspan"}:
+            raise TypeError("batch_func must return a dict with any of the keys 'u0', 'p', 'tspan'")
+        return _lanes_from_arrays(data, prob, n, backend, take=None)
+    return _lanes_from_arrays(eprob.arrays, prob, n, backend, take=indices)
+
+
+def _lanes_from_arrays(
+    data: dict[str, Any], prob: ODEProblem, n: int, backend: Backend, take: np.ndarray | None
+) -> _Lanes:
+    """Lanes from trajectories-first arrays (rows ``take`` of them, or all rows)."""
+    dtype = prob.u0.dtype
+    xp = backend.xp
+
+    def rows(x: Any) -> Array:
+        arr = x if array_api_compat.is_array_api_obj(x) and not np.isscalar(x) else np.asarray(x)
+        if take is not None:
+            arr = _take_rows(arr, take)
+        if arr.shape[0] != n:
+            raise ValueError(f"expected {n} trajectories along the first axis, got {arr.shape[0]}")
+        return arr
+
+    if "u0" in data:
+        u0 = rows(data["u0"])
+        if tuple(u0.shape[1:]) != tuple(prob.u0.shape):
+            raise ValueError(
+                f"per-trajectory u0 must have shape (trajectories, *{tuple(prob.u0.shape)}), "
+                f"got {tuple(u0.shape)}"
+            )
+        u0 = xp.moveaxis(backend.asarray(_to_backend_input(u0, backend), dtype=dtype), 0, -1)
+        _check_finite_lanes("u0", xp, u0)
+    else:
+        u0 = _repeated_u0(prob, n, backend)
+    if "tspan" in data:
+        spans = np.asarray(to_host(rows(data["tspan"])), dtype=np.float64)
+        if (
+            spans.shape != (n, 2)
+            or not np.all(np.isfinite(spans))
+            or np.any(spans[:, 0] == spans[:, 1])
+        ):
+            raise ValueError(
+                "per-trajectory tspan must be a finite (trajectories, 2) array with t0 != t1"
+            )
+        t0, t1 = spans[:, 0].copy(), spans[:, 1].copy()
+    else:
+        t0, t1 = np.full(n, prob.tspan[0]), np.full(n, prob.tspan[1])
+    _check_direction(t0, t1)
+    if "p" in data:
+        leaves = [
+            xp.moveaxis(_as_lane_param(rows(leaf), backend, dtype), 0, -1)
+            for leaf in _pytree.leaves(data["p"])
+        ]
+        for leaf in leaves:
+            _check_finite_lanes("p", xp, leaf)
+        return _Lanes(u0, t0, t1, _pytree.rebuild(data["p"], leaves), [True] * len(leaves))
+    shared = _pytree.leaves(prob.p)
+    return _Lanes(u0, t0, t1, prob.p, [False] * len(shared))
+
+
+def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: Backend) -> _Lanes:
+    """Lanes from one ODEProblem per trajectory (the ``prob_func`` path)."""
+    xp = backend.xp
+    dtype = prob.u0.dtype
+    for i, traj in enumerate(problems):
+        for name in ("f", "jac", "tgrad"):
+            if getattr(traj, name) is not getattr(prob, name):
+                raise ValueError(
+                    f"prob_func changed {name} for trajectory {i}; a batch shares one "
+                    f"right-hand side and its derivatives (put the differences in p or u0)"
+                )
+        if tuple(traj.u0.shape) != tuple(prob.u0.shape):
+            raise ValueError(
+                f"trajectory {i} has u0 shape {tuple(traj.u0.shape)}, expected "
+                f"{tuple(prob.u0.shape)}"
+            )
+    u0s = [t.u0 for t in problems]
+    if all(u0 is prob.u0 for u0 in u0s):
+        u0 = _repeated_u0(prob, len(problems), backend)
+    elif _same_host_kind(u0s):
+        u0 = backend.asarray(_host_stack(u0s), dtype=dtype)
+    else:
+        u0 = xp.stack(
+            [backend.asarray(_to_backend_input(u0, backend), dtype=dtype) for u0 in u0s], axis=-1
+        )
+    t0 = np.array([t.tspan[0] for t in problems])
+    t1 = np.array([t.tspan[1] for t in problems])
+    _check_direction(t0, t1)
+    base_leaves = _pytree.leaves(prob.p)
+    base_structure = _pytree.structure(prob.p)
+    per_traj = []
+    for i, traj in enumerate(problems):
+        if _pytree.structure(traj.p) != base_structure:
+            raise ValueError(f"trajectory {i}'s p has a different structure than prob.p")
+        per_traj.append(_pytree.leaves(traj.p))
+    lane_leaf = [
+        any(leaves[k] is not base for leaves in per_traj) for k, base in enumerate(base_leaves)
+    ]
+    new_leaves = []
+    for k, base in enumerate(base_leaves):
+        if lane_leaf[k]:
+            new_leaves.append(_lane_column([leaves[k] for leaves in per_traj], backend, dtype))
+        else:
+            new_leaves.append(base)
+    return _Lanes(u0, t0, t1, _pytree.rebuild(prob.p, new_leaves), lane_leaf)
+
+
+def _repeated_u0(prob: ODEProblem, n: int, backend: Backend) -> Array:
+    """``prob.u0`` for ``n`` lanes, ``(*shape, n)``, in the state's dtype."""
+    xp = backend.xp
+    base = backend.asarray(_to_backend_input(prob.u0, backend), dtype=prob.u0.dtype)
+    return xp.asarray(xp.broadcast_to(xp.expand_dims(base, axis=-1), (*base.shape, n)), copy=True)
+
+
+def _lane_column(values: list[Any], backend: Backend, dtype: Any) -> Array:
+    """One parameter leaf of every trajectory, stacked lanes last and converted as
+    ``_as_lane_param`` converts each value (at once when all are alike on the host)."""
+    if _same_host_kind(values):
+        return _as_lane_param(_host_stack(values), backend, dtype)
+    return backend.xp.stack([_as_lane_param(v, backend, dtype) for v in values], axis=-1)
+
+
+def _same_host_kind(values: list[Any]) -> bool:
+    """Whether ``values`` are all NumPy arrays or scalars of one dtype and shape, or all
+    Python numbers of one type: then one host stack converts them as each alone would be."""
+    kinds = {_host_kind(v) for v in values}
+    return len(kinds) == 1 and None not in kinds
+
+
+def _host_kind(value: Any) -> Any:
+    """``(dtype, shape)`` of a NumPy array or scalar, the type of a Python number, else None."""
+    if type(value) is np.ndarray or isinstance(value, np.generic):
+        return (value.dtype, value.shape)
+    return type(value) if type(value) in (float, int, bool) else None
+
+
+def _host_stack(values: list[Any]) -> np.ndarray:
+    """``values`` (see ``_same_host_kind``) stacked along a new last axis, C-contiguous."""
+    return np.ascontiguousarray(np.moveaxis(np.array(values), 0, -1))
+
+
+def _as_lane_param(value: Any, backend: Backend, dtype: Any) -> Array:
+    """A per-trajectory parameter as a backend array; floating values take the state's dtype."""
+    arr = _to_backend_input(value, backend)
+    host_kind = np.asarray(arr).dtype.kind if isinstance(arr, (int, float, list, tuple)) else None
+    if host_kind in ("i", "u", "b"):
+        return backend.asarray(arr)
+    out = backend.asarray(arr)
+    xp = backend.xp
+    if xp.isdtype(out.dtype, "real floating") or host_kind == "f":
+        out = xp.astype(out, dtype)
+    return out
+
+
+def _to_backend_input(x: Any, backend: Backend) -> Any:
+    """``x`` in a form ``backend.asarray`` accepts (other libraries' arrays go through the host)."""
+    if array_api_compat.is_array_api_obj(x) and not np.isscalar(x):
+        if backend_for(x) is backend:
+            return x
+        return backend_for(x).to_host(x)
+    return x
+
+
+def _take_rows(arr: Any, rows: np.ndarray) -> Any:
+    if isinstance(arr, np.ndarray):
+        return arr[rows]
+    xp = array_api_compat.array_namespace(arr)
+    return xp.take(arr, xp.asarray(rows), axis=0)
+
+
+def _check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
+    forward = t1 > t0
+    if not (np.all(forward) or not np.any(forward)):
+        raise ValueError(
+            "all trajectories of an ensemble must integrate in the same time direction"
+        )
+
+
+def _check_finite_lanes(name: str, xp: Any, x: Array) -> None:
+    if not bool(xp.all(xp.isfinite(x))):
+        raise ValueError(f"per-trajectory {name} contains non-finite values (NaN or inf)")
+
+
+@dataclasses.dataclass
+class _DenseData:
+    """A batch's accepted steps, kept so that ``sim[i](t)`` can interpolate trajectory ``i``."""
+
+    backend: Backend
+    stepper: Any
+    f: Any
+    steps: dict[str, Array] | None
+    p_for: Any
+    lane_params: tuple[Array, ...]
+    direction: float

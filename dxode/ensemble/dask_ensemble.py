@@ -1,0 +1,500 @@
+"""EnsembleDask: batches of an ensemble as Dask tasks, from a laptop to an HPC cluster.
+
+Each batch is one task that runs the same function a local ``EnsembleArray`` batch runs
+(``finish_batch``), on the worker's backend. Batches are independent, so the scheduler
+balances them freely; when a worker dies, Dask recomputes its tasks elsewhere and the result
+is the same. A solve that fails cancels all its tasks and releases their results before the
+error reaches the caller. Dask is imported only here, when an ``EnsembleDask`` runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+
+from .._error_context import add_note, describe_trajectories
+from ..backends import to_host
+from ..events.record import record_to_host
+from .algorithms import AbstractEnsembleAlgorithm, EnsembleArray, finish_batch
+from .assemble import _stack_values, assemble, batch_summary
+from .batch import BatchResult, BatchSpec
+from .dask_cancel import STOP_WAIT_S, cancel_and_wait
+from .problem import EnsembleProblem
+from .solution import EnsembleSolution, EnsembleStats
+
+__all__ = ["EnsembleDask"]
+
+_BATCHES_PER_WORKER = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleDask(AbstractEnsembleAlgorithm):
+    """Solve the batches of an ensemble as tasks on a Dask cluster.
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        The cluster to use. By default the current Dask client; if there is none, a
+        ``LocalCluster`` of worker processes is started for the call and closed afterwards.
+        ``solve(eprob, alg, client, ...)`` is shorthand for ``EnsembleDask(client)``.
+    backend : {"numpy", "cupy"}, optional
+        The backend each worker computes on (``"cupy"`` on a dask-cuda cluster uses each
+        worker's own GPU). By default the array library of ``prob.u0``.
+    batch_size : int, optional
+        Trajectories per task. By default about four tasks per worker thread (so the
+        scheduler can balance uneven batches), at most 10,000 per task on NumPy.
+    output : {"memory", "dask", "zarr"}
+        Where the saved states go. ``"memory"``: gathered into host memory (``sim.u`` a
+        NumPy array). ``"dask"``: kept on the workers as a ``dask.array`` with one chunk per
+        batch, for further Dask work (compute it with the cluster's client, e.g.
+        ``sim.u.mean(axis=0).compute(scheduler=client)``, or with that client as default).
+        ``"zarr"``: written by the workers into a Zarr array at ``store``, for ensembles
+        larger than the driver's memory (``sim.u`` then reads it lazily as a
+        ``dask.array``). Return codes and statistics always come back.
+    store : str or zarr store, optional
+        Where ``output="zarr"`` writes (a path every worker can reach).
+    progress : bool, optional
+        Show a progress bar over batches (needs ``tqdm``). By default only when standard
+        error is a terminal.
+
+    Notes
+    -----
+    ``output_func`` runs on the workers. A ``reduction`` runs on the workers too when the
+    EnsembleProblem has a ``combine``: each task reduces its own batch and the partial
+    results are combined pairwise on the workers, as a tree in batch order, so only reduced
+    values travel and the result does not depend on the number of workers. Without
+    ``combine``, batch values travel to the driver, which folds them in order and stops early
+    once the reduction reports convergence.
+    """
+
+    client: Any = None
+    backend: str | None = None
+    batch_size: int | None = None
+    output: Literal["memory", "dask", "zarr"] = "memory"
+    store: Any = None
+    progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.output not in ("memory", "dask", "zarr"):
+            raise ValueError(f"output must be 'memory', 'dask' or 'zarr', got {self.output!r}")
+        if self.output == "zarr" and self.store is None:
+            raise ValueError(
+                "output='zarr' needs store=<path or zarr store> that workers can reach"
+            )
+
+    def backend_name(self) -> str | None:
+        return self.backend
+
+    def batch_size_for(self, trajectories: int) -> int:
+        if self.batch_size is not None:
+            return self.batch_size
+        threads = _thread_count(self.client)
+        cap = 1_000_000 if self.backend == "cupy" else 10_000
+        return max(1, min(cap, math.ceil(trajectories / (_BATCHES_PER_WORKER * threads))))
+
+    def gradient_client(self) -> Any:
+        """The client of a differentiated solve: it must outlive the forward pass, since the
+        backward pass runs later on the same workers (where each batch's steps stay)."""
+        client = self.client
+        if client is None:
+            import distributed
+
+            try:
+                client = distributed.default_client()
+            except ValueError:
+                raise ValueError(
+                    "a differentiated EnsembleDask solve needs a running cluster: pass "
+                    "EnsembleDask(client) or start a default client, e.g. with "
+                    "dxode.local_cluster()"
+                ) from None
+        return client
+
+    def run_batch(
+        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+    ) -> BatchResult:
+        return EnsembleArray(self.backend, spec.lockstep).run_batch(eprob, indices, spec, repeat)
+
+    def run(self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec) -> Any:
+        if spec.dense:
+            raise ValueError("dense output is not kept by EnsembleDask; use EnsembleArray")
+        with _client_for(self.client) as client:
+            return _Run(self, client, eprob, batches, spec).solve()
+
+
+class _Run:
+    """One EnsembleDask solve: submit the batch tasks, then collect in the requested form."""
+
+    def __init__(
+        self,
+        alg: EnsembleDask,
+        client: Any,
+        eprob: EnsembleProblem,
+        batches: list[range],
+        spec: BatchSpec,
+    ) -> None:
+        self.alg, self.client, self.eprob, self.batches, self.spec = (
+            alg,
+            client,
+            eprob,
+            batches,
+            spec,
+        )
+        self.token = uuid.uuid4().hex[:12]
+        self._n = sum(len(b) for b in batches)
+        # Every future of this solve, in the lists that hold them (``None`` once released),
+        # so that a failure can cancel them all.
+        self._groups: list[list[Any]] = []
+
+    def solve(self) -> EnsembleSolution:
+        try:
+            return self._solve()
+        except BaseException as err:
+            self._abandon(err)
+            raise
+
+    def _solve(self) -> EnsembleSolution:
+        problem = self._problem_task()
+        target = self._zarr_target() if self.alg.output == "zarr" else None
+        reduce_on_workers = self.eprob.reduction is not None and self.eprob.combine is not None
+        futures = self._track(
+            [
+                self.client.submit(
+                    _dask_task,
+                    problem,
+                    indices,
+                    self.spec,
+                    self.alg.backend,
+                    target,
+                    reduce_on_workers,
+                    key=f"dxode-batch-{self.token}-{k}",
+                    retries=2,
+                )
+                for k, indices in enumerate(self.batches)
+            ]
+        )
+        if reduce_on_workers:
+            return self._tree_reduce(futures)
+        if self.alg.output == "memory":
+            results = self._in_order(futures)
+            return assemble(self.eprob, results, self.spec.options.alg, self.spec.seed, self._n)
+        return self._distributed(futures, target)
+
+    def _problem_task(self) -> Any:
+        """The EnsembleProblem as a task every batch depends on. Unlike scattered data, which
+        is lost for good when every worker holding it dies, the scheduler can recompute it."""
+        import dask
+
+        # Sent through the scheduler once, deliberately: no "large graph" warning for it.
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": sys.maxsize}):
+            future = self.client.submit(_problem, self.eprob, key=f"dxode-problem-{self.token}")
+        return self._track([future])[0]
+
+    def _track(self, futures: list[Any]) -> list[Any]:
+        """Remember ``futures`` (the list itself, which its users may clear) for ``_abandon``."""
+        self._groups.append(futures)
+        return futures
+
+    def _abandon(self, err: BaseException) -> None:
+        """After a failure: cancel every task of this solve, which also releases the results
+        the workers hold; after an error (not an interrupt) wait until none runs any more."""
+        futures = [f for group in self._groups for f in group if f is not None]
+        self._groups.clear()
+        if not futures:
+            return
+        try:
+            if not isinstance(err, Exception):  # an interrupt: cancel, do not wait
+                self.client.cancel(futures)
+                return
+            running = cancel_and_wait(self.client, futures)
+            if running:
+                add_note(
+                    err,
+                    f"{running} tasks of this EnsembleDask solve still ran on the workers "
+                    f"{STOP_WAIT_S:.0f} s later (Dask cannot interrupt a running task); "
+                    f"they finish in the background and their results are dropped",
+                )
+        except Exception as cleanup_err:  # never hide the error that ended the solve
+            add_note(err, f"cancelling the EnsembleDask solve's tasks failed: {cleanup_err!r}")
+
+    def _in_order(self, futures: list[Any]) -> Iterator[Any]:
+        return _in_order(self.client, futures, self.batches, self._progress())
+
+    def _progress(self) -> bool:
+        return self.alg.progress if self.alg.progress is not None else sys.stderr.isatty()
+
+    def _zarr_target(self) -> dict[str, Any]:
+        """A Zarr group: ``u`` and each trajectory's return code and statistics."""
+        import zarr
+
+        shape, dtype = _output_layout(self.eprob, self.spec, self._n)
+        chunk = len(self.batches[0])
+        group = zarr.open_group(self.alg.store, mode="w")
+        group.create_array(
+            "u", shape=shape, dtype=dtype, chunks=(chunk, *shape[1:]), fill_value=float("nan")
+        )
+        for name in _PER_TRAJECTORY:
+            group.create_array(
+                name, shape=(self._n,), dtype=np.int64, chunks=(chunk,), fill_value=-1
+            )
+        return {"store": self.alg.store}
+
+    def _distributed(self, futures: list[Any], target: dict[str, Any] | None) -> EnsembleSolution:
+        """Outputs stay on the workers (a dask.array) or in Zarr; metadata comes back."""
+        import dask
+        import dask.array as da
+
+        if target is not None:
+            return self._zarr_solution(futures, target)
+        metas = self._track(
+            [
+                self.client.submit(_metadata, f, key=f"dxode-meta-{self.token}-{k}")
+                for k, f in enumerate(futures)
+            ]
+        )
+        done = list(self._in_order(metas))
+        shape, dtype = _output_layout(self.eprob, self.spec, self._n)
+        u = da.concatenate(
+            [
+                da.from_delayed(
+                    dask.delayed(_saved_states)(f), shape=(len(b), *shape[1:]), dtype=dtype
+                )
+                for f, b in zip(futures, self.batches, strict=True)
+            ]
+        )
+        sim = assemble(self.eprob, done, self.spec.options.alg, self.spec.seed, self._n)
+        sim.u = u
+        sim._futures = futures  # keep the workers' results alive as long as the solution
+        return sim
+
+    def _tree_reduce(self, futures: list[Any]) -> EnsembleSolution:
+        """Combine per-batch partial reductions pairwise on the workers, in batch order."""
+        combine = self.eprob.combine
+        level = self._track(
+            [
+                self.client.submit(_partial, f, key=f"dxode-partial-{self.token}-{k}")
+                for k, f in enumerate(futures)
+            ]
+        )
+        depth = 0
+        while len(level) > 1:
+            pairs = [level[i : i + 2] for i in range(0, len(level), 2)]
+            level = self._track(
+                [
+                    self.client.submit(
+                        combine, *pair, key=f"dxode-combine-{self.token}-{depth}-{i}"
+                    )
+                    if len(pair) == 2
+                    else pair[0]
+                    for i, pair in enumerate(pairs)
+                ]
+            )
+            depth += 1
+        summary = self._summaries(futures)
+        return EnsembleSolution(
+            t=summary.pop("t"),
+            u=level[0].result(),
+            retcodes=None,
+            stats=EnsembleStats(None, None, None, totals=summary["totals"]),
+            eprob=self.eprob,
+            alg=self.spec.options.alg,
+            converged=None,
+            seed=self.spec.seed,
+            counts=summary["counts"],
+        )
+
+    def _zarr_solution(self, futures: list[Any], target: dict[str, Any]) -> EnsembleSolution:
+        """The results are in the Zarr group; only per-batch counts come back."""
+        import dask.array as da
+        import zarr
+
+        summary = self._summaries(futures)
+        group = zarr.open_group(target["store"], mode="r")
+        return EnsembleSolution(
+            t=summary.pop("t"),
+            u=da.from_zarr(group["u"]),
+            retcodes=group["retcode"],
+            stats=EnsembleStats(
+                group["nf"],
+                group["naccept"],
+                group["nreject"],
+                totals=summary["totals"],
+            ),
+            eprob=self.eprob,
+            alg=self.spec.options.alg,
+            seed=self.spec.seed,
+            counts=summary["counts"],
+        )
+
+    def _summaries(self, futures: list[Any]) -> dict[str, Any]:
+        """Return-code counts and step totals over all batches: O(1) memory on the driver."""
+        small = self._track(
+            [
+                self.client.submit(batch_summary, f, key=f"dxode-summary-{self.token}-{k}")
+                for k, f in enumerate(futures)
+            ]
+        )
+        total: dict[str, Any] = {}
+        for part in self._in_order(small):
+            total.setdefault("t", part.pop("t"))
+            for key, value in part.items():
+                total[key] = total[key] + value if key in total else value
+        total["totals"] = tuple(int(x) for x in total["totals"])
+        return total
+
+
+def _dask_task(
+    eprob: EnsembleProblem,
+    indices: range,
+    spec: BatchSpec,
+    backend: str | None,
+    target: dict[str, Any] | None,
+    reduce_here: bool,
+) -> BatchResult:
+    """One batch on a worker: solve, apply output_func, then keep only what must travel."""
+    result = finish_batch(EnsembleArray(backend, spec.lockstep), eprob, indices, spec)
+    result.t = to_host(result.t)
+    result.events = record_to_host(result.events)
+    if result.u is not None:
+        result.u = to_host(result.u)
+    if reduce_here:
+        values = result.values if eprob.output_func is not None else result.u
+        result.values = eprob.reduce(eprob.u_init, _stack_values(values), result.indices)[0]
+        result.u = None
+    if target is not None:
+        import zarr
+
+        group = zarr.open_group(target["store"], mode="r+")
+        rows = slice(indices.start, indices.stop)
+        group["u"][rows] = result.u
+        for name in _PER_TRAJECTORY:
+            group[name][rows] = getattr(result, name)
+        result.u = None
+    return result
+
+
+_PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject")
+
+
+def _problem(eprob: EnsembleProblem) -> EnsembleProblem:
+    return eprob
+
+
+def _metadata(result: BatchResult) -> BatchResult:
+    """The batch's small part: indices, times, return codes and statistics."""
+    return dataclasses.replace(result, u=None, values=None)
+
+
+def _saved_states(result: BatchResult) -> np.ndarray:
+    return result.u
+
+
+def _partial(result: BatchResult) -> Any:
+    return result.values
+
+
+def _output_layout(eprob: EnsembleProblem, spec: BatchSpec, n: int) -> tuple[tuple[int, ...], Any]:
+    """Shape ``(N, nsave, *shape)`` and dtype of the saved states, known before solving."""
+    from .._timegrid import save_times
+
+    if spec.saveat is None:
+        n_save = 2  # each trajectory's start and end
+    elif np.ndim(spec.saveat) == 0:
+        # An interval needs one shared tspan (checked per batch), so prob.tspan gives the grid.
+        n_save = len(save_times(spec.saveat, *eprob.prob.tspan))
+    else:
+        n_save = len(spec.saveat)
+    dtype = np.dtype(str(eprob.prob.u0.dtype).split(".")[-1])
+    return (n, n_save, *tuple(eprob.prob.u0.shape)), dtype
+
+
+def _in_order(
+    client: Any, futures: list[Any], batches: list[range], progress: bool
+) -> Iterator[Any]:
+    """Results of the per-batch ``futures`` in batch order, as they complete; raises the
+    first batch's error as soon as it arrives, and cancels the rest if abandoned."""
+    from distributed import as_completed
+
+    bar = _progress_bar(len(futures)) if progress else None
+    ready: dict[int, Any] = {}
+    position = {f.key: k for k, f in enumerate(futures)}
+    next_k = 0
+    try:
+        for future in as_completed(futures, loop=client.loop):
+            k = position[future.key]
+            if future.status != "finished":
+                _raise_for_batch(future, k, batches[k])
+            ready[k] = future
+            if bar is not None:
+                bar.update(1)
+            while next_k in ready:
+                yield ready.pop(next_k).result()
+                futures[next_k] = None  # release the worker's copy once folded
+                next_k += 1
+    finally:
+        if bar is not None:
+            bar.close()
+        pending = [f for f in futures if f is not None and not f.done()]
+        if pending:
+            cancel_and_wait(client, pending)
+
+
+def _raise_for_batch(future: Any, k: int, batch: range) -> None:
+    """Raise a failed batch's error (the user's exception, or Dask's ``KilledWorker``),
+    noting the batch."""
+    try:
+        future.result()
+    except Exception as err:
+        add_note(err, f"in batch {k} ({describe_trajectories(batch)}) of an EnsembleDask solve")
+        raise
+
+
+def _progress_bar(total: int) -> Any:
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        print("dxode: progress needs tqdm (pip install tqdm); continuing without", file=sys.stderr)
+        return None
+    return tqdm(total=total, desc="dxode batches", unit="batch")
+
+
+def _thread_count(client: Any) -> int:
+    """Worker threads of ``client`` (or of the default client, or this machine's cores)."""
+    if client is None:
+        with contextlib.suppress(ImportError, ValueError):
+            from distributed import default_client
+
+            client = default_client()
+    if client is not None:
+        return max(1, sum(client.nthreads().values()))
+    return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def _client_for(client: Any) -> Iterator[Any]:
+    """The given client, the current default client, or an embedded LocalCluster's."""
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError(
+            'EnsembleDask needs Dask: pip install "dxode[dask]" (dask[array] and distributed)'
+        ) from exc
+    if client is None:
+        try:
+            client = distributed.default_client()
+        except ValueError:  # no client yet
+            client = None
+    if client is not None:
+        yield client
+        return
+    from .cluster import local_cluster
+
+    with local_cluster() as cluster, distributed.Client(cluster) as embedded:
+        yield embedded

@@ -1,0 +1,265 @@
+"""EnsembleProblem: one model, many trajectories (initial conditions, parameters, time spans)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._error_context import add_note
+from .._problem import ODEProblem
+from .random import counter_uniform, trajectory_rng
+
+__all__ = ["BatchContext", "EnsembleProblem", "TrajectoryContext"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrajectoryContext:
+    """What the context form ``prob_func(prob, ctx)`` learns about its trajectory.
+
+    Attributes
+    ----------
+    index : int
+        Trajectory index, ``0 <= index < trajectories``.
+    repeat : int
+        How many times this trajectory was solved before (reruns from ``output_func``).
+    rng : numpy.random.Generator
+        A random stream that depends only on ``(seed, index, repeat)``, never on batching.
+    """
+
+    index: int
+    repeat: int
+    rng: np.random.Generator
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchContext:
+    """What a vectorized ``batch_func(prob, ctx)`` learns about its batch of trajectories.
+
+    Attributes
+    ----------
+    indices : (B,) int array
+        The trajectory indices of the batch.
+    repeat : (B,) int array
+        Reruns so far of each trajectory.
+    seed : int
+        The ensemble's master seed.
+    """
+
+    indices: np.ndarray
+    repeat: np.ndarray
+    seed: int
+
+    def uniform(self, *shape: int) -> np.ndarray:
+        """Uniform ``[0, 1)`` draws of shape ``(B, *shape)``; row ``i`` depends only on
+        ``(seed, indices[i], repeat[i])``, so results never depend on how trajectories are
+        batched."""
+        n_draws = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        draws = counter_uniform(self.seed, self.indices, self.repeat, n_draws)
+        return draws.reshape((len(self.indices), *shape))
+
+
+class EnsembleProblem:
+    """Many trajectories of one model: ``solve(eprob, alg, ensemble_alg, trajectories=N)``.
+
+    Trajectory ``i`` is described, in order of preference for speed, by
+
+    * arrays (no Python call per trajectory): ``u0`` of shape ``(N, *prob.u0.shape)``, ``p``
+      a pytree whose leaves have a leading axis ``N``, and/or ``tspan`` of shape ``(N, 2)``;
+    * ``batch_func(prob, ctx) -> dict``: given a ``BatchContext``, returns any of
+      ``u0``, ``p``, ``tspan`` for the batch's trajectories, trajectories first;
+    * ``prob_func``: either the classic ``prob_func(prob, i, repeat) -> ODEProblem`` of
+      DifferentialEquations.jl or the context form ``prob_func(prob, ctx)`` with a
+      ``TrajectoryContext`` (index, repeat, per-trajectory random generator);
+    * nothing: every trajectory is ``prob`` itself.
+
+    Inside a batch the right-hand side sees lanes last: states ``(n, B)``, per-trajectory
+    parameters with a trailing ``B`` axis (a tuple of scalars becomes a tuple of ``(B,)``
+    rows), times ``(B,)``. Parameters a trajectory shares with ``prob`` (the same object)
+    are passed unchanged, e.g. neural-network weights.
+
+    Parameters
+    ----------
+    prob : ODEProblem
+        The model and the default trajectory.
+    prob_func : callable, optional
+        Builds one trajectory (see above).
+    batch_func : callable, optional
+        Builds a batch of trajectories (see above); give at most one way to build them.
+    output_func : callable, optional
+        ``output_func(sol, i) -> (value, rerun)`` turns trajectory ``i``'s ODESolution into
+        the value kept; ``rerun=True`` solves the trajectory again with ``repeat + 1``.
+    reduction : callable, optional
+        ``reduction(acc, batch_values, batch_indices) -> (acc, converged)`` folds each batch's
+        values (outputs, or saved states ``(B, nsave, *shape)``) into ``acc``; once
+        ``converged`` is true no further batches are solved.
+    u_init : any, optional
+        The initial accumulator of ``reduction``.
+    combine : callable, optional
+        ``combine(acc_a, acc_b) -> acc`` merges two accumulators (associative). With it,
+        ``EnsembleDask`` reduces each batch on its worker and combines the partial results on
+        the workers, so only reduced values travel.
+    u0 : array, optional
+        Per-trajectory initial states ``(N, *prob.u0.shape)``.
+    p : pytree of arrays, optional
+        Per-trajectory parameters, each leaf with a leading axis ``N``.
+    tspan : array, optional
+        Per-trajectory time spans ``(N, 2)``.
+    """
+
+    def __init__(
+        self,
+        prob: ODEProblem,
+        prob_func: Callable[..., ODEProblem] | None = None,
+        output_func: Callable[[Any, int], tuple[Any, bool]] | None = None,
+        reduction: Callable[[Any, Any, np.ndarray], tuple[Any, bool]] | None = None,
+        u_init: Any = None,
+        *,
+        combine: Callable[[Any, Any], Any] | None = None,
+        batch_func: Callable[[ODEProblem, BatchContext], dict[str, Any]] | None = None,
+        u0: Any = None,
+        p: Any = None,
+        tspan: Any = None,
+    ) -> None:
+        if not isinstance(prob, ODEProblem):
+            raise TypeError(f"EnsembleProblem needs an ODEProblem, got {type(prob).__name__}")
+        for name, func in (
+            ("combine", combine),
+            ("prob_func", prob_func),
+            ("output_func", output_func),
+            ("reduction", reduction),
+            ("batch_func", batch_func),
+        ):
+            if func is not None and not callable(func):
+                raise TypeError(f"{name} must be callable, got {type(func).__name__}")
+        given = [
+            name
+            for name, v in (
+                ("prob_func", prob_func),
+                ("batch_func", batch_func),
+                ("arrays (u0/p/tspan)", _any_given(u0, p, tspan)),
+            )
+            if v
+        ]
+        if len(given) > 1:
+            raise ValueError(
+                f"give at most one way to build trajectories, got {' and '.join(given)}"
+            )
+        self.prob = prob
+        self.prob_func = prob_func
+        self.output_func = output_func
+        self.reduction = reduction
+        self.u_init = u_init
+        if combine is not None and reduction is None:
+            raise ValueError("combine merges reduction results: give a reduction too")
+        self.combine = combine
+        self.batch_func = batch_func
+        self.arrays = {k: v for k, v in (("u0", u0), ("p", p), ("tspan", tspan)) if v is not None}
+        self._context_form = prob_func is not None and _takes_context(prob_func)
+        self.n_arrays = _leading_length(self.arrays)
+
+    def trajectory(self, index: int, repeat: int, seed: int) -> ODEProblem:
+        """Trajectory ``index`` as its own ODEProblem (the per-trajectory path)."""
+        if self.prob_func is None:
+            return self.prob
+        try:
+            if self._context_form:
+                ctx = TrajectoryContext(index, repeat, trajectory_rng(seed, index, repeat))
+                prob = self.prob_func(self.prob, ctx)
+            else:
+                prob = self.prob_func(self.prob, index, repeat)
+        except Exception as err:
+            rerun = f" (rerun {repeat})" if repeat else ""
+            add_note(err, f"raised by prob_func for trajectory {index}{rerun}")
+            raise
+        if not isinstance(prob, ODEProblem):
+            raise TypeError(
+                f"prob_func must return an ODEProblem (e.g. prob.remake(p=...)), got "
+                f"{type(prob).__name__} for trajectory {index}"
+            )
+        return prob
+
+    def output(self, sol: Any, index: int) -> tuple[Any, bool]:
+        """``output_func(sol, index)``, checked to be a pair ``(value, rerun)``; an exception it
+        raises names the trajectory."""
+        assert self.output_func is not None
+        try:
+            result = self.output_func(sol, index)
+        except Exception as err:
+            add_note(err, f"raised by output_func for trajectory {index}")
+            raise
+        value, rerun = _pair("output_func", "(value, rerun)", result, "rerun=False")
+        if not isinstance(rerun, (bool, np.bool_)):
+            raise TypeError(
+                f"output_func must return (value, rerun) with rerun a bool (True to solve "
+                f"trajectory {index} again), got rerun={rerun!r}"
+            )
+        return value, bool(rerun)
+
+    def reduce(self, acc: Any, values: Any, indices: np.ndarray) -> tuple[Any, bool]:
+        """``reduction(acc, values, indices)``, checked to be a pair ``(acc, converged)``."""
+        assert self.reduction is not None
+        acc, converged = _pair(
+            "reduction", "(acc, converged)", self.reduction(acc, values, indices), "False"
+        )
+        return acc, bool(converged)
+
+    def __repr__(self) -> str:
+        how = (
+            "prob_func"
+            if self.prob_func
+            else "batch_func"
+            if self.batch_func
+            else f"arrays {sorted(self.arrays)}"
+            if self.arrays
+            else "identical trajectories"
+        )
+        return f"EnsembleProblem({self.prob!r}, built from {how})"
+
+
+def _pair(name: str, pair: str, result: Any, example: str) -> tuple[Any, Any]:
+    """``result`` as the pair a user function must return, or a clear error."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        sequence = isinstance(result, (tuple, list))
+        got = f"{len(result)} values" if sequence else type(result).__name__
+        raise TypeError(
+            f"{name} must return a pair {pair}, got {got}; e.g. return value, {example}"
+        )
+    return result[0], result[1]
+
+
+def _any_given(*values: Any) -> bool:
+    return any(v is not None for v in values)
+
+
+def _takes_context(func: Callable[..., Any]) -> bool:
+    """True for ``prob_func(prob, ctx)``, false for the classic ``prob_func(prob, i, repeat)``."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return False
+    if len(positional) not in (2, 3):
+        raise TypeError("prob_func must take (prob, i, repeat) or (prob, ctx)")
+    return len(positional) == 2
+
+
+def _leading_length(arrays: dict[str, Any]) -> int | None:
+    """The number of trajectories the per-trajectory arrays describe (all must agree)."""
+    from .._pytree import leaves
+
+    lengths = {
+        name: {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves(value)}
+        for name, value in arrays.items()
+    }
+    found = set().union(*lengths.values()) if lengths else set()
+    if -1 in found:
+        raise ValueError("per-trajectory arrays need a leading trajectory axis; got a scalar leaf")
+    if len(found) > 1:
+        raise ValueError(f"per-trajectory arrays disagree on the number of trajectories: {lengths}")
+    return found.pop() if found else None

@@ -1,0 +1,268 @@
+"""EnsembleSolution: an ensemble's trajectories, return codes, statistics and summaries."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .._retcode import ReturnCode
+from .._rhs import single_lane_rhs
+from .._solution import ODESolution, SolverStats
+from ..backends import to_host
+from ..integrator.interpolation import DenseOutput
+
+__all__ = ["EnsembleSolution", "EnsembleStats", "EnsembleSummary"]
+
+Array = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleStats:
+    """Work per trajectory: ``nf``, ``naccept``, ``nreject`` are ``(trajectories,)`` arrays.
+
+    Reduced ensembles keep only totals (the arrays are then ``None``); those written to Zarr
+    keep the arrays in the store and the totals here.
+    """
+
+    nf: Any
+    naccept: Any
+    nreject: Any
+    totals: tuple[int, int, int] | None = None
+
+    @property
+    def total_nf(self) -> int:
+        """RHS evaluations summed over trajectories."""
+        return self.totals[0] if self.totals else int(np.sum(self.nf))
+
+    @property
+    def total_steps(self) -> int:
+        """Accepted plus rejected steps summed over trajectories."""
+        if self.totals:
+            return self.totals[1] + self.totals[2]
+        return int(np.sum(self.naccept) + np.sum(self.nreject))
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleSummary:
+    """Statistics over successful trajectories at each save time (host NumPy arrays).
+
+    ``mean``, ``var`` are ``(nsave, *shape)``; ``quantiles`` maps each requested level to a
+    ``(nsave, *shape)`` array; ``t`` is ``(nsave,)``; ``count`` is how many trajectories entered.
+    """
+
+    t: np.ndarray
+    mean: np.ndarray
+    var: np.ndarray
+    quantiles: dict[float, np.ndarray]
+    count: int
+
+
+class EnsembleSolution:
+    """The result of solving an ``EnsembleProblem``.
+
+    ``sim[i]`` is trajectory ``i`` as an ``ODESolution`` (with dense output when solved
+    with ``dense=True``); ``len(sim)`` is the number of trajectories.
+
+    Attributes
+    ----------
+    u : array
+        Saved states ``(trajectories, nsave, *u0.shape)`` in the memory of the backend that
+        computed them (NumPy on the CPU, CuPy on the GPU; ``to_host()`` copies). With an
+        ``output_func``, its values instead (stacked when they are arrays of one shape); with
+        a ``reduction``, the reduced value.
+    t : array
+        Save times ``(nsave,)``, or ``(trajectories, nsave)`` when trajectories have their own
+        time spans.
+    retcodes : (trajectories,) int array or None
+        Each trajectory's ``ReturnCode``; failures never stop the others. A Zarr array for
+        ``EnsembleDask(output="zarr")``; ``None`` with a reduction, which keeps nothing per
+        trajectory (``len(sim)``, ``failures()`` and ``success`` still count them).
+    stats : EnsembleStats
+        RHS evaluations and accepted/rejected steps per trajectory.
+    converged : bool or None
+        Whether the reduction reported convergence (``None`` without a reduction).
+    events : EventRecord or None
+        The events callbacks fired, by trajectory (its ``trajectory`` column) and time;
+        ``None`` without callbacks, and for reductions and Zarr output.
+    """
+
+    def __init__(
+        self,
+        *,
+        t: Array,
+        u: Any,
+        retcodes: np.ndarray,
+        stats: EnsembleStats,
+        eprob: Any,
+        alg: Any,
+        converged: bool | None = None,
+        dense: list[Any] | None = None,
+        seed: int | None = None,
+        counts: np.ndarray | None = None,
+        events: Any = None,
+    ) -> None:
+        self.t = t
+        self.u = u
+        self.retcodes = retcodes
+        self._counts = counts  # return-code histogram, when per-trajectory codes were not kept
+        self.stats = stats
+        self.eprob = eprob
+        self.alg = alg
+        self.converged = converged
+        self.seed = seed
+        self._dense = dense
+        self.events = events
+
+    def __len__(self) -> int:
+        if self.retcodes is None:
+            return int(np.sum(self._counts))
+        return int(self.retcodes.shape[0])
+
+    @property
+    def success(self) -> bool:
+        """Whether every trajectory succeeded."""
+        return not self.failures()
+
+    def failures(self) -> dict[str, int]:
+        """How many trajectories ended with each unsuccessful return code."""
+        histogram = self._histogram()
+        return {
+            ReturnCode(c).name: int(k)
+            for c, k in enumerate(histogram)
+            if k and not ReturnCode(c).successful
+        }
+
+    def _histogram(self) -> np.ndarray:
+        if self._counts is not None:
+            return np.asarray(self._counts)
+        return np.bincount(np.asarray(self.retcodes[...]), minlength=len(ReturnCode))
+
+    def to_host(self) -> np.ndarray:
+        """``u`` as a NumPy array on the host."""
+        return to_host(self.u)
+
+    def __getitem__(self, i: int) -> ODESolution:
+        n = len(self)
+        if self.retcodes is None:
+            raise TypeError("sim[i] needs per-trajectory results; this ensemble was reduced")
+        if not -n <= i < n:
+            raise IndexError(f"trajectory {i} out of range for {n} trajectories")
+        i %= n
+        if not _is_array(self.u) or self.u.ndim < 2:
+            raise TypeError(
+                "sim[i] needs the saved states; this ensemble kept output_func values "
+                "or a reduction instead"
+            )
+        t = self.t if self.t.ndim == 1 else self.t[i, ...]
+        stats = SolverStats(
+            int(self.stats.nf[i]), int(self.stats.naccept[i]), int(self.stats.nreject[i])
+        )
+        dense = self._dense_output(i) if self._dense is not None else None
+        return ODESolution(
+            t,
+            self.u[i, ...],
+            ReturnCode(int(self.retcodes[i])),
+            stats,
+            self.eprob.prob,
+            self.alg,
+            dense,
+            None if self.events is None else self.events.for_trajectory(i),
+        )
+
+    def _dense_output(self, i: int) -> DenseOutput | None:
+        for batch in self._dense:
+            positions = np.nonzero(batch.indices == i)[0]
+            if positions.size:
+                return dense_output_for_lane(batch.dense, int(positions[0]))
+        return None
+
+    # ---- summaries over trajectories ------------------------------------------------------
+
+    def summary(self, quantiles: tuple[float, ...] = (0.05, 0.5, 0.95)) -> EnsembleSummary:
+        """Mean, variance and quantiles over the successful trajectories at each save time."""
+        u = self._successful_host()
+        t = to_host(self.t if self.t.ndim == 1 else self.t[0, ...])
+        qs = {float(q): np.quantile(u, q, axis=0) for q in quantiles}
+        return EnsembleSummary(
+            t=t, mean=u.mean(axis=0), var=u.var(axis=0), quantiles=qs, count=int(u.shape[0])
+        )
+
+    def mean(self) -> np.ndarray:
+        """Mean over successful trajectories, ``(nsave, *shape)``."""
+        return self._successful_host().mean(axis=0)
+
+    def var(self) -> np.ndarray:
+        """Variance over successful trajectories, ``(nsave, *shape)``."""
+        return self._successful_host().var(axis=0)
+
+    def quantile(self, q: float) -> np.ndarray:
+        """Quantile ``q`` over successful trajectories, ``(nsave, *shape)``."""
+        return np.quantile(self._successful_host(), q, axis=0)
+
+    def _successful_host(self) -> np.ndarray:
+        if not _is_array(self.u) or self.u.ndim < 2:
+            raise TypeError("summaries need the saved states (no output_func or reduction)")
+        ok = (self.retcodes == ReturnCode.Success) | (self.retcodes == ReturnCode.Terminated)
+        if not np.any(ok):
+            raise ValueError("no trajectory succeeded, so there is nothing to summarize")
+        return self.to_host()[ok]
+
+    def plot(
+        self,
+        component: int = 0,
+        quantiles: tuple[float, float] = (0.05, 0.95),
+        ax: Any = None,
+        label: str | None = None,
+    ) -> Any:
+        """Draw the mean of one state component with a quantile band (needs matplotlib).
+
+        Returns the matplotlib Axes.
+        """
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as exc:
+            raise ImportError('plotting needs matplotlib: pip install "dxode[plot]"') from exc
+        s = self.summary(quantiles=quantiles)
+        lo, hi = (s.quantiles[float(q)].reshape(len(s.t), -1)[:, component] for q in quantiles)
+        mean = s.mean.reshape(len(s.t), -1)[:, component]
+        ax = plt.gca() if ax is None else ax
+        name = label or f"u[{component}]"
+        ax.fill_between(
+            s.t, lo, hi, alpha=0.3, label=f"{name}: {quantiles[0]:g}–{quantiles[1]:g} quantiles"
+        )
+        ax.plot(s.t, mean, label=f"{name}: mean of {s.count}")
+        ax.set_xlabel("t")
+        ax.legend()
+        return ax
+
+    def __repr__(self) -> str:
+        shape = tuple(self.u.shape) if _is_array(self.u) else type(self.u).__name__
+        return (
+            f"EnsembleSolution({len(self)} trajectories, u: {shape}, failures={self.failures()}, "
+            f"steps={self.stats.total_steps}, nf={self.stats.total_nf})"
+        )
+
+
+def _is_array(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def dense_output_for_lane(data: Any, position: int) -> DenseOutput | None:
+    """Dense output of the ``position``-th lane of a batch from its recorded steps."""
+    steps = data.steps
+    if steps is None:
+        return None
+    backend = data.backend
+    xp = backend.xp
+    lane_ids = steps["lane"]
+    mask = lane_ids == position
+    idx = xp.nonzero(mask)[0]
+    if idx.shape[0] == 0:
+        return None
+    own = {key: xp.take(value, idx, axis=-1) for key, value in steps.items()}
+    one = xp.asarray([position])
+    p = data.p_for(tuple(xp.take(leaf, one, axis=-1)[..., 0] for leaf in data.lane_params))
+    rhs = single_lane_rhs(backend, data.f, p)
+    return DenseOutput(backend, data.stepper, rhs, own, data.direction)

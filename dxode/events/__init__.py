@@ -1,0 +1,1 @@
+"""Callbacks: what users write, how the integrator locates and applies them, what is recorded."""

@@ -1,0 +1,148 @@
+"""When the discrete adjoint's frozen steps are not the gradient: stability-limited steps.
+
+The discrete adjoint differentiates the computed solution with the step sizes held fixed.
+Where an explicit method's adaptive steps are limited by stability rather than accuracy (a
+stiff problem: diffusion, fast decay), that derivative can be far from the gradient of the
+loss. A fast decaying mode that the solution barely contains (unexcited, at round-off level)
+lets the controller take steps beyond the method's stability interval, which multiply that
+mode by ``|R(hλ)| >> 1``; once it has grown to the error tolerance, the controller shrinks the
+steps and holds it there. The computed solution, and the loss, stay accurate, but the
+frozen-step linearization keeps the amplification without the controller's answer to it: on
+the heat-conduction tutorial at a constant conductivity it made a gradient 500 times too large.
+Differentiating through the controller does not help: the loss is then not differentiable on
+any useful scale (where the amplified mode sits depends on round-off), while its central
+differences agree with the continuous sensitivities.
+
+So the forward pass estimates the Jacobian's dominant eigenvalue modulus ``ρ`` by power
+iterations at a few states along the solve (forward differences of ``f``: they also see the
+modes the solution does not contain), and a lane with an accepted step ``|h| ρ`` beyond the
+method's real stability interval is "stability-limited". For those solves the default
+sensitivity algorithm switches to ``InterpolatingAdjoint`` (accurate to the tolerance; the
+adjoint equation is integrated with the same method and controller), and an explicitly
+requested ``DiscreteAdjoint`` refuses with an error naming the fixes. (An estimate from the
+steps' own stages, as in Hairer's stiffness detection, sees only the modes the solution
+contains, and missed an Allen–Cahn problem whose symmetric modes are unexcited.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..backends import to_host
+from ..integrator.lanes import Trial
+
+# Power iterations for the Jacobian's dominant eigenvalue: at most this many states along
+# each batch's solve, this many iterations each.
+_PROBES = 8
+_ITERATIONS = 12
+
+
+def stability_limited(
+    backend: Any,
+    rhs_for: Any,
+    params: tuple,
+    trials: list[Trial],
+    succeeded: np.ndarray,
+    interval: float,
+) -> tuple[np.ndarray, float]:
+    """Lanes (among the ``succeeded`` ones, an ``(L,)`` host mask) with an accepted step
+    ``h`` beyond the stability interval, ``|h| ρ > interval``, and the largest such ``ρ``.
+
+    ``ρ`` comes from power iterations on the Jacobian at up to ``_PROBES`` states along the
+    solve (so it also sees the modes the solution does not contain, which frozen steps
+    amplify unseen): for a step, the larger of the probes before and after it.
+    ``rhs_for(params)`` is the batch's lane RHS (``params`` its per-lane parameters).
+    """
+    xp = backend.xp
+    limited = np.zeros(succeeded.shape[0], dtype=bool)
+    probes = _probe_rates(backend, rhs_for, params, trials, succeeded.shape[0])
+    if probes is None:
+        return limited, 0.0
+    at, rates = probes
+    h = xp.abs(xp.concat([trial.h for trial in trials]))
+    accept = xp.concat([trial.accept for trial in trials])
+    if float(xp.max(xp.where(accept, h, 0.0))) * float(np.max(rates)) <= interval:
+        return limited, 0.0  # no step can be beyond (the common, non-stiff case)
+    lanes = np.asarray(to_host(xp.concat([trial.lane for trial in trials])))
+    h, accept = np.asarray(to_host(h)), np.asarray(to_host(accept), dtype=bool)
+    which = np.repeat(np.arange(len(trials)), [int(trial.lane.shape[0]) for trial in trials])
+    before = np.clip(np.searchsorted(at, which, side="right") - 1, 0, len(at) - 1)
+    after = np.minimum(before + 1, len(at) - 1)
+    rho = np.maximum(rates[before, lanes], rates[after, lanes])
+    over = accept & (h * rho > interval) & succeeded[lanes]
+    if not over.any():
+        return limited, 0.0
+    limited[lanes[over]] = True
+    return limited, float(np.max(rho[over]))
+
+
+def _probe_rates(
+    backend: Any, rhs_for: Any, params: tuple, trials: list[Trial], n_lanes: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Power-iteration estimates of ``|λ|max`` at up to ``_PROBES`` trials' start states:
+    the trials' indices ``(P,)`` and the rates ``(P, L)`` (zero for lanes not in a trial's
+    working set), or ``None`` when no trial kept its start state."""
+    xp = backend.xp
+    kept = [j for j, trial in enumerate(trials) if _start_state(trial) is not None]
+    if not kept:
+        return None
+    every = max(1, -(-len(kept) // _PROBES))
+    chosen = kept[::every]
+    rates = np.zeros((len(chosen), n_lanes))
+    rng = np.random.default_rng(0)
+    for row, j in enumerate(chosen):
+        trial = trials[j]
+        u = _start_state(trial)
+        rhs = rhs_for(tuple(xp.take(p, trial.lane, axis=-1) for p in params))
+        start = backend.asarray(rng.standard_normal(tuple(u.shape)), dtype=u.dtype)
+        rate = _power_iteration(backend, rhs, u, trial.t, start)
+        rates[row, np.asarray(to_host(trial.lane))] = np.asarray(to_host(rate))
+    return np.asarray(chosen), rates
+
+
+def _start_state(trial: Trial) -> Any:
+    """The state a trial stepped from, if it was kept (stage inputs or a checkpoint)."""
+    if trial.inputs is not None:
+        return trial.inputs[0]
+    return None if trial.start is None else trial.start[0]
+
+
+def _power_iteration(backend: Any, rhs: Any, u: Any, t: Any, v: Any) -> Any:
+    """``||J v|| / ||v||`` per lane after ``_ITERATIONS`` power iterations from ``v``, with
+    ``J v`` the forward difference ``(f(u + ε v) - f(u)) / ε``."""
+    xp = backend.xp
+    axes = tuple(range(u.ndim - 1))
+    eps = float(np.sqrt(xp.finfo(u.dtype).eps))
+
+    def norm(x: Any) -> Any:
+        return xp.sqrt(xp.sum(x * x, axis=axes))
+
+    with backend.ignore_fp_errors():
+        f0 = rhs(u, t)
+        step = eps * (1.0 + norm(u))
+        rate = xp.zeros_like(step)
+        for _ in range(_ITERATIONS):
+            size = norm(v)
+            v = v / xp.where(size > 0, size, 1.0)
+            jv = (rhs(u + step * v, t) - f0) / step
+            rate = norm(jv)
+            v = jv
+        return xp.where(xp.isfinite(rate), rate, 0.0)
+
+
+def refusal(
+    sensealg: Any, alg: Any, n_limited: int, n_lanes: int, interval: float, rho: float, why: str
+) -> ValueError:
+    """The error for a stability-limited solve whose gradient cannot switch algorithm."""
+    dtmax = 0.9 * interval / rho
+    return ValueError(
+        f"{sensealg!r}: {n_limited} of {n_lanes} trajectories took steps of {alg!r} beyond "
+        f"its stability interval (|h λ| > {interval:.3g} for the Jacobian's dominant "
+        f"eigenvalue λ, estimated |λ| up to {rho:.3g}): the problem is stiff for this method, "
+        "and the derivative of its frozen steps is not the gradient of the loss (the step-size "
+        f"controller keeps the solution stable, frozen steps do not). {why} Or pass "
+        f"dtmax={dtmax:.3g} (or less) so that every step is stable, or use a stiff method "
+        "such as Rodas5P()"
+    )
