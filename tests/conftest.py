@@ -1,50 +1,20 @@
-"""Shared fixtures: the array backends and dtypes every core test runs on.
-
-``DXODE_TEST_BACKENDS`` (comma-separated: numpy, array_api_strict, cupy) narrows the set.
-CuPy is used only where it imports and sees a GPU; elsewhere its cases are skipped with the
-reason, never silently dropped.
-"""
+"""Shared fixtures: the array backends and dtypes every core test runs on (from ``matrix``)."""
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pytest
 
-from dxode.backends import cupy_available
-
-_ALL = ("numpy", "array_api_strict", "cupy")
-_SELECTED = tuple(
-    name for name in os.environ.get("DXODE_TEST_BACKENDS", ",".join(_ALL)).split(",") if name
-)
+from matrix import DTYPES, backend_params, namespace
 
 
-def _namespace(name: str):
-    if name == "numpy":
-        return np
-    if name == "array_api_strict":
-        import array_api_strict
-
-        return array_api_strict
-    if name == "cupy":
-        if not cupy_available():
-            pytest.skip("CuPy with a CUDA GPU is not available on this machine")
-        import array_api_compat.cupy
-
-        return array_api_compat.cupy
-    raise ValueError(name)
-
-
-@pytest.fixture(
-    params=[pytest.param(n, marks=[pytest.mark.gpu] if n == "cupy" else []) for n in _SELECTED]
-)
+@pytest.fixture(params=backend_params())
 def xp(request):
     """An array namespace: NumPy, array_api_strict (the standard and nothing more) or CuPy."""
-    return _namespace(request.param)
+    return namespace(request.param)
 
 
-@pytest.fixture(params=["float64", "float32"])
+@pytest.fixture(params=DTYPES)
 def dtype_name(request):
     return request.param
 

@@ -11,10 +11,8 @@ import pytest
 import dxode
 
 from conftest import to_numpy
+from matrix import ADAPTIVE, FIXED_STEP, matrix, namespace
 from problems import oscillator
-
-ADAPTIVE = [dxode.BS3, dxode.DP5, dxode.Tsit5, dxode.Vern7]
-FIXED = [dxode.Euler, dxode.RK4]
 
 
 def _problem(xp, dtype_name):
@@ -33,8 +31,9 @@ def _check_result(xp, sol, dtype_name, tol):
     np.testing.assert_allclose(end, [math.cos(2.0), -math.sin(2.0)], atol=tol)
 
 
-@pytest.mark.parametrize("alg", ADAPTIVE, ids=lambda a: a.__name__)
-def test_adaptive_methods(xp, dtype_name, alg):
+@pytest.mark.parametrize(("backend", "dtype_name", "alg"), matrix(ADAPTIVE))
+def test_adaptive_methods(backend, dtype_name, alg):
+    xp = namespace(backend)
     tol = 1e-6 if dtype_name == "float64" else 1e-4
     sol = dxode.solve(_problem(xp, dtype_name), alg(), rtol=tol, atol=tol)
     _check_result(xp, sol, dtype_name, 50 * tol)
@@ -43,8 +42,9 @@ def test_adaptive_methods(xp, dtype_name, alg):
     np.testing.assert_allclose(to_numpy(dense)[:, 0], np.cos([0.5, 1.5]), atol=50 * tol)
 
 
-@pytest.mark.parametrize("alg", FIXED, ids=lambda a: a.__name__)
-def test_fixed_step_methods(xp, dtype_name, alg):
+@pytest.mark.parametrize(("backend", "dtype_name", "alg"), matrix(FIXED_STEP))
+def test_fixed_step_methods(backend, dtype_name, alg):
+    xp = namespace(backend)
     dt = 1e-3 if alg is dxode.Euler else 1e-2
     sol = dxode.solve(_problem(xp, dtype_name), alg(), dt=dt)
     tol = 5e-3 if alg is dxode.Euler else (1e-6 if dtype_name == "float64" else 1e-4)

@@ -7,9 +7,9 @@ import pytest
 
 import dxode
 
+from matrix import ADAPTIVE, EXPLICIT, method_id
 from problems import OSCILLATOR
 
-METHODS = [dxode.Euler, dxode.RK4, dxode.BS3, dxode.DP5, dxode.Tsit5, dxode.Vern7]
 # Step sizes large enough that round-off stays far below the truncation error.
 STEPS = {
     dxode.Euler: [0.02, 0.01, 0.005, 0.0025],
@@ -30,7 +30,7 @@ def _solve_fixed(alg, dt, **kwargs):
     return dxode.solve(prob, alg(), dt=dt, adaptive=False, **kwargs)
 
 
-@pytest.mark.parametrize("alg", METHODS, ids=lambda a: a.__name__)
+@pytest.mark.parametrize("alg", EXPLICIT, ids=method_id)
 def test_global_order_matches_theory(alg):
     errors = []
     for dt in STEPS[alg]:
@@ -39,7 +39,7 @@ def test_global_order_matches_theory(alg):
     assert _slope(STEPS[alg], errors) == pytest.approx(alg().order, abs=0.35)
 
 
-@pytest.mark.parametrize("alg", METHODS, ids=lambda a: a.__name__)
+@pytest.mark.parametrize("alg", EXPLICIT, ids=method_id)
 def test_dense_output_order_matches_theory(alg):
     # Between steps, the error is the global error (order p) plus the interpolant's local error
     # (order q + 1), so the observed order is min(p, q + 1).
@@ -54,7 +54,7 @@ def test_dense_output_order_matches_theory(alg):
     assert _slope(STEPS[alg], errors) >= expected - 0.35
 
 
-@pytest.mark.parametrize("alg", METHODS[2:], ids=lambda a: a.__name__)
+@pytest.mark.parametrize("alg", ADAPTIVE, ids=method_id)
 def test_adaptive_error_falls_with_tolerance(alg):
     # Tolerance proportionality: the global error tracks the tolerance over 4 decades.
     prob = dxode.ODEProblem(OSCILLATOR.f, OSCILLATOR.u0, (0.0, 4.0))

@@ -14,7 +14,7 @@ import pytest
 
 import dxode
 
-from conftest import _namespace
+from matrix import DTYPES, namespace
 from problems import lorenz_xp as lorenz
 from problems import lorenz_xp_jac, lorenz_xp_paramjac
 from problems import lorenz_xp_vjp as lorenz_vjp
@@ -62,7 +62,7 @@ START = np.array([1.0, 0.5, 0.2, *THETA])
 @pytest.mark.parametrize(
     "sensealg", [dxode.DiscreteAdjoint(), dxode.DiscreteAdjoint(checkpoint_every=3)], ids=repr
 )
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_array_api_gradients_are_numpys_to_the_last_bit(sensealg, dtype):
     import array_api_strict as xps
 
@@ -129,7 +129,7 @@ def test_a_failed_lane_on_another_backend_gives_nan_only_for_its_own_start():
 
 @pytest.mark.gpu
 def test_cupy_gradients_match_numpy():
-    _namespace("cupy")  # skips without a GPU
+    namespace("cupy")  # skips without a GPU
     loss_gpu = ensemble_loss(np.zeros(3), ensemble_alg=dxode.EnsembleArray(backend="cupy"))
     loss_cpu = ensemble_loss(np.zeros(3))
     np.testing.assert_allclose(

@@ -23,13 +23,18 @@ from dxode.solvers.tableau import ButcherTableau
 from dxode.solvers.tsit5 import TSIT5_TABLEAU, Tsit5
 from dxode.solvers.vern7 import VERN7_TABLEAU, Vern7
 
+from matrix import EXPLICIT, FIXED_STEP, method_id
+
+TABLEAUS: dict[type, ButcherTableau] = {
+    Euler: EULER_TABLEAU,
+    RK4: RK4_TABLEAU,
+    BS3: BS3_TABLEAU,
+    DP5: DP5_TABLEAU,
+    Tsit5: TSIT5_TABLEAU,
+    Vern7: VERN7_TABLEAU,
+}
 METHODS: dict[str, tuple[type, ButcherTableau]] = {
-    "Euler": (Euler, EULER_TABLEAU),
-    "RK4": (RK4, RK4_TABLEAU),
-    "BS3": (BS3, BS3_TABLEAU),
-    "DP5": (DP5, DP5_TABLEAU),
-    "Tsit5": (Tsit5, TSIT5_TABLEAU),
-    "Vern7": (Vern7, VERN7_TABLEAU),
+    method_id(cls): (cls, TABLEAUS[cls]) for cls in EXPLICIT
 }
 NAMES = list(METHODS)
 ADAPTIVE = [name for name in NAMES if METHODS[name][1].adaptive]
@@ -162,7 +167,7 @@ def test_method_reports_the_tableau_properties(name: str) -> None:
     method = cls()
     assert method.order == tab.order
     assert method.error_order == tab.error_order
-    assert method.adaptive is (name not in ("Euler", "RK4"))
+    assert method.adaptive is (cls not in FIXED_STEP)
 
 
 @pytest.mark.parametrize("name", NAMES)
