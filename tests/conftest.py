@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
 from matrix import DTYPES, backend_params, namespace
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--without",
+        default="",
+        metavar="NAMES",
+        help="comma-separated optional dependencies to hide, as if not installed "
+        "(e.g. distributed,matplotlib): their tests must skip with a reason, not fail",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A None entry in sys.modules makes every later import of the name (and of its
+    # submodules) raise ModuleNotFoundError, which is what a missing extra looks like.
+    for name in filter(None, config.getoption("--without").split(",")):
+        sys.modules[name] = None  # type: ignore[assignment]
 
 
 @pytest.fixture(params=backend_params())

@@ -64,9 +64,9 @@ def namespace(backend: str) -> ModuleType:
     if backend == "numpy":
         return np
     if backend == "array_api_strict":
-        import array_api_strict
-
-        return array_api_strict
+        return pytest.importorskip(
+            "array_api_strict", reason="array-api-strict is not installed (extra 'test')"
+        )
     if backend == "cupy":
         if not cupy_available():
             pytest.skip("CuPy with a CUDA GPU is not available on this machine")

@@ -9,6 +9,7 @@ from typing import Any
 
 import array_api_compat
 import numpy as np
+import pytest
 
 from dxode.demo.lorenz import lorenz_jac, lorenz_paramjac  # noqa: F401 - shared with the tests
 
@@ -193,12 +194,14 @@ def scipy_rk45(problem: Reference, times: np.ndarray, tol: float) -> np.ndarray:
 
 
 def _scipy(problem: Reference, times: np.ndarray, method: str, tol: float) -> np.ndarray:
-    from scipy.integrate import solve_ivp
+    integrate = pytest.importorskip(
+        "scipy.integrate", reason="SciPy is not installed (extra 'test')"
+    )
 
     def f(t, u):
         return np.asarray(problem.f(u, problem.p, t), dtype=float)
 
-    sol = solve_ivp(
+    sol = integrate.solve_ivp(
         f, problem.tspan, np.array(problem.u0), method=method, t_eval=times, rtol=tol, atol=tol
     )
     assert sol.success

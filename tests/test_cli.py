@@ -96,6 +96,7 @@ def test_demo_asking_for_cupy_without_a_gpu_says_so(tmp_path, capsys):
 
     if cupy_available():
         pytest.skip("this machine has a GPU")
+    pytest.importorskip("matplotlib")  # the demo checks for plotting first
     assert main(["demo", "--output", tmp_path / "x.png", "--backend", "cupy"]) == 1
     assert "needs CuPy and an NVIDIA GPU" in capsys.readouterr().err
 

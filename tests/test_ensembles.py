@@ -372,8 +372,11 @@ def test_indexing_summaries_and_plot(tmp_path):
     np.testing.assert_allclose(summary.var, sim.u.var(axis=0))
     np.testing.assert_allclose(summary.quantiles[0.9], np.quantile(sim.u, 0.9, axis=0))
     assert summary.count == 50 and len(sim) == 50
-    import matplotlib
-
+    with pytest.raises(IndexError):
+        sim[50]
+    matplotlib = pytest.importorskip(
+        "matplotlib", reason="matplotlib is not installed (extra 'plot')"
+    )
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -381,8 +384,6 @@ def test_indexing_summaries_and_plot(tmp_path):
     plt.savefig(tmp_path / "band.png")
     assert (tmp_path / "band.png").stat().st_size > 1000 and ax.get_xlabel() == "t"
     plt.close("all")
-    with pytest.raises(IndexError):
-        sim[50]
 
 
 @pytest.mark.parametrize(

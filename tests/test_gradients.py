@@ -163,7 +163,6 @@ def test_a_failed_trajectory_gives_nan_gradients_not_wrong_numbers():
 
 def test_optimizers_reduce_the_loss():
     from autograd.misc.optimizers import adam
-    from scipy.optimize import minimize
 
     target = dxode.solve(
         dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0), saveat=0.25, rtol=1e-8, atol=1e-8
@@ -176,7 +175,8 @@ def test_optimizers_reduce_the_loss():
     start = np.array([9.0, 27.0, 3.0])
     fitted = adam(autograd.grad(loss), start, step_size=0.05, num_iters=20)
     assert loss(fitted) < 0.5 * loss(start)
-    result = minimize(autograd.value_and_grad(loss), start, jac=True, method="L-BFGS-B")
+    optimize = pytest.importorskip("scipy.optimize", reason="SciPy is not installed (extra 'test')")
+    result = optimize.minimize(autograd.value_and_grad(loss), start, jac=True, method="L-BFGS-B")
     np.testing.assert_allclose(result.x, P0, rtol=1e-3)
 
 
@@ -209,13 +209,6 @@ def test_unsupported_combinations_raise_clearly():
     with pytest.raises(NotImplementedError, match="dense output is not differentiable"):
         autograd.grad(with_options(dense=True))(theta)
 
-    def dask_loss(th):
-        eprob = dxode.EnsembleProblem(dxode.ODEProblem(lorenz, th, (0.0, 1.0), P0))
-        return anp.sum(dxode.solve(eprob, dxode.EnsembleDask(), trajectories=2, saveat=[1.0]).u)
-
-    with pytest.raises(ValueError, match="needs a running cluster"):
-        autograd.grad(dask_loss)(theta)
-
     def lockstep_loss(th):
         eprob = dxode.EnsembleProblem(dxode.ODEProblem(lorenz, th, (0.0, 1.0), P0))
         sim = dxode.solve(eprob, dxode.EnsembleArray(lockstep=True), trajectories=2, saveat=[1.0])
@@ -223,6 +216,15 @@ def test_unsupported_combinations_raise_clearly():
 
     with pytest.raises(NotImplementedError, match="lock-step ensembles are not differentiable"):
         autograd.grad(lockstep_loss)(theta)
+
+    pytest.importorskip("distributed", reason="distributed is not installed (extra 'dask')")
+
+    def dask_loss(th):
+        eprob = dxode.EnsembleProblem(dxode.ODEProblem(lorenz, th, (0.0, 1.0), P0))
+        return anp.sum(dxode.solve(eprob, dxode.EnsembleDask(), trajectories=2, saveat=[1.0]).u)
+
+    with pytest.raises(ValueError, match="needs a running cluster"):
+        autograd.grad(dask_loss)(theta)
 
 
 def test_a_hand_written_vjp_gives_the_same_gradients():

@@ -12,7 +12,6 @@ import autograd
 import autograd.numpy as anp
 import numpy as np
 import pytest
-from scipy.optimize import minimize
 
 import dxode
 
@@ -225,7 +224,8 @@ def test_the_tutorial_fit_reaches_its_documented_optimum():
         parts = [autograd.value_and_grad(shard_loss)(theta, *shard) for shard in shards]
         return sum(float(v) for v, _ in parts), sum(g for _, g in parts)
 
-    result = minimize(
+    optimize = pytest.importorskip("scipy.optimize", reason="SciPy is not installed (extra 'test')")
+    result = optimize.minimize(
         loss_and_gradient, THETA0, jac=True, method="L-BFGS-B", options={"maxiter": 30}
     )
     assert result.success
