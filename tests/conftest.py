@@ -1,4 +1,8 @@
-"""Shared fixtures: the array backends and dtypes every core test runs on (from ``matrix``)."""
+"""Shared fixtures: the array backends and dtypes every core test runs on (from ``matrix``).
+
+``--without=distributed,matplotlib,...`` hides optional dependencies as if not installed, to
+check that their tests skip with a reason instead of failing.
+"""
 
 from __future__ import annotations
 
