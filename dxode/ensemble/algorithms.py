@@ -19,7 +19,9 @@ import numpy as np
 from .. import _pytree
 from .._problem import ODEProblem
 from .._retcode import ReturnCode
+from .._single import solve_problem
 from .._solution import ODESolution, SolverStats
+from ..events.callbacks import check_preset_times
 from ..events.record import concat_records, replace_trajectories
 from .batch import BatchResult, BatchSpec, solve_batch
 from .problem import EnsembleProblem
@@ -168,7 +170,7 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
 
 @dataclasses.dataclass(frozen=True)
 class EnsembleSerial(AbstractEnsembleAlgorithm):
-    """One ordinary ``solve`` per trajectory: slow, simple, and the reference for the others."""
+    """One single solve per trajectory: slow, simple, and the reference for the others."""
 
     def lanes_for_gradients(self, batch_size: int) -> int:
         return 1  # one trajectory at a time, as without gradients
@@ -176,8 +178,6 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
     def run_batch(
         self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
     ) -> BatchResult:
-        from .._solve import solve
-
         if spec.dense:
             raise ValueError(
                 "EnsembleSerial keeps no dense output; use EnsembleArray for dense=True"
@@ -185,15 +185,12 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
         sols = []
         for i, r in zip(indices, repeat, strict=True):
             prob = trajectory_problem(eprob, int(i), int(r), spec.seed)
+            spec.options.check_state(prob.u0)
+            check_preset_times(spec.callback, *sorted(prob.tspan))
             saveat = spec.saveat if spec.saveat is not None else list(prob.tspan)
             sols.append(
-                solve(
-                    prob,
-                    spec.options.alg,
-                    saveat=saveat,
-                    tstops=spec.tstops,
-                    callback=spec.callback,
-                    **_option_kwargs(spec),
+                solve_problem(
+                    prob, spec.options, saveat=saveat, tstops=spec.tstops, callbacks=spec.callback
                 )
             )
         xp = _namespace(sols[0].u)
@@ -221,11 +218,7 @@ def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: in
     if eprob.prob_func is not None or not (eprob.arrays or eprob.batch_func):
         return eprob.trajectory(index, repeat, seed)
     if eprob.batch_func is not None:
-        from .problem import BatchContext
-
-        data = eprob.batch_func(
-            eprob.prob, BatchContext(np.array([index]), np.array([repeat]), seed)
-        )
+        data = eprob.batch(np.array([index]), np.array([repeat]), seed)
         row = 0
     else:
         data, row = eprob.arrays, index
@@ -242,20 +235,6 @@ def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: in
 def _renumbered(events: Any, trajectory: int) -> Any:
     """A single solve's events as those of ``trajectory``."""
     return dataclasses.replace(events, trajectory=np.full_like(events.trajectory, trajectory))
-
-
-def _option_kwargs(spec: BatchSpec) -> dict[str, Any]:
-    o = spec.options
-    return {
-        "rtol": o.rtol,
-        "atol": o.atol,
-        "dt": o.dt,
-        "adaptive": o.adaptive,
-        "controller": o.controller,
-        "maxiters": o.maxiters,
-        "dtmin": o.dtmin,
-        "dtmax": o.dtmax,
-    }
 
 
 def _namespace(x: Any) -> Any:

@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
-from .._jacobian import Derivatives, LaneFunction
+from .._derivatives import Derivatives, LaneFunction
 from .._options import SolverOptions
 from .._retcode import ReturnCode
 from .._rhs import checked_first_call, lane_rhs, single_lane_rhs
+from .._traced_rhs import TracedRHS, substituted
 from ..backends import get_backend, to_host
 from ..integrator.loop import LaneProblem, integrate
 from ..solvers import ExplicitRungeKutta
@@ -30,28 +31,8 @@ from .algorithms import (
 )
 from .augmented_jacobians import is_stiff
 from .discrete_adjoint import backward
-from .traced_rhs import TracedRHS, substituted
 
 Array = Any
-
-
-def is_traced(*values: Any) -> bool:
-    """Whether any leaf of ``values`` is an autograd value being traced.
-
-    Raises ``TypeError`` for a NumPy object array of traced values: what a plain ``numpy``
-    function (``np.outer``, ``np.stack``, ...) makes of them, which autograd cannot follow.
-    """
-    from autograd.tracer import isbox
-
-    leaves = [leaf for value in values for leaf in _pytree.leaves(value)]
-    for leaf in leaves:
-        if isinstance(leaf, np.ndarray) and leaf.dtype == object and any(map(isbox, leaf.flat)):
-            raise TypeError(
-                "an array of traced autograd values was built with a plain `numpy` function; "
-                "use `autograd.numpy` (import autograd.numpy as anp) to build u0, p or tspan "
-                "from differentiated values"
-            )
-    return any(isbox(leaf) for leaf in leaves)
 
 
 @dataclasses.dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
@@ -14,14 +13,13 @@ from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import save_times, stop_times
 from ..backends import backend_for, get_backend, to_host
-from ..ensemble.problem import BatchContext, EnsembleProblem
+from ..ensemble.problem import EnsembleProblem
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
 from .algorithms import BacksolveAdjoint, InterpolatingAdjoint
 from .differentiable import (
     _Static,
     check_differentiable,
     default_sensealg,
-    is_traced,
     traced_solve,
 )
 
@@ -157,46 +155,6 @@ def solve_ensemble_traced(
     )
 
 
-def ensemble_is_traced(eprob: EnsembleProblem, seed: int) -> bool:
-    """Whether solving ``eprob`` involves differentiated values (trying trajectory 0).
-
-    User functions are probed only while autograd is actually tracing a computation.
-    """
-    if is_traced(eprob.prob.u0, eprob.prob.p, eprob.arrays):
-        return True
-    if not _autograd_is_tracing():
-        return False
-    if eprob.prob_func is not None:
-        first = eprob.trajectory(0, 0, seed)
-        return is_traced(first.u0, first.p)
-    if eprob.batch_func is not None:
-        return is_traced(
-            eprob.batch_func(eprob.prob, BatchContext(np.array([0]), np.array([0]), seed))
-        )
-    return False
-
-
-def _autograd_is_tracing() -> bool:
-    """Whether a computation autograd is tracing called this one.
-
-    autograd's trace level alone cannot say: it stays raised after an exception escapes a
-    traced function (``TraceStack.new_trace`` has no ``finally``), so after one failed
-    gradient it would report tracing for the rest of the process. A trace in progress also
-    has autograd's ``trace`` on the call stack.
-    """
-    from autograd import tracer
-
-    if tracer.trace_stack.top < 0:
-        return False
-    code = tracer.trace.__code__
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is code:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _traced_trajectories(
     eprob: EnsembleProblem, n: int, seed: int
 ) -> tuple[Any, Any, list[Any], list[bool], np.ndarray]:
@@ -221,7 +179,7 @@ def _traced_trajectories(
         spans = np.array([p.tspan for p in problems])
         return u0, prob.p, leaves, lane_leaf, spans
     if eprob.batch_func is not None:
-        data = eprob.batch_func(prob, BatchContext(np.arange(n), np.zeros(n, dtype=np.int64), seed))
+        data = eprob.batch(np.arange(n), np.zeros(n, dtype=np.int64), seed)
     else:
         data = {key: _first_rows(value, n) for key, value in eprob.arrays.items()}
     if "u0" in data:
