@@ -31,11 +31,20 @@ __all__ = ["AbstractEnsembleAlgorithm", "EnsembleArray", "EnsembleSerial"]
 _MAX_RERUNS = 100
 
 
+def batch_size_limit(backend: str | None) -> int:
+    """The default, and the largest automatic, number of trajectories per batch on
+    ``backend`` (a name, ``None`` for that of ``prob.u0``): 10^6 on CuPy, 10^4 elsewhere."""
+    return 1_000_000 if backend == "cupy" else 10_000
+
+
 class AbstractEnsembleAlgorithm(abc.ABC):
     """How to compute the batches of an ensemble. Subclasses implement ``run_batch``; those
     that schedule batches themselves (``EnsembleDask``) override ``run``."""
 
-    default_batch_size: int = 10_000
+    @property
+    def default_batch_size(self) -> int:
+        """Trajectories per batch when the caller gives none (see ``batch_size_limit``)."""
+        return batch_size_limit(self.backend_name())
 
     def batch_size_for(self, trajectories: int) -> int:
         """The batch size used when the caller gives none."""
@@ -157,10 +166,6 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
 
     def backend_name(self) -> str | None:
         return self.backend
-
-    @property
-    def default_batch_size(self) -> int:  # type: ignore[override]
-        return 1_000_000 if self.backend == "cupy" else 10_000
 
     def run_batch(
         self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray

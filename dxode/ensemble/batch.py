@@ -21,7 +21,7 @@ from .._timegrid import lane_save_grid, stop_times
 from ..backends import Backend, backend_for, get_backend, to_host
 from ..events.record import EventRecord, record_from_lanes
 from ..integrator.loop import integrate
-from .problem import EnsembleProblem
+from .problem import EnsembleProblem, per_trajectory_leaves
 
 Array = Any
 
@@ -239,9 +239,7 @@ def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: 
         if _pytree.structure(traj.p) != base_structure:
             raise ValueError(f"trajectory {i}'s p has a different structure than prob.p")
         per_traj.append(_pytree.leaves(traj.p))
-    lane_leaf = [
-        any(leaves[k] is not base for leaves in per_traj) for k, base in enumerate(base_leaves)
-    ]
+    lane_leaf = per_trajectory_leaves(base_leaves, per_traj)
     new_leaves = []
     for k, base in enumerate(base_leaves):
         if lane_leaf[k]:

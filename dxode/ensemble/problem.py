@@ -14,7 +14,7 @@ from .._error_context import add_note, describe_trajectories
 from .._problem import ODEProblem
 from .random import counter_uniform, trajectory_rng
 
-__all__ = ["BatchContext", "EnsembleProblem", "TrajectoryContext"]
+__all__ = ["BatchContext", "EnsembleProblem", "TrajectoryContext", "per_trajectory_leaves"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +265,14 @@ def _pair(name: str, pair: str, result: Any, example: str) -> tuple[Any, Any]:
             f"{name} must return a pair {pair}, got {got}; e.g. return value, {example}"
         )
     return result[0], result[1]
+
+
+def per_trajectory_leaves(base: list[Any], trajectories: list[list[Any]]) -> list[bool]:
+    """Which leaves of ``p`` are per trajectory, given ``prob.p``'s leaves ``base`` and each
+    trajectory's leaves: those some trajectory does not share with ``prob.p`` (the same
+    object). The others stay one leaf for all lanes, passed to ``f`` unchanged (and, when
+    differentiated, with one cotangent summed over the trajectories)."""
+    return [any(leaves[k] is not leaf for leaves in trajectories) for k, leaf in enumerate(base)]
 
 
 def _same_context(ctx: BatchContext, indices: np.ndarray, repeat: np.ndarray, seed: int) -> bool:
