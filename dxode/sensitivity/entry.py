@@ -11,7 +11,7 @@ from .._options import SolverOptions
 from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
-from .._timegrid import save_times, stop_times
+from .._timegrid import lane_save_grid, stop_times
 from ..backends import backend_for, get_backend, to_host
 from ..ensemble.problem import EnsembleProblem, per_trajectory_leaves
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
@@ -35,7 +35,7 @@ def solve_single_traced(
     sensealg = sensealg or default_sensealg(opts.alg)
     check_differentiable(opts, _backend_name(prob.u0), sensealg, prob.vjp, _has_jacobians(prob))
     t0, t1 = prob.tspan
-    grid = _gradient_grid(saveat, t0, t1)
+    grid = lane_save_grid(saveat, np.array([t0]), np.array([t1]))[:, 0]
     leaves = _pytree.leaves(prob.p)
     diff = [isbox(leaf) for leaf in leaves]
     static = _Static(
@@ -114,7 +114,7 @@ def solve_ensemble_traced(
             f"{sensealg!r} needs one tspan shared by all trajectories; use DiscreteAdjoint() "
             "or ForwardSensitivity() for per-trajectory tspans"
         )
-    grid = _gradient_grid(saveat, float(t0[0]), float(t1[0]))
+    grid = lane_save_grid(saveat, t0, t1)[:, 0]
     diff = [isbox(leaf) for leaf in p_leaves]
     static = _Static(
         f=prob.f,
@@ -201,12 +201,6 @@ def _traced_trajectories(
 
 def _first_rows(value: Any, n: int) -> Any:
     return _pytree.map_leaves(lambda leaf: leaf[:n], value)
-
-
-def _gradient_grid(saveat: Any, t0: float, t1: float) -> np.ndarray:
-    grid = save_times(saveat if saveat is not None else [t0, t1], t0, t1)
-    assert grid is not None
-    return grid
 
 
 def _has_jacobians(prob: ODEProblem) -> bool:
