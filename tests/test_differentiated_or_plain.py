@@ -139,3 +139,17 @@ def test_f_sees_the_same_parameter_layout_with_and_without_gradients():
     assert shapes[False] == {2}
     assert shapes[True] == shapes[False]
     assert plain.shape == (3, 1, 3)
+
+
+def test_a_differentiated_ensemble_checks_saveat_against_every_tspan_as_a_plain_one():
+    spans = np.array([[0.0, 1.0], [0.0, 2.0]])
+
+    def loss(theta):
+        eprob = dxode.EnsembleProblem(_lorenz(), u0=anp.stack([theta, theta]), tspan=spans)
+        return anp.sum(dxode.solve(eprob, saveat=0.5).u)
+
+    message = "saveat as an interval needs one shared tspan"
+    with pytest.raises(ValueError, match=message):
+        dxode.solve(dxode.EnsembleProblem(_lorenz(), u0=np.ones((2, 3)), tspan=spans), saveat=0.5)
+    with pytest.raises(ValueError, match=message):
+        autograd.grad(loss)(np.array([1.0, 0.0, 0.0]))
