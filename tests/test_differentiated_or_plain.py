@@ -114,33 +114,6 @@ def test_batch_func_runs_once_per_batch_under_autograd(differentiated):
     assert contexts == [[0, 1, 2]]
 
 
-def test_f_sees_the_same_parameter_layout_with_and_without_gradients():
-    # Every trajectory shares one weight array that is not prob.p's, and has its own scale:
-    # one rule (shared with prob.p or not) makes both leaves per-trajectory either way.
-    shapes = {}  # the number of axes of p's weights as f sees them
-    weights = np.array([10.0, 28.0, 8.0 / 3.0])
-
-    def f(u, p, t):
-        w, scale = p
-        shapes.setdefault(differentiated, set()).add(np.ndim(w))  # 2: lanes last
-        return lorenz(u, tuple(w[k] * scale for k in range(3)), t)
-
-    def sim_u(theta):
-        prob = dxode.ODEProblem(f, [1.0, 0.0, 0.0], (0.0, 0.5), (np.ones(3), 1.0))
-        eprob = dxode.EnsembleProblem(
-            prob, prob_func=lambda prob, i, repeat: prob.remake(u0=theta, p=(weights, 1.0 + i))
-        )
-        return dxode.solve(eprob, trajectories=3, saveat=[0.5]).u
-
-    differentiated = False
-    plain = sim_u(np.array([1.0, 0.0, 0.0]))
-    differentiated = True
-    autograd.grad(lambda theta: anp.sum(sim_u(theta)))(np.array([1.0, 0.0, 0.0]))
-    assert shapes[False] == {2}
-    assert shapes[True] == shapes[False]
-    assert plain.shape == (3, 1, 3)
-
-
 def test_a_differentiated_ensemble_checks_saveat_against_every_tspan_as_a_plain_one():
     spans = np.array([[0.0, 1.0], [0.0, 2.0]])
 
