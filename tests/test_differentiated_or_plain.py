@@ -114,6 +114,32 @@ def test_batch_func_runs_once_per_batch_under_autograd(differentiated):
     assert contexts == [[0, 1, 2]]
 
 
+def test_f_sees_the_same_parameter_layout_with_and_without_gradients():
+    # Every trajectory shares one weight array (not prob.p's) and has its own scale: one rule
+    # (a leaf every trajectory shares with trajectory 0 stays one leaf) for both solves.
+    ndims = {}  # differentiated -> the numbers of axes of (weights, scale) as f sees them
+    weights = np.array([10.0, 28.0, 8.0 / 3.0])
+
+    def f(u, p, t):
+        w, scale = p
+        ndims.setdefault(differentiated, set()).add((np.ndim(w), np.ndim(scale)))
+        return lorenz(u, tuple(w[k] * scale for k in range(3)), t)
+
+    def sim_u(theta):
+        prob = dxode.ODEProblem(f, [1.0, 0.0, 0.0], (0.0, 0.5), (np.ones(3), 1.0))
+        eprob = dxode.EnsembleProblem(
+            prob, prob_func=lambda prob, i, repeat: prob.remake(u0=theta, p=(weights, 1.0 + i))
+        )
+        return dxode.solve(eprob, trajectories=3, saveat=[0.5], batch_size=2).u
+
+    differentiated = False
+    sim_u(np.array([1.0, 0.0, 0.0]))
+    differentiated = True
+    autograd.grad(lambda theta: anp.sum(sim_u(theta)))(np.array([1.0, 0.0, 0.0]))
+    assert ndims[False] == {(1, 1)}  # weights shared, scale per lane (lanes last)
+    assert ndims[True] == ndims[False]
+
+
 def test_a_differentiated_ensemble_checks_saveat_against_every_tspan_as_a_plain_one():
     spans = np.array([[0.0, 1.0], [0.0, 2.0]])
 

@@ -144,6 +144,7 @@ def _build_lanes(
         return _lanes_from_problems(
             [eprob.trajectory(int(i), int(r), seed) for i, r in zip(indices, repeat, strict=True)],
             prob,
+            eprob.trajectory(0, 0, seed),
             backend,
         )
     if eprob.batch_func is not None:
@@ -204,8 +205,11 @@ def _lanes_from_arrays(
     return _Lanes(u0, t0, t1, prob.p, [False] * len(shared))
 
 
-def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: Backend) -> _Lanes:
-    """Lanes from one ODEProblem per trajectory (the ``prob_func`` path)."""
+def _lanes_from_problems(
+    problems: list[ODEProblem], prob: ODEProblem, first: ODEProblem, backend: Backend
+) -> _Lanes:
+    """Lanes from one ODEProblem per trajectory (the ``prob_func`` path); ``first`` is the
+    ensemble's trajectory 0, whose parameter leaves the others may share."""
     xp = backend.xp
     dtype = prob.u0.dtype
     for i, traj in enumerate(problems):
@@ -232,20 +236,22 @@ def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: 
     t0 = np.array([t.tspan[0] for t in problems])
     t1 = np.array([t.tspan[1] for t in problems])
     _check_direction(t0, t1)
-    base_leaves = _pytree.leaves(prob.p)
     base_structure = _pytree.structure(prob.p)
     per_traj = []
     for i, traj in enumerate(problems):
         if _pytree.structure(traj.p) != base_structure:
             raise ValueError(f"trajectory {i}'s p has a different structure than prob.p")
         per_traj.append(_pytree.leaves(traj.p))
-    lane_leaf = per_trajectory_leaves(base_leaves, per_traj)
+    if _pytree.structure(first.p) != base_structure:
+        raise ValueError("trajectory 0's p has a different structure than prob.p")
+    shared_leaves = _pytree.leaves(first.p)
+    lane_leaf = per_trajectory_leaves(shared_leaves, per_traj)
     new_leaves = []
-    for k, base in enumerate(base_leaves):
+    for k, shared in enumerate(shared_leaves):
         if lane_leaf[k]:
             new_leaves.append(_lane_column([leaves[k] for leaves in per_traj], backend, dtype))
         else:
-            new_leaves.append(base)
+            new_leaves.append(shared)
     return _Lanes(u0, t0, t1, _pytree.rebuild(prob.p, new_leaves), lane_leaf)
 
 

@@ -79,8 +79,8 @@ class EnsembleProblem:
 
     Inside a batch the right-hand side sees lanes last: states ``(n, B)``, per-trajectory
     parameters with a trailing ``B`` axis (a tuple of scalars becomes a tuple of ``(B,)``
-    rows), times ``(B,)``. Parameters a trajectory shares with ``prob`` (the same object)
-    are passed unchanged, e.g. neural-network weights.
+    rows), times ``(B,)``. Parameters every trajectory shares (the same object: ``prob.p``'s,
+    or one a ``prob_func`` gives them all) are passed unchanged, e.g. neural-network weights.
 
     Parameters
     ----------
@@ -267,12 +267,14 @@ def _pair(name: str, pair: str, result: Any, example: str) -> tuple[Any, Any]:
     return result[0], result[1]
 
 
-def per_trajectory_leaves(base: list[Any], trajectories: list[list[Any]]) -> list[bool]:
-    """Which leaves of ``p`` are per trajectory, given ``prob.p``'s leaves ``base`` and each
-    trajectory's leaves: those some trajectory does not share with ``prob.p`` (the same
-    object). The others stay one leaf for all lanes, passed to ``f`` unchanged (and, when
-    differentiated, with one cotangent summed over the trajectories)."""
-    return [any(leaves[k] is not leaf for leaves in trajectories) for k, leaf in enumerate(base)]
+def per_trajectory_leaves(first: list[Any], trajectories: list[list[Any]]) -> list[bool]:
+    """Which leaves of ``p`` are per trajectory, given the leaves of the ensemble's trajectory
+    0 (``first``) and of some trajectories: those a trajectory does not share with trajectory
+    0 (the same object). A leaf every trajectory shares (``prob.p``'s, or a fitted parameter
+    vector a ``prob_func`` gives them all) stays one leaf: passed to ``f`` unchanged, and
+    when differentiated its cotangent is summed over the trajectories. The rule depends on
+    no batching: a batch compares its trajectories with trajectory 0, not with each other."""
+    return [any(leaves[k] is not leaf for leaves in trajectories) for k, leaf in enumerate(first)]
 
 
 def _same_context(ctx: BatchContext, indices: np.ndarray, repeat: np.ndarray, seed: int) -> bool:

@@ -14,19 +14,24 @@ def differentiated(
     """Whether solving ``eprob`` involves values autograd is differentiating, and the problem
     to solve.
 
-    ``u0``, ``p`` and the per-trajectory arrays are inspected for autograd values; no user
-    code runs unless autograd is tracing a computation right now. Only then are a
-    ``prob_func``'s first trajectory, or ``batch_func``'s first batch (``first_batch``), built
-    to see whether they carry differentiated values; the problem returned remembers them,
-    so the solve that follows builds them from the user's function only once.
+    ``u0``, ``p`` and the per-trajectory arrays are inspected for autograd values. A
+    ``prob_func``'s trajectory 0 is built here (every batch compares its parameter leaves
+    with it, see ``per_trajectory_leaves``) and inspected too while autograd is tracing; a
+    ``batch_func``'s first batch (``first_batch``) is built only while autograd is tracing.
+    The problem returned remembers what was built, so the solve that follows calls the
+    user's function once per trajectory, as without this check.
     """
+    if eprob.prob_func is not None:
+        # Built now in any case: batches share parameter leaves with trajectory 0.
+        first = eprob.trajectory(0, 0, seed)
+        eprob = eprob.remembering(trajectory=((0, 0, seed), first))
+        if is_traced(eprob.prob.u0, eprob.prob.p, eprob.arrays):
+            return True, eprob
+        return autograd_is_tracing() and is_traced(first.u0, first.p), eprob
     if is_traced(eprob.prob.u0, eprob.prob.p, eprob.arrays):
         return True, eprob
-    if (eprob.prob_func is None and eprob.batch_func is None) or not autograd_is_tracing():
+    if eprob.batch_func is None or not autograd_is_tracing():
         return False, eprob
-    if eprob.prob_func is not None:
-        first = eprob.trajectory(0, 0, seed)
-        return is_traced(first.u0, first.p), eprob.remembering(trajectory=((0, 0, seed), first))
     indices = np.arange(first_batch.start, first_batch.stop, dtype=np.int64)
     repeat = np.zeros_like(indices)
     data = eprob.batch(indices, repeat, seed)

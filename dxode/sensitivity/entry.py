@@ -13,7 +13,7 @@ from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import lane_save_grid, stop_times
 from ..backends import backend_for, get_backend, to_host
-from ..ensemble.problem import EnsembleProblem
+from ..ensemble.problem import EnsembleProblem, per_trajectory_leaves
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
 from .algorithms import BacksolveAdjoint, InterpolatingAdjoint
 from .differentiable import (
@@ -168,10 +168,11 @@ def _traced_trajectories(
     if eprob.prob_func is not None:
         problems = [eprob.trajectory(i, 0, seed) for i in range(n)]
         u0 = anp.stack([_on_host(p.u0) for p in problems])
-        columns = [[_pytree.leaves(p.p)[k] for p in problems] for k in range(len(base))]
+        per_trajectory = [_pytree.leaves(p.p) for p in problems]
+        columns = [[leaves[k] for leaves in per_trajectory] for k in range(len(base))]
         # A leaf every trajectory shares (one object: a fitted parameter vector, say) stays
         # one leaf, so its cotangent is accumulated jointly; others become lanes-last arrays.
-        lane_leaf = [any(v is not col[0] for v in col) for col in columns]
+        lane_leaf = per_trajectory_leaves(per_trajectory[0], per_trajectory)
         leaves = [
             anp.moveaxis(anp.stack(col), 0, -1) if lane else col[0]
             for col, lane in zip(columns, lane_leaf, strict=True)
