@@ -151,7 +151,7 @@ def solve(
             options=options,
             callback=callbacks,
         )
-        traced, eprob = differentiated(plan.eprob, plan.seed, plan.batches()[0])
+        traced, eprob = differentiated(plan.eprob, plan.seed, plan.first_batch())
         plan = dataclasses.replace(plan, eprob=eprob)
         return _solve_ensemble_traced(plan, sensealg) if traced else run_ensemble(plan)
     if not isinstance(prob, ODEProblem):

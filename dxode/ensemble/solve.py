@@ -46,6 +46,9 @@ class EnsemblePlan:
         n, size = self.trajectories, self.batch_size
         return [range(start, min(start + size, n)) for start in range(0, n, size)]
 
+    def first_batch(self) -> range:
+        return range(min(self.batch_size, self.trajectories))
+
 
 def plan_ensemble(
     eprob: EnsembleProblem,
