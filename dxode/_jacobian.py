@@ -6,7 +6,7 @@ are otherwise computed:
 
 * ``"autograd"`` (NumPy only): one traced evaluation of ``f`` and ``n`` reverse passes with
   one-hot cotangents broadcast over lanes (row ``i`` of every lane's Jacobian per pass),
-  through the same tracing code as the gradients (``_sensitivity._traced_rhs``), or through
+  through the same tracing code as the gradients (``_traced_rhs``), or through
   the problem's ``vjp`` when it has one. Exact to round-off; costs about ``n + 1`` RHS
   evaluations' worth of work and is counted as one RHS evaluation.
 * ``"finite_difference"`` (every backend): forward differences, component ``j`` of all
@@ -23,13 +23,12 @@ lane's Jacobian does not depend on the batch it is in.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any
 
 from . import _pytree
-from ._rhs import as_array
+from ._derivatives import Derivatives, user_matrix
+from ._traced_rhs import TracedRHS
 
 Array = Any
 
@@ -41,59 +40,6 @@ def check_autodiff(mode: str) -> str:
     if mode not in AUTODIFF_MODES:
         raise ValueError(f"autodiff must be one of {AUTODIFF_MODES}, got {mode!r}")
     return mode
-
-
-@dataclasses.dataclass
-class Derivatives:
-    """What a batch (or a single solve) knows about the derivatives of ``f``.
-
-    Attributes
-    ----------
-    f : callable
-        The user's ``f(u, p, t)``.
-    jac, tgrad, vjp, paramjac : callable or None
-        The problem's ``jac(u, p, t)``, ``tgrad(u, p, t)``, ``vjp(u, p, t, v)`` and
-        ``paramjac(u, p, t)``.
-    single_lane : bool
-        The functions take one trajectory without a lane axis (a plain ``solve``); otherwise
-        they take lanes-last batches.
-    autograd_failed : bool
-        Set once ``f`` turned out not to be traceable (``"auto"`` then uses differences).
-    """
-
-    f: Callable[..., Any]
-    jac: Callable[..., Any] | None = None
-    tgrad: Callable[..., Any] | None = None
-    vjp: Callable[..., Any] | None = None
-    single_lane: bool = False
-    autograd_failed: bool = False
-    paramjac: Callable[..., Any] | None = None
-
-    @classmethod
-    def of(cls, prob: Any, single_lane: bool) -> Derivatives:
-        return cls(prob.f, prob.jac, prob.tgrad, prob.vjp, single_lane, paramjac=prob.paramjac)
-
-
-class LaneFunction:
-    """A lane RHS ``rhs(u, t, out=None)`` that also carries what its derivatives need.
-
-    Parameters
-    ----------
-    rhs : callable
-        The lane RHS of a working set.
-    p : any
-        The working set's parameters (per-lane leaves lanes last).
-    derivatives : Derivatives
-        Shared by every working set of the batch.
-    """
-
-    def __init__(self, rhs: Callable[..., Array], p: Any, derivatives: Derivatives) -> None:
-        self.rhs = rhs
-        self.p = p
-        self.derivatives = derivatives
-
-    def __call__(self, u: Array, t: Array, out: Array | None = None) -> Array:
-        return self.rhs(u, t, out)
 
 
 def lane_jacobian(
@@ -153,8 +99,6 @@ def _difference_jacobian(backend: Any, rhs: Any, u: Array, t: Array, f_u: Array)
 def _autograd_jacobian(derivs: Derivatives, p: Any, u: Array, t: Array) -> Array:
     import numpy as np
 
-    from .sensitivity.traced_rhs import TracedRHS
-
     leaves = _pytree.leaves(p)
     traced = TracedRHS(
         f=derivs.f,
@@ -172,54 +116,3 @@ def _autograd_jacobian(derivs: Derivatives, p: Any, u: Array, t: Array) -> Array
         cotangent[i, ...] = 1.0
         rows.append(np.asarray(pull(cotangent)[0], dtype=u.dtype))
     return np.stack(rows)
-
-
-def user_matrix(
-    backend: Any, derivs: Derivatives, name: str, p: Any, u: Array, t: Array, m: int = 0
-) -> Array:
-    """The user's ``jac`` (``(n, n, L)``), ``tgrad`` (``(n, L)``) or ``paramjac``
-    (``(n, m, L)``) for a working set."""
-    xp = backend.xp
-    fn = getattr(derivs, name)
-    n, lanes = u.shape[0], u.shape[-1]
-    core = {"jac": (n, n), "tgrad": (n,), "paramjac": (n, m)}[name]
-    if not derivs.single_lane:
-        return _checked(backend, name, fn(u, p, t), core, (lanes,), u)
-    columns = [_checked(backend, name, fn(u[..., i], p, t[i]), core, (), u) for i in range(lanes)]
-    return xp.stack(columns, axis=-1)
-
-
-def _checked(
-    backend: Any, name: str, value: Any, core: tuple[int, ...], lanes: tuple[int, ...], u: Array
-) -> Array:
-    xp = backend.xp
-    if type(value) in (list, tuple) and len(core) == 2:
-        value = xp.stack([_row(backend, name, row, core[1], lanes, u) for row in value])
-    elif type(value) in (list, tuple):
-        value = _row(backend, name, value, core[0], lanes, u)
-    shape = tuple(getattr(value, "shape", ()))
-    expected = core + lanes
-    if shape != expected:
-        what = {"jac": "df/du", "tgrad": "df/dt", "paramjac": "df/dp"}[name]
-        if name == "paramjac":
-            what += f" (one column per scalar of p: {core[1]})"
-        layout = " (lanes last)" if lanes else ""
-        raise ValueError(
-            f"{name}(u, p, t) returned shape {shape} for a state of shape "
-            f"{tuple(u.shape[:-1]) + lanes}; it must return {what} of shape {expected}{layout}"
-        )
-    if value.dtype != u.dtype:
-        value = xp.astype(value, u.dtype)
-    return value
-
-
-def _row(backend: Any, name: str, row: Any, n: int, lanes: tuple[int, ...], u: Array) -> Array:
-    """A list of entries (arrays of the lane shape, or numbers) as one array, lanes last."""
-    xp = backend.xp
-    if type(row) not in (list, tuple) or len(row) != n:
-        raise ValueError(
-            f"a {name} given as nested lists must have rows of {n} entries each (row i holds "
-            f"the derivatives of f_i)"
-        )
-    entries = [xp.broadcast_to(xp.asarray(as_array(backend, e), dtype=u.dtype), lanes) for e in row]
-    return xp.stack(entries)

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # the solvers import this module (through the Jacobians)
-    from .solvers import LaneRHS
+from typing import Any
 
 Array = Any
 
@@ -121,7 +118,7 @@ def _changed_result(value: Any, u: Array) -> Exception:
     )
 
 
-def lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
+def lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> Callable[..., Array]:
     """Lane RHS for a batch of lanes: ``f`` sees the lanes-last batch ``u`` ``(*shape, L)``.
 
     Every call's result is checked against ``u``'s shape and dtype (two comparisons), so an
@@ -137,7 +134,7 @@ def lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
     return rhs
 
 
-def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> LaneRHS:
+def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> Callable[..., Array]:
     """Lane RHS for one trajectory: ``f`` sees the state without the lane axis.
 
     With more than one lane (dense output evaluated at several times of a method whose

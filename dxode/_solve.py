@@ -1,29 +1,23 @@
-"""``solve``: the front door for one problem (ensembles dispatch to their own layer)."""
+"""``solve``: the front door. It checks the request and sends it down one layer: a single
+solve, an ensemble, or (when autograd differentiates it) the sensitivity package."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any
 
-import numpy as np
-
-from ._jacobian import Derivatives, LaneFunction
 from ._options import SolverOptions
 from ._problem import ODEProblem
-from ._retcode import ReturnCode
-from ._rhs import checked_first_call, single_lane_rhs
-from ._solution import ODESolution, SolverStats
-from ._timegrid import save_times, stop_times
-from .backends import backend_for
+from ._single import solve_problem
+from ._solution import ODESolution
+from ._tracing import is_traced
 from .ensemble.problem import EnsembleProblem
 from .ensemble.solution import EnsembleSolution
-from .ensemble.solve import solve_ensemble
+from .ensemble.solve import EnsemblePlan, plan_ensemble, run_ensemble
+from .ensemble.tracing import differentiated
 from .events.callbacks import as_callback_set, check_preset_times
-from .events.lanes import LaneEvents
-from .events.record import record_from_lanes, with_points_after
-from .integrator.interpolation import DenseOutput
-from .integrator.loop import LaneProblem, integrate
-from .sensitivity import SENSEALGS, is_traced, solve_single_traced
+from .sensitivity import SENSEALGS, solve_ensemble_traced, solve_single_traced
 
 __all__ = ["solve"]
 
@@ -141,22 +135,10 @@ def solve(
     output of ensembles (``dense=True``) keeps every step of every trajectory: use it for
     small ensembles only.
     """
-    unknown = sorted(set(options) - set(_OPTION_NAMES))
-    if unknown:
-        renamed = [f"{name}= is {_OTHER_NAMES[name]}" for name in unknown if name in _OTHER_NAMES]
-        hint = f" (in dxode, {'; '.join(renamed)})" if renamed else ""
-        raise TypeError(
-            f"solve() got unknown option(s) {unknown}{hint}; valid options are saveat, dense, "
-            f"tstops, {', '.join(_OPTION_NAMES)}"
-        )
-    if sensealg is not None and not isinstance(sensealg, SENSEALGS):
-        raise TypeError(
-            "sensealg must be DiscreteAdjoint(), InterpolatingAdjoint(), BacksolveAdjoint() or "
-            f"ForwardSensitivity(), got {sensealg!r}"
-        )
+    _check_keywords(options, sensealg)
     callbacks = as_callback_set(callback)
     if isinstance(prob, EnsembleProblem):
-        return solve_ensemble(
+        plan = plan_ensemble(
             prob,
             alg,
             ensemble_alg,
@@ -167,9 +149,11 @@ def solve(
             tstops=tstops,
             seed=seed,
             options=options,
-            sensealg=sensealg,
             callback=callbacks,
         )
+        traced, eprob = differentiated(plan.eprob, plan.seed, plan.first_batch())
+        plan = dataclasses.replace(plan, eprob=eprob)
+        return _solve_ensemble_traced(plan, sensealg) if traced else run_ensemble(plan)
     if not isinstance(prob, ODEProblem):
         raise TypeError(
             f"solve expects an ODEProblem or EnsembleProblem, got {type(prob).__name__}"
@@ -191,61 +175,50 @@ def solve(
         if dense:
             raise NotImplementedError("dense output is not differentiable; use saveat")
         return solve_single_traced(prob, opts, saveat, tstops, sensealg)
-    backend = backend_for(prob.u0)
-    xp = backend.xp
-    u0 = prob.u0
-    t0, t1 = prob.tspan
-    direction = 1.0 if t1 > t0 else -1.0
-    grid = save_times(saveat, t0, t1)
-    stops = stop_times(tstops, t0, t1)
-    keep_dense = grid is None if dense is None else bool(dense)
+    return solve_problem(prob, opts, saveat=saveat, dense=dense, tstops=tstops, callbacks=callbacks)
 
-    def as_lane_times(values: Any) -> Any:
-        return backend.asarray(values, dtype=u0.dtype)
 
-    f0 = checked_first_call(backend, prob.f, u0, prob.p, xp.asarray(t0, dtype=u0.dtype))
-    rhs = single_lane_rhs(backend, prob.f, prob.p)
-    if opts.alg.jacobians_per_step:
-        rhs = LaneFunction(rhs, prob.p, Derivatives.of(prob, single_lane=True))
-    lane_problem = LaneProblem(
-        rhs_for=lambda params: rhs,
-        u0=xp.expand_dims(u0, axis=-1),
-        t0=as_lane_times([t0]),
-        t1=as_lane_times([t1]),
-        save_times=None if grid is None else xp.reshape(as_lane_times(grid), (-1, 1)),
-        record_steps="dense" if keep_dense else ("states" if grid is None else ""),
-        tstops=None if stops is None else as_lane_times(stops),
-        f0=xp.expand_dims(f0, axis=-1),
-        events=None if callbacks is None else LaneEvents(callbacks, lambda params: prob.p, True),
+def _check_keywords(options: dict[str, Any], sensealg: Any) -> None:
+    """Refuse unknown options (naming dxode's words for other libraries' keywords) and a
+    sensealg that is not one."""
+    unknown = sorted(set(options) - set(_OPTION_NAMES))
+    if unknown:
+        renamed = [f"{name}= is {_OTHER_NAMES[name]}" for name in unknown if name in _OTHER_NAMES]
+        hint = f" (in dxode, {'; '.join(renamed)})" if renamed else ""
+        raise TypeError(
+            f"solve() got unknown option(s) {unknown}{hint}; valid options are saveat, dense, "
+            f"tstops, {', '.join(_OPTION_NAMES)}"
+        )
+    if sensealg is not None and not isinstance(sensealg, SENSEALGS):
+        raise TypeError(
+            "sensealg must be DiscreteAdjoint(), InterpolatingAdjoint(), BacksolveAdjoint() or "
+            f"ForwardSensitivity(), got {sensealg!r}"
+        )
+
+
+def _solve_ensemble_traced(plan: EnsemblePlan, sensealg: Any) -> EnsembleSolution:
+    """An ensemble solve that autograd differentiates, by dxode.sensitivity."""
+    if plan.callback is not None:
+        raise NotImplementedError(CALLBACK_GRADIENTS)
+    ensemble_alg = plan.ensemble_alg
+    if getattr(ensemble_alg, "lockstep", False):
+        raise NotImplementedError(
+            "lock-step ensembles are not differentiable: use EnsembleArray() (per-lane "
+            "steps), or stack the trajectories into one ODEProblem with a (n, B) u0"
+        )
+    return solve_ensemble_traced(
+        plan.eprob,
+        plan.options,
+        plan.trajectories,
+        plan.batch_size,
+        plan.saveat,
+        plan.tstops,
+        plan.seed,
+        ensemble_alg.lanes_for_gradients(plan.batch_size),
+        ensemble_alg.gradient_client(),
+        sensealg,
+        ensemble_alg.backend_name(),
     )
-    result = integrate(lane_problem, opts, backend)
-
-    steps = result.steps
-    retcode = ReturnCode(int(result.retcode[0]))
-    if grid is not None:
-        t, u = as_lane_times(grid), result.saved[0, ...]
-    else:
-        assert steps is not None
-        t = xp.concat([lane_problem.t0, steps["t_end"]])
-        u = xp.concat([xp.expand_dims(u0, axis=0), xp.moveaxis(steps["u1"], -1, 0)])
-    events = None
-    if callbacks is not None:
-        events = record_from_lanes(backend, result.events, None)
-        if grid is None:
-            keep_after = np.array([cb.save_positions[1] for cb in callbacks], dtype=bool)
-            t, u = with_points_after(t, u, events, keep_after)
-    dense_output = None
-    if keep_dense and steps is not None and steps["t"].shape[0] > 0:
-        dense_output = DenseOutput(backend, opts.alg, rhs, steps, direction)
-    naccept, nreject = int(result.naccept[0]), int(result.nreject[0])
-    stats = SolverStats(
-        nf=int(result.nf[0]),
-        naccept=naccept,
-        nreject=nreject,
-        njac=opts.alg.jacobians_per_step * (naccept + nreject),
-        nlu=opts.alg.factorizations_per_step * (naccept + nreject),
-    )
-    return ODESolution(t, u, retcode, stats, prob, opts.alg, dense_output, events)
 
 
 CALLBACK_GRADIENTS = (

@@ -46,6 +46,30 @@ def save_times(saveat: Any, t0: float, t1: float) -> np.ndarray | None:
     return _checked_grid("saveat", saveat, t0, t1, direction)
 
 
+def lane_save_grid(saveat: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Save times ``(nsave, L)`` (float64, host) of lanes on spans ``t0``, ``t1`` (``(L,)``):
+    ``saveat``'s (see ``save_times``), shared by the lanes, or each lane's end points."""
+    shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
+    n = t0.shape[0]
+    if saveat is None:
+        return np.stack([t0, t1])
+    if shared_span:
+        grid = save_times(saveat, float(t0[0]), float(t1[0]))
+        assert grid is not None
+        return np.repeat(grid[:, None], n, axis=1)
+    if np.ndim(saveat) == 0:
+        raise ValueError(
+            "saveat as an interval needs one shared tspan; with per-trajectory tspans give the "
+            "save times as an array inside every trajectory's span (or saveat=None for the ends)"
+        )
+    lo, hi = np.minimum(t0, t1).max(), np.maximum(t0, t1).min()
+    grid = save_times(saveat, float(t0[0]), float(t1[0]))
+    assert grid is not None
+    if grid.min() < lo or grid.max() > hi:
+        raise ValueError(f"saveat must lie inside every trajectory's tspan, i.e. in [{lo}, {hi}]")
+    return np.repeat(grid[:, None], n, axis=1)
+
+
 def stop_times(tstops: Any, t0: float, t1: float) -> np.ndarray | None:
     """``tstops`` validated: times the integrator must step to exactly, inside the span."""
     if tstops is None:

@@ -12,6 +12,8 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from ._tracing import is_traced
+
 Array = Any
 
 
@@ -21,8 +23,6 @@ def as_state_array(name: str, value: Any) -> Array:
     Values traced by autograd (a loss being differentiated) stay traced: their underlying
     values are checked.
     """
-    from .sensitivity import is_traced
-
     if is_traced(value):
         import autograd.numpy as anp
         from autograd.tracer import getval

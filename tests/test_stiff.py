@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import dxode
-from dxode._jacobian import Derivatives, LaneFunction, lane_jacobian, lane_tgrad
+from dxode._derivatives import Derivatives, LaneFunction
+from dxode._jacobian import lane_jacobian, lane_tgrad
 from dxode.backends import _lu, backend_for, get_backend
 
 from conftest import to_numpy

@@ -38,36 +38,18 @@ def run_demo(
     ``scheduler``, or ``workers`` dask-jobqueue jobs of the batch system ``jobqueue``
     configured in Dask's ``jobqueue`` settings. Returns the process exit status.
     """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        print(f"dxode demo: {PLOT_EXTRA_HINT}", file=sys.stderr)
+    backend, problem = _checked_setup(backend)
+    if problem:
+        print(f"dxode demo: {problem}", file=sys.stderr)
         return 1
-    try:
-        import distributed  # noqa: F401 (checked here, used by _client)
-    except ImportError:
-        print(
-            'dxode demo: the ensemble runs on Dask: pip install "dxode[dask,plot]"', file=sys.stderr
-        )
-        return 1
-    from ..backends import cupy_available
-
-    if backend == "auto":
-        backend = "cupy" if cupy_available() else "numpy"
-    if backend == "cupy" and not cupy_available():
-        print(
-            "dxode demo: --backend cupy needs CuPy and an NVIDIA GPU; none was found "
-            "(install dxode[gpu] on a GPU machine, or use --backend numpy)",
-            file=sys.stderr,
-        )
-        return 1
-
     try:
         cluster = _cluster(scheduler, jobqueue, workers, backend)
     except (ImportError, ValueError) as exc:
         print(f"dxode demo: {exc}", file=sys.stderr)
         return 1
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
@@ -82,11 +64,7 @@ def run_demo(
             if not _single_solve(ax_single):
                 return 1
             print()
-            if jobqueue is not None:
-                print(f"waiting for {workers or 1} {jobqueue} job(s) to start Dask workers ...")
-                client.wait_for_workers(workers or 1, timeout=600)
-            workers_now = len(client.scheduler_info()["workers"])
-            print(f"Dask cluster: {workers_now} workers, {backend} backend")
+            _wait_for_workers(client, jobqueue, workers, backend)
             sim, rate = _ensemble(client, trajectories, backend)
             fit = None
             if fit_iterations:
@@ -96,7 +74,43 @@ def run_demo(
     ax_ensemble.set_title(f"{trajectories:,} Lorenz trajectories, parameters ±5 %")
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=120)
+    _print_summary(sim, rate, fit, output)
+    return 0 if sim.success else 1
 
+
+def _checked_setup(backend: str) -> tuple[str, str | None]:
+    """The backend to use ("auto" resolved) and what is missing to run the demo, if anything."""
+    try:
+        import matplotlib.backends.backend_agg  # checked here, used by run_demo
+        import matplotlib.figure  # noqa: F401
+    except ImportError:
+        return backend, PLOT_EXTRA_HINT
+    try:
+        import distributed  # noqa: F401 (checked here, used by _client)
+    except ImportError:
+        return backend, 'the ensemble runs on Dask: pip install "dxode[dask,plot]"'
+    from ..backends import cupy_available
+
+    if backend == "auto":
+        backend = "cupy" if cupy_available() else "numpy"
+    if backend == "cupy" and not cupy_available():
+        return backend, (
+            "--backend cupy needs CuPy and an NVIDIA GPU; none was found "
+            "(install dxode[gpu] on a GPU machine, or use --backend numpy)"
+        )
+    return backend, None
+
+
+def _wait_for_workers(client: Any, jobqueue: str | None, workers: int | None, backend: str) -> None:
+    """Wait for batch-system jobs to bring up workers, then say what the cluster is."""
+    if jobqueue is not None:
+        print(f"waiting for {workers or 1} {jobqueue} job(s) to start Dask workers ...")
+        client.wait_for_workers(workers or 1, timeout=600)
+    workers_now = len(client.scheduler_info()["workers"])
+    print(f"Dask cluster: {workers_now} workers, {backend} backend")
+
+
+def _print_summary(sim: Any, rate: float, fit: dict[str, Any] | None, output: pathlib.Path) -> None:
     print()
     print("summary")
     print(f"  ensemble   {rate:,.0f} trajectories/s, {sim.stats.total_steps:,} steps")
@@ -105,7 +119,6 @@ def run_demo(
             f"  fit        loss {fit['history'][0]:.3g} -> {fit['loss']:.3g} in {fit['wall']:.1f} s"
         )
     print(f"  plot       {output.resolve()}")
-    return 0 if sim.success else 1
 
 
 def _cluster(scheduler: str | None, jobqueue: str | None, workers: int | None, backend: str) -> Any:

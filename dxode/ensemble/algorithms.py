@@ -19,7 +19,9 @@ import numpy as np
 from .. import _pytree
 from .._problem import ODEProblem
 from .._retcode import ReturnCode
+from .._single import solve_problem
 from .._solution import ODESolution, SolverStats
+from ..events.callbacks import check_preset_times
 from ..events.record import concat_records, replace_trajectories
 from .batch import BatchResult, BatchSpec, solve_batch
 from .problem import EnsembleProblem
@@ -29,11 +31,20 @@ __all__ = ["AbstractEnsembleAlgorithm", "EnsembleArray", "EnsembleSerial"]
 _MAX_RERUNS = 100
 
 
+def batch_size_limit(backend: str | None) -> int:
+    """The default, and the largest automatic, number of trajectories per batch on
+    ``backend`` (a name, ``None`` for that of ``prob.u0``): 10^6 on CuPy, 10^4 elsewhere."""
+    return 1_000_000 if backend == "cupy" else 10_000
+
+
 class AbstractEnsembleAlgorithm(abc.ABC):
     """How to compute the batches of an ensemble. Subclasses implement ``run_batch``; those
     that schedule batches themselves (``EnsembleDask``) override ``run``."""
 
-    default_batch_size: int = 10_000
+    @property
+    def default_batch_size(self) -> int:
+        """Trajectories per batch when the caller gives none (see ``batch_size_limit``)."""
+        return batch_size_limit(self.backend_name())
 
     def batch_size_for(self, trajectories: int) -> int:
         """The batch size used when the caller gives none."""
@@ -156,10 +167,6 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
     def backend_name(self) -> str | None:
         return self.backend
 
-    @property
-    def default_batch_size(self) -> int:  # type: ignore[override]
-        return 1_000_000 if self.backend == "cupy" else 10_000
-
     def run_batch(
         self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
     ) -> BatchResult:
@@ -168,7 +175,7 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
 
 @dataclasses.dataclass(frozen=True)
 class EnsembleSerial(AbstractEnsembleAlgorithm):
-    """One ordinary ``solve`` per trajectory: slow, simple, and the reference for the others."""
+    """One single solve per trajectory: slow, simple, and the reference for the others."""
 
     def lanes_for_gradients(self, batch_size: int) -> int:
         return 1  # one trajectory at a time, as without gradients
@@ -176,8 +183,6 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
     def run_batch(
         self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
     ) -> BatchResult:
-        from .._solve import solve
-
         if spec.dense:
             raise ValueError(
                 "EnsembleSerial keeps no dense output; use EnsembleArray for dense=True"
@@ -185,15 +190,12 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
         sols = []
         for i, r in zip(indices, repeat, strict=True):
             prob = trajectory_problem(eprob, int(i), int(r), spec.seed)
+            spec.options.check_state(prob.u0)
+            check_preset_times(spec.callback, *sorted(prob.tspan))
             saveat = spec.saveat if spec.saveat is not None else list(prob.tspan)
             sols.append(
-                solve(
-                    prob,
-                    spec.options.alg,
-                    saveat=saveat,
-                    tstops=spec.tstops,
-                    callback=spec.callback,
-                    **_option_kwargs(spec),
+                solve_problem(
+                    prob, spec.options, saveat=saveat, tstops=spec.tstops, callbacks=spec.callback
                 )
             )
         xp = _namespace(sols[0].u)
@@ -221,11 +223,7 @@ def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: in
     if eprob.prob_func is not None or not (eprob.arrays or eprob.batch_func):
         return eprob.trajectory(index, repeat, seed)
     if eprob.batch_func is not None:
-        from .problem import BatchContext
-
-        data = eprob.batch_func(
-            eprob.prob, BatchContext(np.array([index]), np.array([repeat]), seed)
-        )
+        data = eprob.batch(np.array([index]), np.array([repeat]), seed)
         row = 0
     else:
         data, row = eprob.arrays, index
@@ -242,20 +240,6 @@ def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: in
 def _renumbered(events: Any, trajectory: int) -> Any:
     """A single solve's events as those of ``trajectory``."""
     return dataclasses.replace(events, trajectory=np.full_like(events.trajectory, trajectory))
-
-
-def _option_kwargs(spec: BatchSpec) -> dict[str, Any]:
-    o = spec.options
-    return {
-        "rtol": o.rtol,
-        "atol": o.atol,
-        "dt": o.dt,
-        "adaptive": o.adaptive,
-        "controller": o.controller,
-        "maxiters": o.maxiters,
-        "dtmin": o.dtmin,
-        "dtmax": o.dtmax,
-    }
 
 
 def _namespace(x: Any) -> Any:

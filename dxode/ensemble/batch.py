@@ -13,17 +13,15 @@ import array_api_compat
 import numpy as np
 
 from .. import _pytree
-from .._error_context import add_note, describe_trajectories
-from .._jacobian import Derivatives, LaneFunction
+from .._derivatives import Derivatives
+from .._lane_problem import lane_problem, lane_values, parameters_for
 from .._options import SolverOptions
 from .._problem import ODEProblem
-from .._rhs import checked_first_call, lane_rhs
-from .._timegrid import save_times, stop_times
+from .._timegrid import lane_save_grid, stop_times
 from ..backends import Backend, backend_for, get_backend, to_host
-from ..events.lanes import LaneEvents
 from ..events.record import EventRecord, record_from_lanes
-from ..integrator.loop import LaneProblem, integrate
-from .problem import BatchContext, EnsembleProblem
+from ..integrator.loop import integrate
+from .problem import EnsembleProblem, per_trajectory_leaves
 
 Array = Any
 
@@ -88,55 +86,30 @@ def solve_batch(
     repeat = np.zeros_like(indices) if repeat is None else np.asarray(repeat, dtype=np.int64)
     backend = get_backend(spec.backend) if spec.backend else backend_for(eprob.prob.u0)
     lanes = _build_lanes(eprob, indices, repeat, spec.seed, backend)
-    dtype = lanes.u0.dtype
     t0, t1 = lanes.t0, lanes.t1
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
-    grid = _lane_save_grid(spec.saveat, t0, t1, shared_span)
-    tstops = (
-        stop_times(spec.tstops, float(t0[0]), float(t1[0])) if spec.tstops is not None else None
-    )
-
-    f = eprob.prob.f
+    grid = lane_save_grid(spec.saveat, t0, t1)
     p_leaves = _pytree.leaves(lanes.p)
-
-    def p_for(lane_leaves: tuple[Array, ...]) -> Any:
-        """The batch's ``p`` with its per-lane leaves replaced (after lane compaction)."""
-        it = iter(lane_leaves)
-        new = [
-            next(it) if is_lane else leaf
-            for leaf, is_lane in zip(p_leaves, lanes.lane_leaf, strict=True)
-        ]
-        return _pytree.rebuild(lanes.p, new)
-
-    derivatives = (
-        Derivatives.of(eprob.prob, single_lane=False)
-        if spec.options.alg.jacobians_per_step
-        else None
-    )
-
-    def rhs_for(lane_leaves: tuple[Array, ...]) -> Any:
-        p = p_for(lane_leaves)
-        rhs = lane_rhs(backend, f, p)
-        return rhs if derivatives is None else LaneFunction(rhs, p, derivatives)
-
-    lane_params = tuple(
-        leaf for leaf, is_lane in zip(p_leaves, lanes.lane_leaf, strict=True) if is_lane
-    )
-    t0_b = backend.asarray(t0, dtype=dtype)
-    f0 = checked_first_call(backend, f, lanes.u0, p_for(lane_params), t0_b)
-    problem = LaneProblem(
-        rhs_for=rhs_for,
-        u0=lanes.u0,
-        t0=t0_b,
-        t1=backend.asarray(t1, dtype=dtype),
-        params=lane_params,
-        save_times=backend.asarray(grid, dtype=dtype),
+    p_for = parameters_for(lanes.p, p_leaves, lanes.lane_leaf)
+    lane_params = lane_values(p_leaves, lanes.lane_leaf)
+    problem = lane_problem(
+        backend,
+        Derivatives.of(eprob.prob, single_lane=False),
+        p_for,
+        lane_params,
+        lanes.u0,
+        t0,
+        t1,
+        stepper=spec.options.alg,
+        save_grid=grid,
         record_steps="dense" if spec.dense else "",
-        tstops=None if tstops is None else backend.asarray(tstops, dtype=dtype),
-        f0=f0,
-        events=None if spec.callback is None else LaneEvents(spec.callback, p_for),
+        tstops=(
+            stop_times(spec.tstops, float(t0[0]), float(t1[0])) if spec.tstops is not None else None
+        ),
+        callbacks=spec.callback,
     )
     result = integrate(problem, spec.options, backend, lockstep=spec.lockstep)
+    dtype = lanes.u0.dtype
     t_out = backend.asarray(grid[:, 0] if shared_span else grid.T, dtype=dtype)
     out = BatchResult(
         indices=indices,
@@ -153,35 +126,13 @@ def solve_batch(
         out.dense = _DenseData(
             backend,
             spec.options.alg,
-            f,
+            eprob.prob.f,
             result.steps,
             p_for,
             lane_params,
             1.0 if t1[0] > t0[0] else -1.0,
         )
     return out
-
-
-def _lane_save_grid(saveat: Any, t0: np.ndarray, t1: np.ndarray, shared_span: bool) -> np.ndarray:
-    """Save times ``(nsave, B)`` (float64, host): shared ``saveat`` or each lane's end points."""
-    n = t0.shape[0]
-    if saveat is None:
-        return np.stack([t0, t1])
-    if shared_span:
-        grid = save_times(saveat, float(t0[0]), float(t1[0]))
-        assert grid is not None
-        return np.repeat(grid[:, None], n, axis=1)
-    if np.ndim(saveat) == 0:
-        raise ValueError(
-            "saveat as an interval needs one shared tspan; with per-trajectory tspans give the "
-            "save times as an array inside every trajectory's span (or saveat=None for the ends)"
-        )
-    lo, hi = np.minimum(t0, t1).max(), np.maximum(t0, t1).min()
-    grid = save_times(saveat, float(t0[0]), float(t1[0]))
-    assert grid is not None
-    if grid.min() < lo or grid.max() > hi:
-        raise ValueError(f"saveat must lie inside every trajectory's tspan, i.e. in [{lo}, {hi}]")
-    return np.repeat(grid[:, None], n, axis=1)
 
 
 def _build_lanes(
@@ -193,16 +144,11 @@ def _build_lanes(
         return _lanes_from_problems(
             [eprob.trajectory(int(i), int(r), seed) for i, r in zip(indices, repeat, strict=True)],
             prob,
+            eprob.trajectory(0, 0, seed),
             backend,
         )
     if eprob.batch_func is not None:
-        try:
-            data = eprob.batch_func(prob, BatchContext(indices, repeat, seed))
-        except Exception as err:
-            add_note(err, f"raised by batch_func for {describe_trajectories(indices)}")
-            raise
-        if not isinstance(data, dict) or not set(data) <= {"u0", "p", "tspan"}:
-            raise TypeError("batch_func must return a dict with any of the keys 'u0', 'p', 'tspan'")
+        data = eprob.batch(indices, repeat, seed)
         return _lanes_from_arrays(data, prob, n, backend, take=None)
     return _lanes_from_arrays(eprob.arrays, prob, n, backend, take=indices)
 
@@ -259,8 +205,11 @@ def _lanes_from_arrays(
     return _Lanes(u0, t0, t1, prob.p, [False] * len(shared))
 
 
-def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: Backend) -> _Lanes:
-    """Lanes from one ODEProblem per trajectory (the ``prob_func`` path)."""
+def _lanes_from_problems(
+    problems: list[ODEProblem], prob: ODEProblem, first: ODEProblem, backend: Backend
+) -> _Lanes:
+    """Lanes from one ODEProblem per trajectory (the ``prob_func`` path); ``first`` is the
+    ensemble's trajectory 0, whose parameter leaves the others may share."""
     xp = backend.xp
     dtype = prob.u0.dtype
     for i, traj in enumerate(problems):
@@ -287,22 +236,22 @@ def _lanes_from_problems(problems: list[ODEProblem], prob: ODEProblem, backend: 
     t0 = np.array([t.tspan[0] for t in problems])
     t1 = np.array([t.tspan[1] for t in problems])
     _check_direction(t0, t1)
-    base_leaves = _pytree.leaves(prob.p)
     base_structure = _pytree.structure(prob.p)
     per_traj = []
     for i, traj in enumerate(problems):
         if _pytree.structure(traj.p) != base_structure:
             raise ValueError(f"trajectory {i}'s p has a different structure than prob.p")
         per_traj.append(_pytree.leaves(traj.p))
-    lane_leaf = [
-        any(leaves[k] is not base for leaves in per_traj) for k, base in enumerate(base_leaves)
-    ]
+    if _pytree.structure(first.p) != base_structure:
+        raise ValueError("trajectory 0's p has a different structure than prob.p")
+    shared_leaves = _pytree.leaves(first.p)
+    lane_leaf = per_trajectory_leaves(shared_leaves, per_traj)
     new_leaves = []
-    for k, base in enumerate(base_leaves):
+    for k, shared in enumerate(shared_leaves):
         if lane_leaf[k]:
             new_leaves.append(_lane_column([leaves[k] for leaves in per_traj], backend, dtype))
         else:
-            new_leaves.append(base)
+            new_leaves.append(shared)
     return _Lanes(u0, t0, t1, _pytree.rebuild(prob.p, new_leaves), lane_leaf)
 
 

@@ -23,7 +23,12 @@ import numpy as np
 from .._error_context import add_note, describe_trajectories
 from ..backends import to_host
 from ..events.record import record_to_host
-from .algorithms import AbstractEnsembleAlgorithm, EnsembleArray, finish_batch
+from .algorithms import (
+    AbstractEnsembleAlgorithm,
+    EnsembleArray,
+    batch_size_limit,
+    finish_batch,
+)
 from .assemble import _stack_values, assemble, batch_summary
 from .batch import BatchResult, BatchSpec
 from .dask_cancel import STOP_WAIT_S, cancel_and_wait
@@ -97,7 +102,7 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
         if self.batch_size is not None:
             return self.batch_size
         threads = _thread_count(self.client)
-        cap = 1_000_000 if self.backend == "cupy" else 10_000
+        cap = batch_size_limit(self.backend)
         return max(1, min(cap, math.ceil(trajectories / (_BATCHES_PER_WORKER * threads))))
 
     def gradient_client(self) -> Any:

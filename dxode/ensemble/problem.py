@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 from collections.abc import Callable
@@ -9,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from .._error_context import add_note
+from .._error_context import add_note, describe_trajectories
 from .._problem import ODEProblem
 from .random import counter_uniform, trajectory_rng
 
-__all__ = ["BatchContext", "EnsembleProblem", "TrajectoryContext"]
+__all__ = ["BatchContext", "EnsembleProblem", "TrajectoryContext", "per_trajectory_leaves"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +79,8 @@ class EnsembleProblem:
 
     Inside a batch the right-hand side sees lanes last: states ``(n, B)``, per-trajectory
     parameters with a trailing ``B`` axis (a tuple of scalars becomes a tuple of ``(B,)``
-    rows), times ``(B,)``. Parameters a trajectory shares with ``prob`` (the same object)
-    are passed unchanged, e.g. neural-network weights.
+    rows), times ``(B,)``. Parameters every trajectory shares (the same object: ``prob.p``'s,
+    or one a ``prob_func`` gives them all) are passed unchanged, e.g. neural-network weights.
 
     Parameters
     ----------
@@ -160,11 +161,30 @@ class EnsembleProblem:
         self.arrays = {k: v for k, v in (("u0", u0), ("p", p), ("tspan", tspan)) if v is not None}
         self._context_form = prob_func is not None and _takes_context(prob_func)
         self.n_arrays = _leading_length(self.arrays)
+        # What prob_func or batch_func already built (see ``remembering``), by its arguments.
+        self._built_trajectory: tuple[tuple[int, int, int], ODEProblem] | None = None
+        self._built_batch: tuple[BatchContext, dict[str, Any]] | None = None
+
+    def remembering(
+        self,
+        trajectory: tuple[tuple[int, int, int], ODEProblem] | None = None,
+        batch: tuple[BatchContext, dict[str, Any]] | None = None,
+    ) -> EnsembleProblem:
+        """A copy that hands out what ``prob_func`` or ``batch_func`` already built instead of
+        calling them again: ``trajectory`` is ``((index, repeat, seed), problem)``, ``batch``
+        ``(context, data)``."""
+        new = copy.copy(self)
+        new._built_trajectory = trajectory
+        new._built_batch = batch
+        return new
 
     def trajectory(self, index: int, repeat: int, seed: int) -> ODEProblem:
         """Trajectory ``index`` as its own ODEProblem (the per-trajectory path)."""
         if self.prob_func is None:
             return self.prob
+        built = self._built_trajectory
+        if built is not None and built[0] == (index, repeat, seed):
+            return built[1]
         try:
             if self._context_form:
                 ctx = TrajectoryContext(index, repeat, trajectory_rng(seed, index, repeat))
@@ -181,6 +201,22 @@ class EnsembleProblem:
                 f"{type(prob).__name__} for trajectory {index}"
             )
         return prob
+
+    def batch(self, indices: np.ndarray, repeat: np.ndarray, seed: int) -> dict[str, Any]:
+        """``batch_func(prob, ctx)`` for the trajectories ``indices``, checked to be a dict of
+        ``u0``, ``p``, ``tspan``; an exception it raises names the trajectories."""
+        assert self.batch_func is not None
+        built = self._built_batch
+        if built is not None and _same_context(built[0], indices, repeat, seed):
+            return built[1]
+        try:
+            data = self.batch_func(self.prob, BatchContext(indices, repeat, seed))
+        except Exception as err:
+            add_note(err, f"raised by batch_func for {describe_trajectories(indices)}")
+            raise
+        if not isinstance(data, dict) or not set(data) <= {"u0", "p", "tspan"}:
+            raise TypeError("batch_func must return a dict with any of the keys 'u0', 'p', 'tspan'")
+        return data
 
     def output(self, sol: Any, index: int) -> tuple[Any, bool]:
         """``output_func(sol, index)``, checked to be a pair ``(value, rerun)``; an exception it
@@ -229,6 +265,24 @@ def _pair(name: str, pair: str, result: Any, example: str) -> tuple[Any, Any]:
             f"{name} must return a pair {pair}, got {got}; e.g. return value, {example}"
         )
     return result[0], result[1]
+
+
+def per_trajectory_leaves(first: list[Any], trajectories: list[list[Any]]) -> list[bool]:
+    """Which leaves of ``p`` are per trajectory, given the leaves of the ensemble's trajectory
+    0 (``first``) and of some trajectories: those a trajectory does not share with trajectory
+    0 (the same object). A leaf every trajectory shares (``prob.p``'s, or a fitted parameter
+    vector a ``prob_func`` gives them all) stays one leaf: passed to ``f`` unchanged, and
+    when differentiated its cotangent is summed over the trajectories. The rule depends on
+    no batching: a batch compares its trajectories with trajectory 0, not with each other."""
+    return [any(leaves[k] is not leaf for leaves in trajectories) for k, leaf in enumerate(first)]
+
+
+def _same_context(ctx: BatchContext, indices: np.ndarray, repeat: np.ndarray, seed: int) -> bool:
+    return (
+        ctx.seed == seed
+        and np.array_equal(ctx.indices, indices)
+        and np.array_equal(ctx.repeat, repeat)
+    )
 
 
 def _any_given(*values: Any) -> bool:

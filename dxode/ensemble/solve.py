@@ -1,25 +1,56 @@
-"""``solve`` for ensembles: validate, split into batches, run an ensemble algorithm, assemble."""
+"""Ensemble solves: check the request and plan the batches, then run an ensemble algorithm.
+
+``plan_ensemble`` turns ``solve``'s arguments into an ``EnsemblePlan`` (every argument
+checked before any work); ``run_ensemble`` solves a plan whose solve nothing differentiates
+(the front door sends differentiated plans to ``dxode.sensitivity``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import array_api_compat
 import numpy as np
 
 from .._options import SolverOptions
-from .._timegrid import save_times, stop_times
+from .._timegrid import lane_save_grid, stop_times
 from ..backends import to_host
-from ..events.callbacks import check_preset_times
+from ..events.callbacks import CallbackSet, check_preset_times
 from .algorithms import AbstractEnsembleAlgorithm, EnsembleArray
 from .batch import BatchSpec
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution
 
-__all__ = ["solve_ensemble"]
+__all__ = ["EnsemblePlan", "plan_ensemble", "run_ensemble"]
 
 
-def solve_ensemble(
+@dataclasses.dataclass(frozen=True)
+class EnsemblePlan:
+    """An ensemble solve, checked: what to solve, how, and in which batches."""
+
+    eprob: EnsembleProblem
+    ensemble_alg: AbstractEnsembleAlgorithm
+    options: SolverOptions
+    trajectories: int
+    batch_size: int
+    seed: int
+    saveat: Any
+    dense: bool
+    tstops: Any
+    callback: CallbackSet | None
+
+    def batches(self) -> list[range]:
+        """Trajectory ranges, not index arrays: the driver holds O(batches), never
+        O(trajectories)."""
+        n, size = self.trajectories, self.batch_size
+        return [range(start, min(start + size, n)) for start in range(0, n, size)]
+
+    def first_batch(self) -> range:
+        return range(min(self.batch_size, self.trajectories))
+
+
+def plan_ensemble(
     eprob: EnsembleProblem,
     alg: Any,
     ensemble_alg: Any,
@@ -31,15 +62,45 @@ def solve_ensemble(
     tstops: Any,
     seed: Any,
     options: dict[str, Any],
-    sensealg: Any = None,
-    callback: Any = None,
-) -> EnsembleSolution:
-    """Solve ``trajectories`` trajectories of ``eprob`` (see ``solve``)."""
+    callback: CallbackSet | None = None,
+) -> EnsemblePlan:
+    """Check ``solve``'s arguments for ``eprob`` (see ``solve``) and plan its batches."""
     if (
         isinstance(alg, AbstractEnsembleAlgorithm) or _is_dask_client(alg)
     ) and ensemble_alg is None:
         alg, ensemble_alg = None, alg  # solve(eprob, EnsembleSerial(), ...) is unambiguous
     ensemble_alg = _ensemble_algorithm(ensemble_alg)
+    n = _trajectory_count(eprob, trajectories)
+    size = (
+        ensemble_alg.batch_size_for(n)
+        if batch_size is None
+        else _positive_int("batch_size", batch_size)
+    )
+    opts = SolverOptions.from_user(alg, **options)
+    opts.check_state(eprob.prob.u0)
+    seed = _master_seed(seed)
+    _check_times(eprob, saveat, tstops, callback)
+    return EnsemblePlan(
+        eprob, ensemble_alg, opts, n, size, seed, saveat, bool(dense), tstops, callback
+    )
+
+
+def run_ensemble(plan: EnsemblePlan) -> EnsembleSolution:
+    """Solve a plan nothing differentiates, batch by batch with its ensemble algorithm."""
+    spec = BatchSpec(
+        options=plan.options,
+        saveat=plan.saveat,
+        dense=plan.dense,
+        tstops=plan.tstops,
+        backend=plan.ensemble_alg.backend_name(),
+        seed=plan.seed,
+        lockstep=bool(getattr(plan.ensemble_alg, "lockstep", False)),
+        callback=plan.callback,
+    )
+    return plan.ensemble_alg.run(plan.eprob, plan.batches(), spec)
+
+
+def _trajectory_count(eprob: EnsembleProblem, trajectories: Any) -> int:
     if trajectories is None:
         if eprob.n_arrays is None:
             raise TypeError(
@@ -52,64 +113,32 @@ def solve_ensemble(
         raise ValueError(
             f"trajectories={n} but the per-trajectory arrays hold only {eprob.n_arrays}"
         )
-    size = (
-        ensemble_alg.batch_size_for(n)
-        if batch_size is None
-        else _positive_int("batch_size", batch_size)
-    )
-    opts = SolverOptions.from_user(alg, **options)
-    opts.check_state(eprob.prob.u0)
+    return n
+
+
+def _master_seed(seed: Any) -> int:
+    """The ensemble's master seed: ``seed`` checked, or fresh entropy."""
     if seed is None:
-        seed = int(np.random.SeedSequence().entropy % 2**63)
-    elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+        return int(np.random.SeedSequence().entropy % 2**63)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
         raise ValueError(f"seed must be an integer with 0 <= seed < 2**64, got {seed!r}")
+    return int(seed)
+
+
+def _check_times(
+    eprob: EnsembleProblem, saveat: Any, tstops: Any, callback: CallbackSet | None
+) -> None:
+    """Check the save grid, the stops and the callbacks' preset times now, before any work
+    (per-trajectory spans are checked batch by batch)."""
     if "tspan" not in eprob.arrays and eprob.batch_func is None:
-        # Validate the grids now, before any work (per-trajectory spans are checked per batch).
-        save_times(saveat, *eprob.prob.tspan)
-        stop_times(tstops, *eprob.prob.tspan)
+        t0, t1 = eprob.prob.tspan
+        lane_save_grid(saveat, np.array([t0]), np.array([t1]))
+        stop_times(tstops, t0, t1)
         check_preset_times(callback, *sorted(eprob.prob.tspan))
     elif "tspan" in eprob.arrays:
         spans = eprob.arrays["tspan"]
         spans = to_host(spans) if array_api_compat.is_array_api_obj(spans) else np.asarray(spans)
         check_preset_times(callback, float(np.min(spans)), float(np.max(spans)))
-    from ..sensitivity.entry import ensemble_is_traced, solve_ensemble_traced
-
-    if ensemble_is_traced(eprob, int(seed)):
-        if callback is not None:
-            from .._solve import CALLBACK_GRADIENTS
-
-            raise NotImplementedError(CALLBACK_GRADIENTS)
-        if getattr(ensemble_alg, "lockstep", False):
-            raise NotImplementedError(
-                "lock-step ensembles are not differentiable: use EnsembleArray() (per-lane "
-                "steps), or stack the trajectories into one ODEProblem with a (n, B) u0"
-            )
-        return solve_ensemble_traced(
-            eprob,
-            opts,
-            n,
-            size,
-            saveat,
-            tstops,
-            int(seed),
-            ensemble_alg.lanes_for_gradients(size),
-            ensemble_alg.gradient_client(),
-            sensealg,
-            ensemble_alg.backend_name(),
-        )
-    spec = BatchSpec(
-        options=opts,
-        saveat=saveat,
-        dense=bool(dense),
-        tstops=tstops,
-        backend=ensemble_alg.backend_name(),
-        seed=int(seed),
-        lockstep=bool(getattr(ensemble_alg, "lockstep", False)),
-        callback=callback,
-    )
-    # Trajectory ranges, not index arrays: the driver holds O(batches), never O(trajectories).
-    batches = [range(start, min(start + size, n)) for start in range(0, n, size)]
-    return ensemble_alg.run(eprob, batches, spec)
 
 
 def _positive_int(name: str, value: Any) -> int:

@@ -7,7 +7,6 @@ from .algorithms import (
     ForwardSensitivity,
     InterpolatingAdjoint,
 )
-from .differentiable import is_traced
 from .entry import solve_ensemble_traced, solve_single_traced
 
 __all__ = [
@@ -16,7 +15,6 @@ __all__ = [
     "DiscreteAdjoint",
     "ForwardSensitivity",
     "InterpolatingAdjoint",
-    "is_traced",
     "solve_ensemble_traced",
     "solve_single_traced",
 ]

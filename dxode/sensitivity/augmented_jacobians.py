@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._jacobian import Derivatives, LaneFunction
+from .._derivatives import Derivatives, LaneFunction
 from ..solvers import ExplicitRungeKutta
 
 Array = Any

@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from .._retcode import ReturnCode
+from .._traced_rhs import TracedRHS, leaf_size
 from ..backends import get_backend
 from ..backends._base import ordered_sum
 from ..integrator.loop import LaneProblem, integrate
 from .algorithms import BacksolveAdjoint
 from .augmented_jacobians import augmented_options, is_stiff, with_jacobian
 from .forward_sensitivity import one_hot
-from .traced_rhs import TracedRHS, leaf_size
 
 Array = Any
 _OK = (int(ReturnCode.Success), int(ReturnCode.Terminated))

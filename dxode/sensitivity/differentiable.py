@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
-from .._jacobian import Derivatives, LaneFunction
+from .._derivatives import Derivatives
+from .._lane_problem import lane_problem, lane_rhs_for, lane_values, parameters_for
 from .._options import SolverOptions
 from .._retcode import ReturnCode
-from .._rhs import checked_first_call, lane_rhs, single_lane_rhs
+from .._traced_rhs import TracedRHS
 from ..backends import get_backend, to_host
 from ..integrator.loop import LaneProblem, integrate
 from ..solvers import ExplicitRungeKutta
@@ -30,28 +31,8 @@ from .algorithms import (
 )
 from .augmented_jacobians import is_stiff
 from .discrete_adjoint import backward
-from .traced_rhs import TracedRHS, substituted
 
 Array = Any
-
-
-def is_traced(*values: Any) -> bool:
-    """Whether any leaf of ``values`` is an autograd value being traced.
-
-    Raises ``TypeError`` for a NumPy object array of traced values: what a plain ``numpy``
-    function (``np.outer``, ``np.stack``, ...) makes of them, which autograd cannot follow.
-    """
-    from autograd.tracer import isbox
-
-    leaves = [leaf for value in values for leaf in _pytree.leaves(value)]
-    for leaf in leaves:
-        if isinstance(leaf, np.ndarray) and leaf.dtype == object and any(map(isbox, leaf.flat)):
-            raise TypeError(
-                "an array of traced autograd values was built with a plain `numpy` function; "
-                "use `autograd.numpy` (import autograd.numpy as anp) to build u0, p or tspan "
-                "from differentiated values"
-            )
-    return any(isbox(leaf) for leaf in leaves)
 
 
 @dataclasses.dataclass
@@ -220,12 +201,23 @@ def _forward_batch(
     backend = get_backend(static.backend)
     u0 = backend.asarray(u0)
     leaves = _on_backend(backend, static, leaves)
-    batch = BatchRHS.make(static, u0, leaves, t0)
-    dtype = u0.dtype
     n = u0.shape[-1]
-    save_times = backend.asarray(
-        np.repeat(to_host(static.save_grid)[:, None], n, axis=1), dtype=dtype
+    problem = lane_problem(
+        backend,
+        _functions(static),
+        parameters_for(static.p_template, leaves, static.lane_leaf),
+        lane_values(leaves, static.lane_leaf),
+        u0,
+        t0,
+        t1,
+        stepper=static.options.alg,
+        save_grid=np.repeat(to_host(static.save_grid)[:, None], n, axis=1),
+        record_steps="",
+        tstops=stops,
     )
+    batch = BatchRHS.of(problem, static, leaves)
+    dtype = u0.dtype
+    save_times = problem.save_times
     alg = static.sensealg
     if isinstance(alg, ForwardSensitivity):
         saved, payload, result = forward_sensitivity.forward(
@@ -236,17 +228,9 @@ def _forward_batch(
             record = "trials"  # the backward pass replays every iteration
         else:
             record = "dense" if isinstance(alg, InterpolatingAdjoint) else ""
-        problem = LaneProblem(
-            rhs_for=batch.rhs_for,
-            u0=u0,
-            t0=backend.asarray(t0, dtype=dtype),
-            t1=backend.asarray(t1, dtype=dtype),
-            params=batch.params,
-            save_times=save_times,
-            record_steps=record,
-            tstops=None if stops is None else backend.asarray(stops, dtype=dtype),
-            f0=batch.f0,
-            checkpoint_every=getattr(alg, "checkpoint_every", None) or 0,
+        checkpoint_every = getattr(alg, "checkpoint_every", None) or 0
+        problem = dataclasses.replace(
+            problem, record_steps=record, checkpoint_every=checkpoint_every
         )
         result = integrate(problem, static.options, batch.backend)
         saved = to_host(result.saved)
@@ -326,17 +310,11 @@ class BatchRHS:
     leaves: list[Any]  # the batch's parameter leaf values (per-lane ones lanes-last)
 
     @classmethod
-    def make(cls, static: _Static, u0: Array, leaves: list[Any], t0: np.ndarray) -> BatchRHS:
-        backend = get_backend(static.backend)
-        p = _pytree.rebuild(static.p_template, leaves)
-        t0_b = backend.asarray(t0, dtype=u0.dtype)
-        if static.single_lane:
-            f0 = checked_first_call(backend, static.f, u0[..., 0], p, t0_b[0])[..., None]
-        else:
-            f0 = checked_first_call(backend, static.f, u0, p, t0_b)
+    def of(cls, problem: LaneProblem, static: _Static, leaves: list[Any]) -> BatchRHS:
+        """The plain RHS of a batch's lane problem (its parameter leaves ``leaves``)."""
         lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
-        params = tuple(leaves[i] for i in lane_positions)
-        return cls(backend, plain_rhs_for(static, leaves), params, lane_positions, f0, leaves)
+        backend = get_backend(static.backend)
+        return cls(backend, problem.rhs_for, problem.params, lane_positions, problem.f0, leaves)
 
 
 def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
@@ -345,26 +323,19 @@ def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
     For a stiff method the RHS carries the problem's derivatives (``jac``, ``tgrad``, ``vjp``),
     so its Jacobians are computed as in a solve without gradients.
     """
-    backend = get_backend(static.backend)
-    lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
-    derivatives = None
-    if is_stiff(static.options.alg):
-        derivatives = Derivatives(
-            static.f, static.jac, static.tgrad, static.vjp, single_lane=static.single_lane
-        )
-    if static.single_lane:
-        p = _pytree.rebuild(static.p_template, leaves)
-        rhs = single_lane_rhs(backend, static.f, p)
-        if derivatives is not None:
-            rhs = LaneFunction(rhs, p, derivatives)
-        return lambda params: rhs
+    return lane_rhs_for(
+        get_backend(static.backend),
+        _functions(static),
+        parameters_for(static.p_template, leaves, static.lane_leaf),
+        is_stiff(static.options.alg),
+    )
 
-    def rhs_for(params: tuple) -> Any:
-        p_now = _pytree.rebuild(static.p_template, substituted(leaves, lane_positions, params))
-        rhs = lane_rhs(backend, static.f, p_now)
-        return rhs if derivatives is None else LaneFunction(rhs, p_now, derivatives)
 
-    return rhs_for
+def _functions(static: _Static) -> Derivatives:
+    """The problem's ``f`` and derivative functions, as a batch's lanes call them."""
+    return Derivatives(
+        static.f, static.jac, static.tgrad, static.vjp, single_lane=static.single_lane
+    )
 
 
 def _no_steps(backend: Any, u0: Array) -> dict[str, Array]:

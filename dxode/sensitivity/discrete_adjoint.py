@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from .._retcode import ReturnCode
+from .._traced_rhs import TracedRHS
 from ..backends import to_host
 from ..backends._base import ordered_sum
 from ..integrator.lanes import Trial
-from .traced_rhs import TracedRHS
 
 Array = Any
 

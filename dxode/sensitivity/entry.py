@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
@@ -12,16 +11,15 @@ from .._options import SolverOptions
 from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
-from .._timegrid import save_times, stop_times
+from .._timegrid import lane_save_grid, stop_times
 from ..backends import backend_for, get_backend, to_host
-from ..ensemble.problem import BatchContext, EnsembleProblem
+from ..ensemble.problem import EnsembleProblem, per_trajectory_leaves
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
 from .algorithms import BacksolveAdjoint, InterpolatingAdjoint
 from .differentiable import (
     _Static,
     check_differentiable,
     default_sensealg,
-    is_traced,
     traced_solve,
 )
 
@@ -37,7 +35,7 @@ def solve_single_traced(
     sensealg = sensealg or default_sensealg(opts.alg)
     check_differentiable(opts, _backend_name(prob.u0), sensealg, prob.vjp, _has_jacobians(prob))
     t0, t1 = prob.tspan
-    grid = _gradient_grid(saveat, t0, t1)
+    grid = lane_save_grid(saveat, np.array([t0]), np.array([t1]))[:, 0]
     leaves = _pytree.leaves(prob.p)
     diff = [isbox(leaf) for leaf in leaves]
     static = _Static(
@@ -116,7 +114,7 @@ def solve_ensemble_traced(
             f"{sensealg!r} needs one tspan shared by all trajectories; use DiscreteAdjoint() "
             "or ForwardSensitivity() for per-trajectory tspans"
         )
-    grid = _gradient_grid(saveat, float(t0[0]), float(t1[0]))
+    grid = lane_save_grid(saveat, t0, t1)[:, 0]
     diff = [isbox(leaf) for leaf in p_leaves]
     static = _Static(
         f=prob.f,
@@ -157,46 +155,6 @@ def solve_ensemble_traced(
     )
 
 
-def ensemble_is_traced(eprob: EnsembleProblem, seed: int) -> bool:
-    """Whether solving ``eprob`` involves differentiated values (trying trajectory 0).
-
-    User functions are probed only while autograd is actually tracing a computation.
-    """
-    if is_traced(eprob.prob.u0, eprob.prob.p, eprob.arrays):
-        return True
-    if not _autograd_is_tracing():
-        return False
-    if eprob.prob_func is not None:
-        first = eprob.trajectory(0, 0, seed)
-        return is_traced(first.u0, first.p)
-    if eprob.batch_func is not None:
-        return is_traced(
-            eprob.batch_func(eprob.prob, BatchContext(np.array([0]), np.array([0]), seed))
-        )
-    return False
-
-
-def _autograd_is_tracing() -> bool:
-    """Whether a computation autograd is tracing called this one.
-
-    autograd's trace level alone cannot say: it stays raised after an exception escapes a
-    traced function (``TraceStack.new_trace`` has no ``finally``), so after one failed
-    gradient it would report tracing for the rest of the process. A trace in progress also
-    has autograd's ``trace`` on the call stack.
-    """
-    from autograd import tracer
-
-    if tracer.trace_stack.top < 0:
-        return False
-    code = tracer.trace.__code__
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is code:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _traced_trajectories(
     eprob: EnsembleProblem, n: int, seed: int
 ) -> tuple[Any, Any, list[Any], list[bool], np.ndarray]:
@@ -210,10 +168,11 @@ def _traced_trajectories(
     if eprob.prob_func is not None:
         problems = [eprob.trajectory(i, 0, seed) for i in range(n)]
         u0 = anp.stack([_on_host(p.u0) for p in problems])
-        columns = [[_pytree.leaves(p.p)[k] for p in problems] for k in range(len(base))]
+        per_trajectory = [_pytree.leaves(p.p) for p in problems]
+        columns = [[leaves[k] for leaves in per_trajectory] for k in range(len(base))]
         # A leaf every trajectory shares (one object: a fitted parameter vector, say) stays
         # one leaf, so its cotangent is accumulated jointly; others become lanes-last arrays.
-        lane_leaf = [any(v is not col[0] for v in col) for col in columns]
+        lane_leaf = per_trajectory_leaves(per_trajectory[0], per_trajectory)
         leaves = [
             anp.moveaxis(anp.stack(col), 0, -1) if lane else col[0]
             for col, lane in zip(columns, lane_leaf, strict=True)
@@ -221,7 +180,7 @@ def _traced_trajectories(
         spans = np.array([p.tspan for p in problems])
         return u0, prob.p, leaves, lane_leaf, spans
     if eprob.batch_func is not None:
-        data = eprob.batch_func(prob, BatchContext(np.arange(n), np.zeros(n, dtype=np.int64), seed))
+        data = eprob.batch(np.arange(n), np.zeros(n, dtype=np.int64), seed)
     else:
         data = {key: _first_rows(value, n) for key, value in eprob.arrays.items()}
     if "u0" in data:
@@ -242,12 +201,6 @@ def _traced_trajectories(
 
 def _first_rows(value: Any, n: int) -> Any:
     return _pytree.map_leaves(lambda leaf: leaf[:n], value)
-
-
-def _gradient_grid(saveat: Any, t0: float, t1: float) -> np.ndarray:
-    grid = save_times(saveat if saveat is not None else [t0, t1], t0, t1)
-    assert grid is not None
-    return grid
 
 
 def _has_jacobians(prob: ODEProblem) -> bool:

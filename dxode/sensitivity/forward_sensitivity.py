@@ -19,6 +19,7 @@ import numpy as np
 
 from .._jacobian import lane_jacobian
 from .._retcode import ReturnCode
+from .._traced_rhs import TracedRHS, leaf_size, parameter_offsets, substituted
 from ..backends._base import ordered_sum
 from ..integrator.loop import LaneProblem, integrate
 from .augmented_jacobians import (
@@ -28,7 +29,6 @@ from .augmented_jacobians import (
     u_jacobian,
     with_jacobian,
 )
-from .traced_rhs import TracedRHS, leaf_size, parameter_offsets, substituted
 
 Array = Any
 _OK = (int(ReturnCode.Success), int(ReturnCode.Terminated))

@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import _pytree
-from .._rhs import as_array
-from ..backends._base import ordered_sum
+from . import _pytree
+from ._derivatives import Derivatives, user_matrix
+from ._rhs import as_array
+from .backends import get_backend
+from .backends._base import ordered_sum
 
 Array = Any
 
@@ -64,8 +66,6 @@ class TracedRHS:
 
     def __post_init__(self) -> None:
         if self.backend is None:
-            from ..backends import get_backend
-
             self.backend = get_backend("numpy")
 
     def pullback(
@@ -198,8 +198,6 @@ class TracedRHS:
     def linearization(self, y: Array, t: Array, leaves: list[Any]) -> tuple[Array, Array, Array]:
         """``f``, ``df/du`` ``(n, n, L)`` and ``df/dp`` ``(n, m, L)`` at ``(y, t)`` from the
         problem's ``jac`` and ``paramjac`` (``y`` a 1-D state per lane, ``(n, L)``)."""
-        from .._jacobian import Derivatives, user_matrix
-
         backend = self.backend
         p = _pytree.rebuild(self.p_template, leaves)
         derivs = Derivatives(

@@ -1,0 +1,120 @@
+"""The problem's own derivative functions (``jac``, ``tgrad``, ``vjp``, ``paramjac``) over lanes.
+
+``Derivatives`` bundles them with ``f``; ``LaneFunction`` is a lane RHS that carries them to
+the stiff methods; ``user_matrix`` calls ``jac``, ``tgrad`` or ``paramjac`` on a working set
+and checks what it returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from ._rhs import as_array
+
+Array = Any
+
+
+@dataclasses.dataclass
+class Derivatives:
+    """What a batch (or a single solve) knows about the derivatives of ``f``.
+
+    Attributes
+    ----------
+    f : callable
+        The user's ``f(u, p, t)``.
+    jac, tgrad, vjp, paramjac : callable or None
+        The problem's ``jac(u, p, t)``, ``tgrad(u, p, t)``, ``vjp(u, p, t, v)`` and
+        ``paramjac(u, p, t)``.
+    single_lane : bool
+        The functions take one trajectory without a lane axis (a plain ``solve``); otherwise
+        they take lanes-last batches.
+    autograd_failed : bool
+        Set once ``f`` turned out not to be traceable (``"auto"`` then uses differences).
+    """
+
+    f: Callable[..., Any]
+    jac: Callable[..., Any] | None = None
+    tgrad: Callable[..., Any] | None = None
+    vjp: Callable[..., Any] | None = None
+    single_lane: bool = False
+    autograd_failed: bool = False
+    paramjac: Callable[..., Any] | None = None
+
+    @classmethod
+    def of(cls, prob: Any, single_lane: bool) -> Derivatives:
+        return cls(prob.f, prob.jac, prob.tgrad, prob.vjp, single_lane, paramjac=prob.paramjac)
+
+
+class LaneFunction:
+    """A lane RHS ``rhs(u, t, out=None)`` that also carries what its derivatives need.
+
+    Parameters
+    ----------
+    rhs : callable
+        The lane RHS of a working set.
+    p : any
+        The working set's parameters (per-lane leaves lanes last).
+    derivatives : Derivatives
+        Shared by every working set of the batch.
+    """
+
+    def __init__(self, rhs: Callable[..., Array], p: Any, derivatives: Derivatives) -> None:
+        self.rhs = rhs
+        self.p = p
+        self.derivatives = derivatives
+
+    def __call__(self, u: Array, t: Array, out: Array | None = None) -> Array:
+        return self.rhs(u, t, out)
+
+
+def user_matrix(
+    backend: Any, derivs: Derivatives, name: str, p: Any, u: Array, t: Array, m: int = 0
+) -> Array:
+    """The user's ``jac`` (``(n, n, L)``), ``tgrad`` (``(n, L)``) or ``paramjac``
+    (``(n, m, L)``) for a working set."""
+    xp = backend.xp
+    fn = getattr(derivs, name)
+    n, lanes = u.shape[0], u.shape[-1]
+    core = {"jac": (n, n), "tgrad": (n,), "paramjac": (n, m)}[name]
+    if not derivs.single_lane:
+        return _checked(backend, name, fn(u, p, t), core, (lanes,), u)
+    columns = [_checked(backend, name, fn(u[..., i], p, t[i]), core, (), u) for i in range(lanes)]
+    return xp.stack(columns, axis=-1)
+
+
+def _checked(
+    backend: Any, name: str, value: Any, core: tuple[int, ...], lanes: tuple[int, ...], u: Array
+) -> Array:
+    xp = backend.xp
+    if type(value) in (list, tuple) and len(core) == 2:
+        value = xp.stack([_row(backend, name, row, core[1], lanes, u) for row in value])
+    elif type(value) in (list, tuple):
+        value = _row(backend, name, value, core[0], lanes, u)
+    shape = tuple(getattr(value, "shape", ()))
+    expected = core + lanes
+    if shape != expected:
+        what = {"jac": "df/du", "tgrad": "df/dt", "paramjac": "df/dp"}[name]
+        if name == "paramjac":
+            what += f" (one column per scalar of p: {core[1]})"
+        layout = " (lanes last)" if lanes else ""
+        raise ValueError(
+            f"{name}(u, p, t) returned shape {shape} for a state of shape "
+            f"{tuple(u.shape[:-1]) + lanes}; it must return {what} of shape {expected}{layout}"
+        )
+    if value.dtype != u.dtype:
+        value = xp.astype(value, u.dtype)
+    return value
+
+
+def _row(backend: Any, name: str, row: Any, n: int, lanes: tuple[int, ...], u: Array) -> Array:
+    """A list of entries (arrays of the lane shape, or numbers) as one array, lanes last."""
+    xp = backend.xp
+    if type(row) not in (list, tuple) or len(row) != n:
+        raise ValueError(
+            f"a {name} given as nested lists must have rows of {n} entries each (row i holds "
+            f"the derivatives of f_i)"
+        )
+    entries = [xp.broadcast_to(xp.asarray(as_array(backend, e), dtype=u.dtype), lanes) for e in row]
+    return xp.stack(entries)

@@ -1,0 +1,110 @@
+"""The one builder of a lane problem: what the integrator runs for a batch, or one trajectory.
+
+A plain single solve, an ensemble batch and a differentiated batch all describe their lanes
+the same way: the problem's functions (``Derivatives``), the parameters as ``p_for(params)``
+for the per-lane leaf values ``params``, the lanes' states and spans, a save grid and stops.
+``lane_problem`` turns that into the integrator's ``LaneProblem`` (evaluating and checking
+``f`` once at the start), and ``lane_rhs_for`` into its ``rhs_for``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import _pytree
+from ._derivatives import Derivatives, LaneFunction
+from ._rhs import checked_first_call, lane_rhs, single_lane_rhs
+from .events.lanes import LaneEvents
+from .integrator.loop import LaneProblem
+
+Array = Any
+PFor = Callable[[tuple[Array, ...]], Any]
+
+
+def parameters_for(template: Any, leaves: list[Any], lane_leaf: list[bool]) -> PFor:
+    """``p_for(params)``: the pytree ``template`` with ``leaves``, its per-lane leaves (those
+    marked in ``lane_leaf``, lanes last) replaced by ``params`` (after lane compaction)."""
+
+    def p_for(params: tuple[Array, ...]) -> Any:
+        it = iter(params)
+        new = [next(it) if lane else leaf for leaf, lane in zip(leaves, lane_leaf, strict=True)]
+        return _pytree.rebuild(template, new)
+
+    return p_for
+
+
+def lane_values(leaves: list[Any], lane_leaf: list[bool]) -> tuple[Array, ...]:
+    """The per-lane leaves of a parameter pytree, in order."""
+    return tuple(leaf for leaf, lane in zip(leaves, lane_leaf, strict=True) if lane)
+
+
+def lane_rhs_for(
+    backend: Any, functions: Derivatives, p_for: PFor, with_jacobians: bool
+) -> Callable[[tuple[Array, ...]], Any]:
+    """``rhs_for(params)``: the lane RHS of ``functions.f`` for the per-lane values ``params``.
+
+    For a method that needs Jacobians the RHS carries the problem's derivatives. A single
+    trajectory (``functions.single_lane``) has no per-lane values: its RHS is made once.
+    """
+    if functions.single_lane:
+        p = p_for(())
+        rhs = single_lane_rhs(backend, functions.f, p)
+        if with_jacobians:
+            rhs = LaneFunction(rhs, p, functions)
+        return lambda params: rhs
+
+    def rhs_for(params: tuple[Array, ...]) -> Any:
+        p = p_for(params)
+        rhs = lane_rhs(backend, functions.f, p)
+        return LaneFunction(rhs, p, functions) if with_jacobians else rhs
+
+    return rhs_for
+
+
+def first_value(backend: Any, functions: Derivatives, p: Any, u0: Array, t0: Array) -> Array:
+    """``f(u0, p, t0)`` for lanes ``u0`` ``(*shape, L)``, checked before any integration."""
+    if functions.single_lane:
+        return checked_first_call(backend, functions.f, u0[..., 0], p, t0[0])[..., None]
+    return checked_first_call(backend, functions.f, u0, p, t0)
+
+
+def lane_problem(
+    backend: Any,
+    functions: Derivatives,
+    p_for: PFor,
+    params: tuple[Array, ...],
+    u0: Array,
+    t0: np.ndarray,
+    t1: np.ndarray,
+    *,
+    stepper: Any,
+    save_grid: np.ndarray | None,
+    record_steps: str,
+    tstops: np.ndarray | None = None,
+    callbacks: Any = None,
+    checkpoint_every: int = 0,
+    f0: Array | None = None,
+) -> LaneProblem:
+    """The integrator's problem for lanes ``u0`` ``(*shape, L)`` on spans ``t0``, ``t1`` (host
+    ``(L,)`` arrays), saving at ``save_grid`` (host ``(nsave, L)``, or ``None``) and stepping
+    to ``tstops`` (host ``(K,)``); times take the state's dtype. ``f`` is evaluated (and
+    checked) once at the start unless its value ``f0`` is given; ``stepper`` says whether
+    the RHS carries the derivatives."""
+    dtype = u0.dtype
+    t0_lanes = backend.asarray(t0, dtype=dtype)
+    return LaneProblem(
+        rhs_for=lane_rhs_for(backend, functions, p_for, bool(stepper.jacobians_per_step)),
+        u0=u0,
+        t0=t0_lanes,
+        t1=backend.asarray(t1, dtype=dtype),
+        params=params,
+        save_times=None if save_grid is None else backend.asarray(save_grid, dtype=dtype),
+        record_steps=record_steps,
+        tstops=None if tstops is None else backend.asarray(tstops, dtype=dtype),
+        f0=first_value(backend, functions, p_for(params), u0, t0_lanes) if f0 is None else f0,
+        checkpoint_every=checkpoint_every,
+        events=None if callbacks is None else LaneEvents(callbacks, p_for, functions.single_lane),
+    )
