@@ -93,7 +93,7 @@ def solve_ensemble(
             tstops,
             int(seed),
             ensemble_alg.lanes_for_gradients(size),
-            ensemble_alg.gradient_client(),
+            ensemble_alg,
             sensealg,
             ensemble_alg.backend_name(),
         )

@@ -19,6 +19,7 @@ from .._options import SolverOptions
 from .._retcode import ReturnCode
 from .._rhs import checked_first_call, lane_rhs, single_lane_rhs
 from ..backends import get_backend, to_host
+from ..ensemble.scheduling import map_batches_here
 from ..integrator.loop import LaneProblem, integrate
 from ..solvers import ExplicitRungeKutta
 from . import continuous_adjoint, forward_sensitivity, stability
@@ -80,34 +81,66 @@ class _Static:
     tgrad: Any = None
     paramjac: Any = None  # with jac: the derivatives of f without autograd
     u0_diff: bool = True  # whether u0 is differentiated (forward sensitivities skip it if not)
-    client: Any = None  # a Dask client: batches run as tasks on its workers
     backend: Any = "numpy"  # where batches compute: a backend or its name
+
+
+@dataclasses.dataclass
+class _Pass:
+    """One differentiated solve: where its batches run, and what its forward pass left for
+    the backward pass (the batches' records) and for the solution (the statistics).
+
+    It travels to the VJP as an argument of the autograd primitive, so the records reach
+    the backward pass with no registry; the VJP takes them over.
+    """
+
+    scheduler: Any = None  # an ensemble algorithm (its ``map_batches``); None: here
+    records: list[_BatchRecord] | None = None
     outcome: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
+    def map_batches(
+        self, func: Any, batch_args: list[tuple], label: str, send_back: Any = None
+    ) -> list[Any]:
+        """``func`` over the batches in order, through the one batch-scheduling primitive."""
+        if self.scheduler is None:
+            return list(map_batches_here(func, batch_args, send_back))
+        return list(self.scheduler.map_batches(func, batch_args, label=label, send_back=send_back))
 
-def traced_solve(static: _Static, u0_lanes: Any, diff_values: list[Any]) -> Any:
-    """The saved states ``(L, nsave, *shape)`` as an autograd-traced function of its inputs."""
+
+@dataclasses.dataclass
+class _BatchRecord:
+    """What one batch's forward pass leaves for its backward pass."""
+
+    lanes: slice  # the batch's lanes
+    forward: Any  # the forward task's result (where it was computed: a Dask future there)
+    retcode: np.ndarray
+    leaves: list[Any]  # the batch's parameter leaf values
+
+
+def traced_solve(
+    static: _Static, u0_lanes: Any, diff_values: list[Any], scheduler: Any = None
+) -> tuple[Any, dict[str, np.ndarray]]:
+    """The saved states ``(L, nsave, *shape)`` as an autograd-traced function of its inputs,
+    and the forward pass's statistics. ``scheduler`` runs the batches (``None``: here)."""
     from autograd.tracer import isbox
 
-    static.u0_diff = isbox(u0_lanes)
-    return _solve_primitive(u0_lanes, *diff_values, static=static)
+    static = dataclasses.replace(static, u0_diff=isbox(u0_lanes))
+    run = _Pass(scheduler)
+    return _solve_primitive(u0_lanes, *diff_values, static=static, run=run), run.outcome
 
 
 def _make_primitive() -> Any:
     from autograd.extend import defvjp_argnums, primitive
 
     @primitive
-    def solve_primitive(u0_lanes: Array, *diff_values: Any, static: _Static) -> Array:
-        saved, records = _forward(static, np.asarray(u0_lanes), list(diff_values))
-        _PENDING[id(saved)] = records
-        return saved
+    def solve_primitive(u0_lanes: Array, *diff_values: Any, static: _Static, run: _Pass) -> Array:
+        return _forward(static, run, np.asarray(u0_lanes), list(diff_values))
 
     def vjp_maker(argnums: tuple[int, ...], ans: Array, args: tuple, kwargs: dict) -> Any:
-        records = _PENDING.pop(id(ans))
-        static = kwargs["static"]
+        static, run = kwargs["static"], kwargs["run"]
+        records, run.records = run.records, None
 
         def vjp(g: Array) -> tuple[Any, ...]:
-            u0_bar, leaf_bars = _backward(static, records, list(args[1:]), np.asarray(g))
+            u0_bar, leaf_bars = _backward(static, run, records, np.asarray(g))
             grads = [u0_bar, *leaf_bars]
             return tuple(_like(grads[i], args[i]) for i in argnums)
 
@@ -117,14 +150,11 @@ def _make_primitive() -> Any:
     return solve_primitive
 
 
-_PENDING: dict[int, Any] = {}  # forward records, handed to the VJP made right after the forward
-
-
-def _solve_primitive(*args: Any, static: _Static) -> Any:
+def _solve_primitive(*args: Any, static: _Static, run: _Pass) -> Any:
     global _PRIMITIVE
     if _PRIMITIVE is None:
         _PRIMITIVE = _make_primitive()
-    return _PRIMITIVE(*args, static=static)
+    return _PRIMITIVE(*args, static=static, run=run)
 
 
 _PRIMITIVE: Any = None
@@ -138,43 +168,38 @@ def _leaves_with(static: _Static, diff_values: list[Any]) -> list[Any]:
 
 
 def _forward(
-    static: _Static, u0_lanes: np.ndarray, diff_values: list[Any]
-) -> tuple[np.ndarray, list]:
+    static: _Static, run: _Pass, u0_lanes: np.ndarray, diff_values: list[Any]
+) -> np.ndarray:
     """Solve batch by batch; keep each batch's accepted steps for the backward pass.
 
-    With a Dask client the batches are tasks and their steps stay in the workers' memory:
-    only the saved states and statistics travel, and each batch's backward pass later runs
-    where its steps are.
+    Each batch's steps stay where the batch ran (on a Dask worker: in its memory): only the
+    saved states and statistics come back, and each batch's backward pass later runs where
+    its steps are.
     """
     leaves = _leaves_with(static, [np.asarray(v) if np.ndim(v) else v for v in diff_values])
     n_lanes = u0_lanes.shape[-1]
     stops = _stops(static)
-    task = _without_client(static)
-    batches = []
+    task = _task_static(static)
+    batches, batch_args = [], []
     for start in range(0, n_lanes, static.batch_size):
         lanes = slice(start, min(start + static.batch_size, n_lanes))
         batch_leaves = [
             leaf[..., lanes] if lane else leaf
             for leaf, lane in zip(leaves, static.lane_leaf, strict=True)
         ]
-        args = (task, u0_lanes[..., lanes], batch_leaves, static.t0[lanes], static.t1[lanes], stops)
-        if static.client is None:
-            batches.append((lanes, batch_leaves, _forward_batch(*args)))
-        else:
-            batches.append((lanes, batch_leaves, static.client.submit(_forward_batch, *args)))
-    if static.client is None:
-        small = [(result[0], result[2]) for _, _, result in batches]
-    else:  # one round trip for all batches' saved states and statistics
-        small = static.client.gather(
-            [static.client.submit(_small_part, result) for _, _, result in batches]
+        batches.append((lanes, batch_leaves))
+        batch_args.append(
+            (task, u0_lanes[..., lanes], batch_leaves, static.t0[lanes], static.t1[lanes], stops)
         )
+    done = run.map_batches(_forward_batch, batch_args, "forward", send_back=_small_part)
     records, saved_parts, outcomes = [], [], []
-    for (lanes, batch_leaves, result), (saved, outcome) in zip(batches, small, strict=True):
+    for (lanes, batch_leaves), ((saved, outcome), forward) in zip(batches, done, strict=True):
         saved_parts.append(saved)
         outcomes.append(outcome)
-        records.append((lanes, result, outcome["retcode"], batch_leaves))
-    static.outcome.update({k: np.concatenate([o[k] for o in outcomes]) for k in outcomes[0]})
-    return np.concatenate(saved_parts), records
+        records.append(_BatchRecord(lanes, forward, outcome["retcode"], batch_leaves))
+    run.records = records
+    run.outcome.update({k: np.concatenate([o[k] for o in outcomes]) for k in outcomes[0]})
+    return np.concatenate(saved_parts)
 
 
 def _stops(static: _Static) -> np.ndarray | None:
@@ -193,13 +218,13 @@ def _stops(static: _Static) -> np.ndarray | None:
     return stops[::-1] if static.t1[0] < static.t0[0] else stops  # in the direction of time
 
 
-def _without_client(static: _Static) -> _Static:
-    """The static data a batch task needs: no client, and a parameter template without
-    autograd boxes (those would travel with every task)."""
+def _task_static(static: _Static) -> _Static:
+    """The static data a batch task needs: the parameter template without autograd boxes
+    (those would travel with every task)."""
     from autograd.tracer import getval
 
     template = _pytree.map_leaves(getval, static.p_template)
-    return dataclasses.replace(static, client=None, outcome={}, p_template=template)
+    return dataclasses.replace(static, p_template=template)
 
 
 def _small_part(result: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -380,18 +405,12 @@ def _no_steps(backend: Any, u0: Array) -> dict[str, Array]:
 
 
 def _backward(
-    static: _Static, records: list, diff_values: list[Any], g: np.ndarray
+    static: _Static, run: _Pass, records: list[_BatchRecord], g: np.ndarray
 ) -> tuple[np.ndarray, list[Any]]:
-    task = _without_client(static)
-    results = []
-    for lanes, forward, retcode, batch_leaves in records:
-        args = (task, forward, batch_leaves, retcode, lanes, g[lanes])
-        if static.client is None:
-            results.append(_backward_task(*args))
-        else:  # runs where the batch's steps are; only cotangents travel
-            results.append(static.client.submit(_backward_task, *args))
-    if static.client is not None:
-        results = static.client.gather(results)
+    """Each batch's backward pass, where its forward pass ran (only cotangents travel)."""
+    task = _task_static(static)
+    batch_args = [(task, r.forward, r.leaves, r.retcode, r.lanes, g[r.lanes]) for r in records]
+    results = run.map_batches(_backward_task, batch_args, "backward")
     u0_bar = np.concatenate([u0 for u0, _ in results], axis=-1)
     diff_positions = [i for i, d in enumerate(static.diff_leaf) if d]
     leaf_bars = []

@@ -61,12 +61,11 @@ def solve_single_traced(
         tgrad=prob.tgrad,
         paramjac=prob.paramjac,
     )
-    saved = traced_solve(
+    saved, out = traced_solve(
         static,
         anp.expand_dims(prob.u0, -1),
         [leaf for leaf, d in zip(leaves, diff, strict=True) if d],
     )
-    out = static.outcome
     stats = SolverStats(int(out["nf"][0]), int(out["naccept"][0]), int(out["nreject"][0]))
     return ODESolution(
         grid.astype(static.dtype),
@@ -88,7 +87,7 @@ def solve_ensemble_traced(
     tstops: Any,
     seed: int,
     lanes_per_batch: int | None,
-    client: Any = None,
+    scheduler: Any = None,
     sensealg: Any = None,
     backend: str | None = None,
 ) -> EnsembleSolution:
@@ -132,7 +131,6 @@ def solve_ensemble_traced(
         tstops=stop_times(tstops, float(t0[0]), float(t1[0])),
         options=opts,
         batch_size=lanes_per_batch or batch_size,
-        client=client,
         backend=backend,
         dtype=_host_dtype(prob.u0),
         sensealg=sensealg,
@@ -142,10 +140,12 @@ def solve_ensemble_traced(
         paramjac=prob.paramjac,
     )
     u0_lanes = anp.moveaxis(u0, 0, -1)
-    saved = traced_solve(
-        static, u0_lanes, [leaf for leaf, d in zip(p_leaves, diff, strict=True) if d]
+    saved, out = traced_solve(
+        static,
+        u0_lanes,
+        [leaf for leaf, d in zip(p_leaves, diff, strict=True) if d],
+        scheduler,
     )
-    out = static.outcome
     return EnsembleSolution(
         t=grid.astype(static.dtype),
         u=saved,
