@@ -14,24 +14,13 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
-from .._jacobian import Derivatives, LaneFunction
 from .._options import SolverOptions
-from .._retcode import ReturnCode
-from .._rhs import checked_first_call, lane_rhs, single_lane_rhs
 from ..backends import get_backend, to_host
 from ..ensemble.scheduling import map_batches_here
-from ..integrator.loop import LaneProblem, integrate
 from ..solvers import ExplicitRungeKutta
-from . import continuous_adjoint, forward_sensitivity, stability
-from .algorithms import (
-    BacksolveAdjoint,
-    DiscreteAdjoint,
-    ForwardSensitivity,
-    InterpolatingAdjoint,
-)
+from .algorithms import DiscreteAdjoint, InterpolatingAdjoint
 from .augmented_jacobians import is_stiff
-from .discrete_adjoint import backward
-from .traced_rhs import TracedRHS, substituted
+from .passes import BatchForward, BatchInputs, BatchRHS, on_backend, small_part
 
 Array = Any
 
@@ -191,7 +180,7 @@ def _forward(
         batch_args.append(
             (task, u0_lanes[..., lanes], batch_leaves, static.t0[lanes], static.t1[lanes], stops)
         )
-    done = run.map_batches(_forward_batch, batch_args, "forward", send_back=_small_part)
+    done = run.map_batches(_forward_batch, batch_args, "forward", send_back=small_part)
     records, saved_parts, outcomes = [], [], []
     for (lanes, batch_leaves), ((saved, outcome), forward) in zip(batches, done, strict=True):
         saved_parts.append(saved)
@@ -207,10 +196,7 @@ def _stops(static: _Static) -> np.ndarray | None:
     where the discrete adjoint differentiates the dense output that fills them (methods whose
     interpolant needs no extra stages), so the steps are those of a solve without gradients."""
     parts = [] if static.tstops is None else [static.tstops]
-    if (
-        not isinstance(static.sensealg, DiscreteAdjoint)
-        or static.options.alg.interpolation_rhs_evals
-    ):
+    if static.sensealg.steps_onto_save_times(static.options):
         parts.append(static.save_grid)
     if not parts:
         return None
@@ -227,11 +213,6 @@ def _task_static(static: _Static) -> _Static:
     return dataclasses.replace(static, p_template=template)
 
 
-def _small_part(result: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """What a forward task sends back: the saved states and the statistics, not the steps."""
-    return result[0], result[2]
-
-
 def _forward_batch(
     static: _Static,
     u0: np.ndarray,
@@ -239,169 +220,18 @@ def _forward_batch(
     t0: np.ndarray,
     t1: np.ndarray,
     stops: np.ndarray | None,
-) -> tuple[np.ndarray, Any, dict[str, np.ndarray]]:
-    """One batch's forward pass (here or as a Dask task): saved states, what the backward
-    pass needs (the method's record), statistics."""
+) -> BatchForward:
+    """One batch's forward pass (here or as a Dask task), as its sensitivity algorithm runs
+    it: saved states, statistics, and the record its backward pass needs."""
     backend = get_backend(static.backend)
     u0 = backend.asarray(u0)
-    leaves = _on_backend(backend, static, leaves)
+    leaves = on_backend(backend, static, leaves)
     batch = BatchRHS.make(static, u0, leaves, t0)
-    dtype = u0.dtype
     n = u0.shape[-1]
     save_times = backend.asarray(
-        np.repeat(to_host(static.save_grid)[:, None], n, axis=1), dtype=dtype
+        np.repeat(to_host(static.save_grid)[:, None], n, axis=1), dtype=u0.dtype
     )
-    alg = static.sensealg
-    if isinstance(alg, ForwardSensitivity):
-        saved, payload, result = forward_sensitivity.forward(
-            static, batch, u0, t0, t1, save_times, stops.astype(dtype)
-        )
-    else:
-        if isinstance(alg, DiscreteAdjoint):
-            record = "trials"  # the backward pass replays every iteration
-        else:
-            record = "dense" if isinstance(alg, InterpolatingAdjoint) else ""
-        problem = LaneProblem(
-            rhs_for=batch.rhs_for,
-            u0=u0,
-            t0=backend.asarray(t0, dtype=dtype),
-            t1=backend.asarray(t1, dtype=dtype),
-            params=batch.params,
-            save_times=save_times,
-            record_steps=record,
-            tstops=None if stops is None else backend.asarray(stops, dtype=dtype),
-            f0=batch.f0,
-            checkpoint_every=getattr(alg, "checkpoint_every", None) or 0,
-        )
-        result = integrate(problem, static.options, batch.backend)
-        saved = to_host(result.saved)
-        if isinstance(alg, DiscreteAdjoint) and static.options.adaptive:
-            # Fixed steps are not controlled: their derivative is that of the loss.
-            alg = _trusted_or_switched(static, backend, batch, result, n)
-            if isinstance(alg, InterpolatingAdjoint):  # the same steps again, with stages
-                dense = dataclasses.replace(problem, record_steps="dense")
-                result = integrate(dense, static.options, batch.backend)
-        if isinstance(alg, BacksolveAdjoint):
-            payload = saved
-        elif isinstance(alg, InterpolatingAdjoint):
-            payload = result.steps or _no_steps(backend, u0)
-        else:
-            payload = result.trials or []
-    outcome = {k: to_host(getattr(result, k)) for k in ("retcode", "nf", "naccept", "nreject")}
-    return saved, payload, outcome, alg
-
-
-_SUCCEEDED = (int(ReturnCode.Success), int(ReturnCode.Terminated))
-
-
-def _trusted_or_switched(
-    static: _Static, backend: Any, batch: BatchRHS, result: Any, n_lanes: int
-) -> Any:
-    """``static.sensealg`` (a ``DiscreteAdjoint``) if no successful lane's steps were limited
-    by stability (failed lanes get NaN gradients anyway); otherwise ``InterpolatingAdjoint()``
-    for the default sensealg where it can run, else a ``ValueError`` naming the fixes (see
-    ``_stability``)."""
-    alg = static.options.alg
-    interval = alg.tableau.real_stability_interval
-    succeeded = np.isin(to_host(result.retcode), _SUCCEEDED)
-    limited, rho = stability.stability_limited(
-        backend, batch.rhs_for, batch.params, result.trials or [], succeeded, interval
-    )
-    if not limited.any():
-        return static.sensealg
-    shared_span = bool(np.all(static.t0 == static.t0[0]) and np.all(static.t1 == static.t1[0]))
-    if static.default_sensealg and backend.name == "numpy" and shared_span:
-        return InterpolatingAdjoint()
-    if not static.default_sensealg:
-        why = (
-            "Use sensealg=InterpolatingAdjoint() or ForwardSensitivity() (accurate to the "
-            "tolerance)."
-        )
-    elif backend.name != "numpy":
-        why = "The default would switch to InterpolatingAdjoint(), which runs on NumPy only."
-    else:
-        why = (
-            "The default would switch to InterpolatingAdjoint(), which needs one tspan for all "
-            "trajectories: use sensealg=ForwardSensitivity() (accurate to the tolerance)."
-        )
-    n_limited = int(limited.sum())
-    raise stability.refusal(static.sensealg, alg, n_limited, n_lanes, interval, rho, why)
-
-
-def _on_backend(backend: Any, static: _Static, leaves: list[Any]) -> list[Any]:
-    """A batch's parameter leaves where it computes: per-lane and differentiated array leaves
-    move to the backend; other leaves stay as the user gave them."""
-    if backend.name == "numpy":
-        return leaves
-    return [
-        backend.asarray(leaf) if (lane or diff) and np.ndim(leaf) else leaf
-        for leaf, lane, diff in zip(leaves, static.lane_leaf, static.diff_leaf, strict=True)
-    ]
-
-
-@dataclasses.dataclass
-class BatchRHS:
-    """A batch's plain (untraced) lane RHS: ``rhs_for(params)`` for the per-lane leaves."""
-
-    backend: Any
-    rhs_for: Any
-    params: tuple
-    lane_positions: list[int]
-    f0: np.ndarray
-    leaves: list[Any]  # the batch's parameter leaf values (per-lane ones lanes-last)
-
-    @classmethod
-    def make(cls, static: _Static, u0: Array, leaves: list[Any], t0: np.ndarray) -> BatchRHS:
-        backend = get_backend(static.backend)
-        p = _pytree.rebuild(static.p_template, leaves)
-        t0_b = backend.asarray(t0, dtype=u0.dtype)
-        if static.single_lane:
-            f0 = checked_first_call(backend, static.f, u0[..., 0], p, t0_b[0])[..., None]
-        else:
-            f0 = checked_first_call(backend, static.f, u0, p, t0_b)
-        lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
-        params = tuple(leaves[i] for i in lane_positions)
-        return cls(backend, plain_rhs_for(static, leaves), params, lane_positions, f0, leaves)
-
-
-def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
-    """``rhs_for(params)``: the untraced lane RHS for the per-lane leaf values ``params``.
-
-    For a stiff method the RHS carries the problem's derivatives (``jac``, ``tgrad``, ``vjp``),
-    so its Jacobians are computed as in a solve without gradients.
-    """
-    backend = get_backend(static.backend)
-    lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
-    derivatives = None
-    if is_stiff(static.options.alg):
-        derivatives = Derivatives(
-            static.f, static.jac, static.tgrad, static.vjp, single_lane=static.single_lane
-        )
-    if static.single_lane:
-        p = _pytree.rebuild(static.p_template, leaves)
-        rhs = single_lane_rhs(backend, static.f, p)
-        if derivatives is not None:
-            rhs = LaneFunction(rhs, p, derivatives)
-        return lambda params: rhs
-
-    def rhs_for(params: tuple) -> Any:
-        p_now = _pytree.rebuild(static.p_template, substituted(leaves, lane_positions, params))
-        rhs = lane_rhs(backend, static.f, p_now)
-        return rhs if derivatives is None else LaneFunction(rhs, p_now, derivatives)
-
-    return rhs_for
-
-
-def _no_steps(backend: Any, u0: Array) -> dict[str, Array]:
-    xp = backend.xp
-    empty = xp.zeros(0, dtype=u0.dtype)
-    return {
-        "lane": xp.zeros(0, dtype=xp.int64),
-        "t": empty,
-        "h": empty,
-        "t_end": empty,
-        "u0": xp.zeros((*u0.shape[:-1], 0), dtype=u0.dtype),
-    }
+    return static.sensealg.forward(static, batch, BatchInputs(u0, t0, t1, save_times, stops))
 
 
 def _backward(
@@ -423,62 +253,14 @@ def _backward(
 
 def _backward_task(
     static: _Static,
-    forward: tuple,
-    batch_leaves: list[Any],
+    forward: BatchForward,
+    leaves: list[Any],
     retcode: np.ndarray,
     lanes: slice,
     g: np.ndarray,
 ) -> tuple[np.ndarray, list[Any]]:
-    """One batch's backward pass."""
-    rhs = traced_rhs(static)
-    alg = forward[3]  # the batch's sensitivity algorithm (the default may have switched)
-    if alg is not static.sensealg:
-        static = dataclasses.replace(static, sensealg=alg)
-    save_grid = static.save_grid.astype(g.dtype)
-    if isinstance(alg, ForwardSensitivity):
-        return forward_sensitivity.contract(static, forward[1], retcode, g)
-    if isinstance(alg, (InterpolatingAdjoint, BacksolveAdjoint)):
-        return continuous_adjoint.backward(
-            static,
-            rhs,
-            plain_rhs_for(static, batch_leaves),
-            forward[1],
-            batch_leaves,
-            save_grid,
-            static.t0[lanes],
-            retcode,
-            g,
-        )
-    backend = get_backend(static.backend)
-    batch_leaves = _on_backend(backend, static, batch_leaves)
-    u0_bar, leaf_bars = backward(
-        backend,
-        static.options.alg,
-        rhs,
-        forward[1],
-        batch_leaves,
-        save_grid,
-        static.t0[lanes],
-        retcode,
-        backend.asarray(g),
-        rhs_for=plain_rhs_for(static, batch_leaves) if alg.checkpoint_every else None,
-    )
-    return to_host(u0_bar), [to_host(bar) for bar in leaf_bars]
-
-
-def traced_rhs(static: _Static) -> TracedRHS:
-    """The batch RHS with its derivatives (autograd, or the problem's ``vjp``)."""
-    return TracedRHS(
-        static.f,
-        static.p_template,
-        static.lane_leaf,
-        static.diff_leaf,
-        static.single_lane,
-        vjp=static.vjp,
-        backend=get_backend(static.backend),
-        jac=static.jac,
-        paramjac=static.paramjac,
-    )
+    """One batch's backward pass, as the algorithm that ran its forward pass runs it."""
+    return forward.sensealg.backward(static, forward.record, leaves, retcode, static.t0[lanes], g)
 
 
 def _like(grad: Any, arg: Any) -> Any:
@@ -505,26 +287,18 @@ def check_differentiable(
     """Clear errors for combinations the sensitivity algorithms do not support."""
     alg = options.alg
     if is_stiff(alg):
-        if isinstance(sensealg, DiscreteAdjoint):
+        if sensealg.stiff_refusal:
             raise NotImplementedError(
-                f"DiscreteAdjoint() cannot differentiate through {alg!r}: replaying its steps "
-                "backward would need the derivative of the Jacobian inside every step; use "
-                "sensealg=InterpolatingAdjoint() (the default for stiff methods) or "
-                "ForwardSensitivity()"
-            )
-        if isinstance(sensealg, BacksolveAdjoint):
-            raise NotImplementedError(
-                f"BacksolveAdjoint() cannot differentiate through {alg!r}: integrating a stiff "
-                "problem's state backward in time is unstable (its fast decaying modes grow "
-                "backward), so the recomputed states and the gradient are wrong; use "
-                "sensealg=InterpolatingAdjoint() (the default for stiff methods) or "
+                f"{type(sensealg).__name__}() cannot differentiate through {alg!r}: "
+                f"{sensealg.stiff_refusal}; "
+                "use sensealg=InterpolatingAdjoint() (the default for stiff methods) or "
                 "ForwardSensitivity()"
             )
     elif not isinstance(alg, ExplicitRungeKutta):
         raise NotImplementedError(f"gradients through {alg!r} are not supported yet")
     if backend_name == "numpy":
         return
-    if not isinstance(sensealg, DiscreteAdjoint) or is_stiff(alg):
+    if not sensealg.off_numpy or is_stiff(alg):
         raise NotImplementedError(
             f"on the {backend_name} backend gradients are computed with DiscreteAdjoint() "
             f"through an explicit method; {sensealg!r} with {alg!r} runs on NumPy only"

@@ -16,7 +16,6 @@ from .._timegrid import save_times, stop_times
 from ..backends import backend_for, get_backend, to_host
 from ..ensemble.problem import BatchContext, EnsembleProblem
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
-from .algorithms import BacksolveAdjoint, InterpolatingAdjoint
 from .differentiable import (
     _Static,
     check_differentiable,
@@ -110,7 +109,7 @@ def solve_ensemble_traced(
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
     if not shared_span and saveat is None:
         raise ValueError("gradients with per-trajectory tspans need a shared saveat array")
-    if not shared_span and isinstance(sensealg, (InterpolatingAdjoint, BacksolveAdjoint)):
+    if not shared_span and sensealg.one_tspan:
         raise NotImplementedError(
             f"{sensealg!r} needs one tspan shared by all trajectories; use DiscreteAdjoint() "
             "or ForwardSensitivity() for per-trajectory tspans"
