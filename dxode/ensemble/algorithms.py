@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from ..events.callbacks import check_preset_times
 from ..events.record import concat_records, replace_trajectories
 from .batch import BatchResult, BatchSpec, solve_batch
 from .problem import EnsembleProblem
+from .scheduling import map_batches_here
 
 __all__ = ["AbstractEnsembleAlgorithm", "EnsembleArray", "EnsembleSerial"]
 
@@ -39,7 +40,8 @@ def batch_size_limit(backend: str | None) -> int:
 
 class AbstractEnsembleAlgorithm(abc.ABC):
     """How to compute the batches of an ensemble. Subclasses implement ``run_batch``; those
-    that schedule batches themselves (``EnsembleDask``) override ``run``."""
+    that schedule batches elsewhere (``EnsembleDask``) override ``map_batches`` (the one way
+    batches are scheduled: plain solves and both passes of a gradient) and ``run``."""
 
     @property
     def default_batch_size(self) -> int:
@@ -71,16 +73,37 @@ class AbstractEnsembleAlgorithm(abc.ABC):
         """Lanes per batch when the ensemble is differentiated (see the gradients guide)."""
         return batch_size
 
-    def gradient_client(self) -> Any:
-        """The Dask client that runs a differentiated ensemble's batches (``None``: here)."""
-        return None
+    def map_batches(
+        self,
+        func: Callable[..., Any],
+        batch_args: Sequence[tuple],
+        *,
+        label: str = "batch",
+        send_back: Callable[[Any], Any] | None = None,
+    ) -> Iterator[Any]:
+        """``func(*args)`` for each batch's ``args``, in batch order (lazily, so a caller that
+        stops early stops the work). Here: a loop.
+
+        Parameters
+        ----------
+        func : callable
+            One batch's work.
+        batch_args : sequence of tuple
+            Each batch's arguments; they may hold handles from an earlier ``map_batches``.
+        label : str
+            What the batches are (names the tasks where they are scheduled elsewhere).
+        send_back : callable, optional
+            If given, each batch's full result stays where it was computed and the iterator
+            yields ``(send_back(result), handle)``: the handle stands for the result as an
+            argument of a later ``map_batches`` (here it is the result itself).
+        """
+        return map_batches_here(func, batch_args, send_back)
 
     def solve_batches(
         self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec
     ) -> Iterator[BatchResult]:
         """Batch results in order (lazily, so a converged reduction stops the work)."""
-        for indices in batches:
-            yield finish_batch(self, eprob, indices, spec)
+        return self.map_batches(finish_batch, [(self, eprob, b, spec) for b in batches])
 
 
 def finish_batch(

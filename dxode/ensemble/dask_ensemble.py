@@ -15,7 +15,7 @@ import math
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -105,22 +105,40 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
         cap = batch_size_limit(self.backend)
         return max(1, min(cap, math.ceil(trajectories / (_BATCHES_PER_WORKER * threads))))
 
-    def gradient_client(self) -> Any:
-        """The client of a differentiated solve: it must outlive the forward pass, since the
-        backward pass runs later on the same workers (where each batch's steps stay)."""
-        client = self.client
-        if client is None:
-            import distributed
+    def map_batches(
+        self,
+        func: Callable[..., Any],
+        batch_args: Sequence[tuple],
+        *,
+        label: str = "batch",
+        send_back: Callable[[Any], Any] | None = None,
+    ) -> Iterator[Any]:
+        """``func(*args)`` for each batch's ``args`` as keyed Dask tasks (``dxode-{label}-
+        {token}-{k}``) with retries, gathered in batch order with the progress bar; a failure
+        cancels every task of the call. With ``send_back`` the full results stay on the
+        workers, only ``send_back(result)`` travels, and the handles are the tasks' futures
+        (a later call's tasks that take them run where those results are, and the scheduler
+        recomputes a result whose worker died). The cluster must outlive the call (handles
+        point into it), so it is ``client`` or the running default client."""
+        tasks = _Tasks(self._lasting_client(), self._progress())
+        return tasks.map(func, batch_args, label, send_back)
 
-            try:
-                client = distributed.default_client()
-            except ValueError:
-                raise ValueError(
-                    "a differentiated EnsembleDask solve needs a running cluster: pass "
-                    "EnsembleDask(client) or start a default client, e.g. with "
-                    "dxode.local_cluster()"
-                ) from None
-        return client
+    def _lasting_client(self) -> Any:
+        if self.client is not None:
+            return self.client
+        import distributed
+
+        try:
+            return distributed.default_client()
+        except ValueError:
+            raise ValueError(
+                "a differentiated EnsembleDask solve needs a running cluster (its backward "
+                "pass runs later on the workers that hold the forward pass's steps): pass "
+                "EnsembleDask(client) or start a default client, e.g. with dxode.local_cluster()"
+            ) from None
+
+    def _progress(self) -> bool:
+        return self.progress if self.progress is not None else sys.stderr.isatty()
 
     def run_batch(
         self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
@@ -134,81 +152,61 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
             return _Run(self, client, eprob, batches, spec).solve()
 
 
-class _Run:
-    """One EnsembleDask solve: submit the batch tasks, then collect in the requested form."""
+class _Tasks:
+    """The tasks of one scheduling call on ``client``: submitted under one token, gathered in
+    order, and all cancelled (their results released) when the call fails."""
 
-    def __init__(
-        self,
-        alg: EnsembleDask,
-        client: Any,
-        eprob: EnsembleProblem,
-        batches: list[range],
-        spec: BatchSpec,
-    ) -> None:
-        self.alg, self.client, self.eprob, self.batches, self.spec = (
-            alg,
-            client,
-            eprob,
-            batches,
-            spec,
-        )
+    def __init__(self, client: Any, progress: bool) -> None:
+        self.client, self.progress = client, progress
         self.token = uuid.uuid4().hex[:12]
-        self._n = sum(len(b) for b in batches)
-        # Every future of this solve, in the lists that hold them (``None`` once released),
+        # Every future of the call, in the lists that hold them (``None`` once released),
         # so that a failure can cancel them all.
         self._groups: list[list[Any]] = []
 
-    def solve(self) -> EnsembleSolution:
-        try:
-            return self._solve()
-        except BaseException as err:
-            self._abandon(err)
-            raise
-
-    def _solve(self) -> EnsembleSolution:
-        problem = self._problem_task()
-        target = self._zarr_target() if self.alg.output == "zarr" else None
-        reduce_on_workers = self.eprob.reduction is not None and self.eprob.combine is not None
-        futures = self._track(
+    def submit(self, func: Callable[..., Any], batch_args: Sequence[tuple], label: str) -> list:
+        """One keyed task with retries per batch, tracked for ``abandon``."""
+        return self.track(
             [
-                self.client.submit(
-                    _dask_task,
-                    problem,
-                    indices,
-                    self.spec,
-                    self.alg.backend,
-                    target,
-                    reduce_on_workers,
-                    key=f"dxode-batch-{self.token}-{k}",
-                    retries=2,
-                )
-                for k, indices in enumerate(self.batches)
+                self.client.submit(func, *args, key=f"dxode-{label}-{self.token}-{k}", retries=2)
+                for k, args in enumerate(batch_args)
             ]
         )
-        if reduce_on_workers:
-            return self._tree_reduce(futures)
-        if self.alg.output == "memory":
-            results = self._in_order(futures)
-            return assemble(self.eprob, results, self.spec.options.alg, self.spec.seed, self._n)
-        return self._distributed(futures, target)
 
-    def _problem_task(self) -> Any:
-        """The EnsembleProblem as a task every batch depends on. Unlike scattered data, which
-        is lost for good when every worker holding it dies, the scheduler can recompute it."""
-        import dask
-
-        # Sent through the scheduler once, deliberately: no "large graph" warning for it.
-        with dask.config.set({"distributed.admin.large-graph-warning-threshold": sys.maxsize}):
-            future = self.client.submit(_problem, self.eprob, key=f"dxode-problem-{self.token}")
-        return self._track([future])[0]
-
-    def _track(self, futures: list[Any]) -> list[Any]:
-        """Remember ``futures`` (the list itself, which its users may clear) for ``_abandon``."""
+    def track(self, futures: list[Any]) -> list[Any]:
+        """Remember ``futures`` (the list itself, which its users may clear) for ``abandon``."""
         self._groups.append(futures)
         return futures
 
-    def _abandon(self, err: BaseException) -> None:
-        """After a failure: cancel every task of this solve, which also releases the results
+    def in_order(self, futures: list[Any], batches: Sequence[Any]) -> Iterator[Any]:
+        return _in_order(self.client, futures, batches, self.progress)
+
+    def map(
+        self,
+        func: Callable[..., Any],
+        batch_args: Sequence[tuple],
+        label: str,
+        send_back: Callable[[Any], Any] | None,
+    ) -> Iterator[Any]:
+        """``AbstractEnsembleAlgorithm.map_batches`` on Dask."""
+        try:
+            futures = self.submit(func, batch_args, label)
+            if send_back is None:
+                yield from self.in_order(futures, [None] * len(futures))
+                return
+            handles = list(futures)
+            back = self.track(
+                [
+                    self.client.submit(send_back, f, key=f"dxode-{label}-back-{self.token}-{k}")
+                    for k, f in enumerate(futures)
+                ]
+            )
+            yield from zip(self.in_order(back, [None] * len(back)), handles, strict=True)
+        except BaseException as err:
+            self.abandon(err)
+            raise
+
+    def abandon(self, err: BaseException) -> None:
+        """After a failure: cancel every task of the call, which also releases the results
         the workers hold; after an error (not an interrupt) wait until none runs any more."""
         futures = [f for group in self._groups for f in group if f is not None]
         self._groups.clear()
@@ -229,11 +227,70 @@ class _Run:
         except Exception as cleanup_err:  # never hide the error that ended the solve
             add_note(err, f"cancelling the EnsembleDask solve's tasks failed: {cleanup_err!r}")
 
-    def _in_order(self, futures: list[Any]) -> Iterator[Any]:
-        return _in_order(self.client, futures, self.batches, self._progress())
 
-    def _progress(self) -> bool:
-        return self.alg.progress if self.alg.progress is not None else sys.stderr.isatty()
+class _Run:
+    """One EnsembleDask solve: submit the batch tasks, then collect in the requested form."""
+
+    def __init__(
+        self,
+        alg: EnsembleDask,
+        client: Any,
+        eprob: EnsembleProblem,
+        batches: list[range],
+        spec: BatchSpec,
+    ) -> None:
+        self.alg, self.client, self.eprob, self.batches, self.spec = (
+            alg,
+            client,
+            eprob,
+            batches,
+            spec,
+        )
+        self.tasks = _Tasks(client, alg._progress())
+        self.token = self.tasks.token
+        self._n = sum(len(b) for b in batches)
+
+    def solve(self) -> EnsembleSolution:
+        try:
+            return self._solve()
+        except BaseException as err:
+            self.tasks.abandon(err)
+            raise
+
+    def _solve(self) -> EnsembleSolution:
+        problem = self._problem_task()
+        target = self._zarr_target() if self.alg.output == "zarr" else None
+        reduce_on_workers = self.eprob.reduction is not None and self.eprob.combine is not None
+        futures = self.tasks.submit(
+            _dask_task,
+            [
+                (problem, indices, self.spec, self.alg.backend, target, reduce_on_workers)
+                for indices in self.batches
+            ],
+            "batch",
+        )
+        if reduce_on_workers:
+            return self._tree_reduce(futures)
+        if self.alg.output == "memory":
+            results = self._in_order(futures)
+            return assemble(self.eprob, results, self.spec.options.alg, self.spec.seed, self._n)
+        return self._distributed(futures, target)
+
+    def _problem_task(self) -> Any:
+        """The EnsembleProblem as a task every batch depends on. Unlike scattered data, which
+        is lost for good when every worker holding it dies, the scheduler can recompute it."""
+        import dask
+
+        # Sent through the scheduler once, deliberately: no "large graph" warning for it.
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": sys.maxsize}):
+            future = self.client.submit(_problem, self.eprob, key=f"dxode-problem-{self.token}")
+        return self._track([future])[0]
+
+    def _track(self, futures: list[Any]) -> list[Any]:
+        return self.tasks.track(futures)
+
+    def _in_order(self, futures: list[Any]) -> Iterator[Any]:
+        return self.tasks.in_order(futures, self.batches)
 
     def _zarr_target(self) -> dict[str, Any]:
         """A Zarr group: ``u`` and each trajectory's return code and statistics."""
@@ -421,7 +478,7 @@ def _output_layout(eprob: EnsembleProblem, spec: BatchSpec, n: int) -> tuple[tup
 
 
 def _in_order(
-    client: Any, futures: list[Any], batches: list[range], progress: bool
+    client: Any, futures: list[Any], batches: Sequence[range | None], progress: bool
 ) -> Iterator[Any]:
     """Results of the per-batch ``futures`` in batch order, as they complete; raises the
     first batch's error as soon as it arrives, and cancels the rest if abandoned."""
@@ -451,13 +508,14 @@ def _in_order(
             cancel_and_wait(client, pending)
 
 
-def _raise_for_batch(future: Any, k: int, batch: range) -> None:
+def _raise_for_batch(future: Any, k: int, batch: range | None) -> None:
     """Raise a failed batch's error (the user's exception, or Dask's ``KilledWorker``),
-    noting the batch."""
+    noting the batch (and its trajectories where known)."""
     try:
         future.result()
     except Exception as err:
-        add_note(err, f"in batch {k} ({describe_trajectories(batch)}) of an EnsembleDask solve")
+        where = "" if batch is None else f" ({describe_trajectories(batch)})"
+        add_note(err, f"in batch {k}{where} of an EnsembleDask solve")
         raise
 
 

@@ -1,16 +1,88 @@
 """The sensitivity algorithms ``solve(..., sensealg=...)`` accepts: what each one computes.
 
-Each is a small frozen dataclass naming a method; the work is done in the modules of
-``dxode.sensitivity`` by integrating augmented lane problems with the one integrator.
+Each is a small frozen dataclass (its options) and a strategy: it says what its forward pass
+records (``forward``) and how its backward pass runs (``backward``), one batch at a time;
+the work is done in the modules of ``dxode.sensitivity`` by integrating (augmented) lane
+problems with the one integrator. ``differentiable`` schedules the batches and asks the
+algorithm, never its type.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from .passes import BatchForward, BatchInputs, BatchRHS
+
+Gradients = tuple[Any, list[Any]]  # the cotangents of u0 (*shape, L) and of the traced leaves
+
+
+class _Sensitivity:
+    """What every sensitivity algorithm says about itself and does with a batch."""
+
+    records: ClassVar[str] = ""  # what the integrator records in the forward pass
+    one_tspan: ClassVar[bool] = False  # needs one tspan shared by all trajectories
+    off_numpy: ClassVar[bool] = False  # runs on backends other than NumPy
+    stiff_refusal: ClassVar[str] = ""  # why it cannot differentiate a stiff method
+
+    def steps_onto_save_times(self, options: Any) -> bool:
+        """Whether the forward pass steps exactly onto the save times (else it interpolates
+        them, as a solve without gradients does)."""
+        return True
+
+    def forward(self, static: Any, batch: BatchRHS, inputs: BatchInputs) -> BatchForward:
+        """One batch's forward pass: its saved states, statistics and record."""
+        from .passes import finished, integrate_batch
+
+        _, result = integrate_batch(static, batch, inputs, self.records, 0)
+        saved = _host(result.saved)
+        return finished(saved, self._record(result, saved, batch, inputs), result, self)
+
+    def _record(self, result: Any, saved: Any, batch: BatchRHS, inputs: BatchInputs) -> Any:
+        raise NotImplementedError
+
+    def backward(
+        self, static: Any, record: Any, leaves: list[Any], retcode: Any, t0: Any, g: Any
+    ) -> Gradients:
+        """One batch's backward pass: the cotangents of its ``u0`` and traced leaves, from
+        its forward ``record`` and the cotangent ``g`` of its saved states."""
+        raise NotImplementedError
+
+
+class _ContinuousAdjoint(_Sensitivity):
+    """The adjoint ODE integrated backward (``continuous_adjoint``)."""
+
+    one_tspan = True
+
+    def backward(
+        self, static: Any, record: Any, leaves: list[Any], retcode: Any, t0: Any, g: Any
+    ) -> Gradients:
+        from . import continuous_adjoint
+        from .passes import plain_rhs_for, traced_rhs
+
+        return continuous_adjoint.backward(
+            static,
+            traced_rhs(static),
+            plain_rhs_for(static, leaves),
+            record,
+            leaves,
+            static.save_grid.astype(g.dtype),
+            t0,
+            retcode,
+            g,
+            backsolve=not self.records,
+        )
+
+
+def _host(x: Any) -> Any:
+    from ..backends import to_host
+
+    return to_host(x)
 
 
 @dataclasses.dataclass(frozen=True)
-class DiscreteAdjoint:
+class DiscreteAdjoint(_Sensitivity):
     """Differentiate the discrete solution: replay the accepted steps backward (the default
     for explicit methods; stiff methods raise ``NotImplementedError``).
 
@@ -42,9 +114,61 @@ class DiscreteAdjoint:
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise ValueError(f"checkpoint_every must be a positive integer or None, got {k!r}")
 
+    records: ClassVar[str] = "trials"  # every iteration: the backward pass replays them
+    off_numpy: ClassVar[bool] = True
+    stiff_refusal: ClassVar[str] = (
+        "replaying its steps backward would need the derivative of the Jacobian inside every step"
+    )
+
+    def steps_onto_save_times(self, options: Any) -> bool:
+        # Where the dense output needs no extra stages, it is differentiated instead, so the
+        # steps are those of a solve without gradients.
+        return bool(options.alg.interpolation_rhs_evals)
+
+    def forward(self, static: Any, batch: BatchRHS, inputs: BatchInputs) -> BatchForward:
+        from ..integrator.loop import integrate
+        from .passes import dense_steps, finished, integrate_batch, switch_for_stability
+
+        every = self.checkpoint_every or 0
+        problem, result = integrate_batch(static, batch, inputs, self.records, every)
+        saved = _host(result.saved)
+        n_lanes = inputs.u0.shape[-1]
+        # Fixed steps are not controlled: their derivative is that of the loss.
+        if static.options.adaptive and switch_for_stability(static, batch, result, n_lanes):
+            # The same steps again, with stages, for the interpolating adjoint.
+            dense = dataclasses.replace(problem, record_steps=InterpolatingAdjoint.records)
+            result = integrate(dense, static.options, batch.backend)
+            record = dense_steps(result, batch.backend, inputs.u0)
+            return finished(saved, record, result, InterpolatingAdjoint())
+        return finished(saved, result.trials or [], result, self)
+
+    def backward(
+        self, static: Any, record: Any, leaves: list[Any], retcode: Any, t0: Any, g: Any
+    ) -> Gradients:
+        from ..backends import get_backend
+        from .discrete_adjoint import backward
+        from .passes import on_backend, plain_rhs_for, traced_rhs
+
+        rhs = traced_rhs(static)
+        backend = get_backend(static.backend)
+        leaves = on_backend(backend, static, leaves)
+        u0_bar, leaf_bars = backward(
+            backend,
+            static.options.alg,
+            rhs,
+            record,
+            leaves,
+            static.save_grid.astype(g.dtype),
+            t0,
+            retcode,
+            backend.asarray(g),
+            rhs_for=plain_rhs_for(static, leaves) if self.checkpoint_every else None,
+        )
+        return _host(u0_bar), [_host(bar) for bar in leaf_bars]
+
 
 @dataclasses.dataclass(frozen=True)
-class InterpolatingAdjoint:
+class InterpolatingAdjoint(_ContinuousAdjoint):
     """The continuous adjoint, integrated backward along the forward pass's dense output.
 
     Solves ``a' = -(df/du)^T a`` and ``g' = -(df/dp)^T a`` from the last save time back to
@@ -55,9 +179,16 @@ class InterpolatingAdjoint:
     the adjoint with its exact Jacobian ``[[-J^T, 0], [-(df/dp)^T, 0]]``.
     """
 
+    records: ClassVar[str] = "dense"  # every accepted step with its stages
+
+    def _record(self, result: Any, saved: Any, batch: BatchRHS, inputs: BatchInputs) -> Any:
+        from .passes import dense_steps
+
+        return dense_steps(result, batch.backend, inputs.u0)
+
 
 @dataclasses.dataclass(frozen=True)
-class BacksolveAdjoint:
+class BacksolveAdjoint(_ContinuousAdjoint):
     """The continuous adjoint with the state integrated backward alongside it.
 
     Integrates ``[u, a, g]`` from the last save point back to ``t0`` and keeps nothing of the
@@ -68,9 +199,17 @@ class BacksolveAdjoint:
     ``NotImplementedError``).
     """
 
+    stiff_refusal: ClassVar[str] = (
+        "integrating a stiff problem's state backward in time is unstable (its fast decaying "
+        "modes grow backward), so the recomputed states and the gradient are wrong"
+    )
+
+    def _record(self, result: Any, saved: Any, batch: BatchRHS, inputs: BatchInputs) -> Any:
+        return saved  # the backward pass starts from the last saved state
+
 
 @dataclasses.dataclass(frozen=True)
-class ForwardSensitivity:
+class ForwardSensitivity(_Sensitivity):
     """Forward-mode sensitivities: integrate ``S = du/dθ`` with the state.
 
     ``S' = (df/du) S + df/dθ`` for every differentiated input θ (the ``u0`` components and the
@@ -80,6 +219,29 @@ class ForwardSensitivity:
     (a handful per trajectory), or as a tight reference. Stiff methods integrate it with the
     exact block lower triangular Jacobian of ``[u, S]``.
     """
+
+    def forward(self, static: Any, batch: BatchRHS, inputs: BatchInputs) -> BatchForward:
+        from . import forward_sensitivity
+        from .passes import finished
+
+        dtype = inputs.u0.dtype
+        saved, record, result = forward_sensitivity.forward(
+            static,
+            batch,
+            inputs.u0,
+            inputs.t0,
+            inputs.t1,
+            inputs.save_times,
+            inputs.stops.astype(dtype),
+        )
+        return finished(saved, record, result, self)
+
+    def backward(
+        self, static: Any, record: Any, leaves: list[Any], retcode: Any, t0: Any, g: Any
+    ) -> Gradients:
+        from . import forward_sensitivity
+
+        return forward_sensitivity.contract(static, record, retcode, g)
 
 
 SENSEALGS = (DiscreteAdjoint, InterpolatingAdjoint, BacksolveAdjoint, ForwardSensitivity)

@@ -25,7 +25,6 @@ from .._traced_rhs import TracedRHS, leaf_size
 from ..backends import get_backend
 from ..backends._base import ordered_sum
 from ..integrator.loop import LaneProblem, integrate
-from .algorithms import BacksolveAdjoint
 from .augmented_jacobians import augmented_options, is_stiff, with_jacobian
 from .forward_sensitivity import one_hot
 
@@ -43,13 +42,13 @@ def backward(
     t0: np.ndarray,
     retcodes: np.ndarray,
     cotangent: np.ndarray,
+    backsolve: bool,
 ) -> tuple[np.ndarray, list[Any]]:
     """Cotangents of ``u0`` ``(*shape, L)`` and of the differentiated leaves.
 
-    ``record`` is the forward pass's accepted steps with stages (interpolating) or its saved
-    states ``(L, nsave, *shape)`` (backsolve).
+    ``record`` is the forward pass's accepted steps with stages (interpolating) or, with
+    ``backsolve``, its saved states ``(L, nsave, *shape)``.
     """
-    backsolve = isinstance(static.sensealg, BacksolveAdjoint)
     n_lanes, n_save = cotangent.shape[:2]
     shape = cotangent.shape[2:]
     n = math.prod(shape)

@@ -14,23 +14,13 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
-from .._derivatives import Derivatives
-from .._lane_problem import lane_problem, lane_rhs_for, lane_values, parameters_for
 from .._options import SolverOptions
-from .._retcode import ReturnCode
-from .._traced_rhs import TracedRHS
 from ..backends import get_backend, to_host
-from ..integrator.loop import LaneProblem, integrate
+from ..ensemble.scheduling import map_batches_here
 from ..solvers import ExplicitRungeKutta
-from . import continuous_adjoint, forward_sensitivity, stability
-from .algorithms import (
-    BacksolveAdjoint,
-    DiscreteAdjoint,
-    ForwardSensitivity,
-    InterpolatingAdjoint,
-)
+from .algorithms import DiscreteAdjoint, InterpolatingAdjoint
 from .augmented_jacobians import is_stiff
-from .discrete_adjoint import backward
+from .passes import BatchForward, BatchInputs, BatchRHS, on_backend, small_part
 
 Array = Any
 
@@ -61,34 +51,66 @@ class _Static:
     tgrad: Any = None
     paramjac: Any = None  # with jac: the derivatives of f without autograd
     u0_diff: bool = True  # whether u0 is differentiated (forward sensitivities skip it if not)
-    client: Any = None  # a Dask client: batches run as tasks on its workers
     backend: Any = "numpy"  # where batches compute: a backend or its name
+
+
+@dataclasses.dataclass
+class _Pass:
+    """One differentiated solve: where its batches run, and what its forward pass left for
+    the backward pass (the batches' records) and for the solution (the statistics).
+
+    It travels to the VJP as an argument of the autograd primitive, so the records reach
+    the backward pass with no registry; the VJP takes them over.
+    """
+
+    scheduler: Any = None  # an ensemble algorithm (its ``map_batches``); None: here
+    records: list[_BatchRecord] | None = None
     outcome: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
+    def map_batches(
+        self, func: Any, batch_args: list[tuple], label: str, send_back: Any = None
+    ) -> list[Any]:
+        """``func`` over the batches in order, through the one batch-scheduling primitive."""
+        if self.scheduler is None:
+            return list(map_batches_here(func, batch_args, send_back))
+        return list(self.scheduler.map_batches(func, batch_args, label=label, send_back=send_back))
 
-def traced_solve(static: _Static, u0_lanes: Any, diff_values: list[Any]) -> Any:
-    """The saved states ``(L, nsave, *shape)`` as an autograd-traced function of its inputs."""
+
+@dataclasses.dataclass
+class _BatchRecord:
+    """What one batch's forward pass leaves for its backward pass."""
+
+    lanes: slice  # the batch's lanes
+    forward: Any  # the forward task's result (where it was computed: a Dask future there)
+    retcode: np.ndarray
+    leaves: list[Any]  # the batch's parameter leaf values
+
+
+def traced_solve(
+    static: _Static, u0_lanes: Any, diff_values: list[Any], scheduler: Any = None
+) -> tuple[Any, dict[str, np.ndarray]]:
+    """The saved states ``(L, nsave, *shape)`` as an autograd-traced function of its inputs,
+    and the forward pass's statistics. ``scheduler`` runs the batches (``None``: here)."""
     from autograd.tracer import isbox
 
-    static.u0_diff = isbox(u0_lanes)
-    return _solve_primitive(u0_lanes, *diff_values, static=static)
+    static = dataclasses.replace(static, u0_diff=isbox(u0_lanes))
+    run = _Pass(scheduler)
+    return _solve_primitive(u0_lanes, *diff_values, static=static, run=run), run.outcome
 
 
 def _make_primitive() -> Any:
     from autograd.extend import defvjp_argnums, primitive
 
     @primitive
-    def solve_primitive(u0_lanes: Array, *diff_values: Any, static: _Static) -> Array:
-        saved, records = _forward(static, np.asarray(u0_lanes), list(diff_values))
-        _PENDING[id(saved)] = records
-        return saved
+    def solve_primitive(u0_lanes: Array, *diff_values: Any, static: _Static, run: _Pass) -> Array:
+        return _forward(static, run, np.asarray(u0_lanes), list(diff_values))
 
     def vjp_maker(argnums: tuple[int, ...], ans: Array, args: tuple, kwargs: dict) -> Any:
-        records = _PENDING.pop(id(ans))
-        static = kwargs["static"]
+        static, run = kwargs["static"], kwargs["run"]
+        records, run.records = run.records, None
 
         def vjp(g: Array) -> tuple[Any, ...]:
-            u0_bar, leaf_bars = _backward(static, records, list(args[1:]), np.asarray(g))
+            u0_bar, leaf_bars = _backward(static, run, records, np.asarray(g))
             grads = [u0_bar, *leaf_bars]
             return tuple(_like(grads[i], args[i]) for i in argnums)
 
@@ -98,14 +120,11 @@ def _make_primitive() -> Any:
     return solve_primitive
 
 
-_PENDING: dict[int, Any] = {}  # forward records, handed to the VJP made right after the forward
-
-
-def _solve_primitive(*args: Any, static: _Static) -> Any:
+def _solve_primitive(*args: Any, static: _Static, run: _Pass) -> Any:
     global _PRIMITIVE
     if _PRIMITIVE is None:
         _PRIMITIVE = _make_primitive()
-    return _PRIMITIVE(*args, static=static)
+    return _PRIMITIVE(*args, static=static, run=run)
 
 
 _PRIMITIVE: Any = None
@@ -119,43 +138,38 @@ def _leaves_with(static: _Static, diff_values: list[Any]) -> list[Any]:
 
 
 def _forward(
-    static: _Static, u0_lanes: np.ndarray, diff_values: list[Any]
-) -> tuple[np.ndarray, list]:
+    static: _Static, run: _Pass, u0_lanes: np.ndarray, diff_values: list[Any]
+) -> np.ndarray:
     """Solve batch by batch; keep each batch's accepted steps for the backward pass.
 
-    With a Dask client the batches are tasks and their steps stay in the workers' memory:
-    only the saved states and statistics travel, and each batch's backward pass later runs
-    where its steps are.
+    Each batch's steps stay where the batch ran (on a Dask worker: in its memory): only the
+    saved states and statistics come back, and each batch's backward pass later runs where
+    its steps are.
     """
     leaves = _leaves_with(static, [np.asarray(v) if np.ndim(v) else v for v in diff_values])
     n_lanes = u0_lanes.shape[-1]
     stops = _stops(static)
-    task = _without_client(static)
-    batches = []
+    task = _task_static(static)
+    batches, batch_args = [], []
     for start in range(0, n_lanes, static.batch_size):
         lanes = slice(start, min(start + static.batch_size, n_lanes))
         batch_leaves = [
             leaf[..., lanes] if lane else leaf
             for leaf, lane in zip(leaves, static.lane_leaf, strict=True)
         ]
-        args = (task, u0_lanes[..., lanes], batch_leaves, static.t0[lanes], static.t1[lanes], stops)
-        if static.client is None:
-            batches.append((lanes, batch_leaves, _forward_batch(*args)))
-        else:
-            batches.append((lanes, batch_leaves, static.client.submit(_forward_batch, *args)))
-    if static.client is None:
-        small = [(result[0], result[2]) for _, _, result in batches]
-    else:  # one round trip for all batches' saved states and statistics
-        small = static.client.gather(
-            [static.client.submit(_small_part, result) for _, _, result in batches]
+        batches.append((lanes, batch_leaves))
+        batch_args.append(
+            (task, u0_lanes[..., lanes], batch_leaves, static.t0[lanes], static.t1[lanes], stops)
         )
+    done = run.map_batches(_forward_batch, batch_args, "forward", send_back=small_part)
     records, saved_parts, outcomes = [], [], []
-    for (lanes, batch_leaves, result), (saved, outcome) in zip(batches, small, strict=True):
+    for (lanes, batch_leaves), ((saved, outcome), forward) in zip(batches, done, strict=True):
         saved_parts.append(saved)
         outcomes.append(outcome)
-        records.append((lanes, result, outcome["retcode"], batch_leaves))
-    static.outcome.update({k: np.concatenate([o[k] for o in outcomes]) for k in outcomes[0]})
-    return np.concatenate(saved_parts), records
+        records.append(_BatchRecord(lanes, forward, outcome["retcode"], batch_leaves))
+    run.records = records
+    run.outcome.update({k: np.concatenate([o[k] for o in outcomes]) for k in outcomes[0]})
+    return np.concatenate(saved_parts)
 
 
 def _stops(static: _Static) -> np.ndarray | None:
@@ -163,10 +177,7 @@ def _stops(static: _Static) -> np.ndarray | None:
     where the discrete adjoint differentiates the dense output that fills them (methods whose
     interpolant needs no extra stages), so the steps are those of a solve without gradients."""
     parts = [] if static.tstops is None else [static.tstops]
-    if (
-        not isinstance(static.sensealg, DiscreteAdjoint)
-        or static.options.alg.interpolation_rhs_evals
-    ):
+    if static.sensealg.steps_onto_save_times(static.options):
         parts.append(static.save_grid)
     if not parts:
         return None
@@ -174,18 +185,13 @@ def _stops(static: _Static) -> np.ndarray | None:
     return stops[::-1] if static.t1[0] < static.t0[0] else stops  # in the direction of time
 
 
-def _without_client(static: _Static) -> _Static:
-    """The static data a batch task needs: no client, and a parameter template without
-    autograd boxes (those would travel with every task)."""
+def _task_static(static: _Static) -> _Static:
+    """The static data a batch task needs: the parameter template without autograd boxes
+    (those would travel with every task)."""
     from autograd.tracer import getval
 
     template = _pytree.map_leaves(getval, static.p_template)
-    return dataclasses.replace(static, client=None, outcome={}, p_template=template)
-
-
-def _small_part(result: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """What a forward task sends back: the saved states and the statistics, not the steps."""
-    return result[0], result[2]
+    return dataclasses.replace(static, p_template=template)
 
 
 def _forward_batch(
@@ -195,174 +201,26 @@ def _forward_batch(
     t0: np.ndarray,
     t1: np.ndarray,
     stops: np.ndarray | None,
-) -> tuple[np.ndarray, Any, dict[str, np.ndarray]]:
-    """One batch's forward pass (here or as a Dask task): saved states, what the backward
-    pass needs (the method's record), statistics."""
+) -> BatchForward:
+    """One batch's forward pass (here or as a Dask task), as its sensitivity algorithm runs
+    it: saved states, statistics, and the record its backward pass needs."""
     backend = get_backend(static.backend)
     u0 = backend.asarray(u0)
-    leaves = _on_backend(backend, static, leaves)
+    leaves = on_backend(backend, static, leaves)
     n = u0.shape[-1]
-    problem = lane_problem(
-        backend,
-        _functions(static),
-        parameters_for(static.p_template, leaves, static.lane_leaf),
-        lane_values(leaves, static.lane_leaf),
-        u0,
-        t0,
-        t1,
-        stepper=static.options.alg,
-        save_grid=np.repeat(to_host(static.save_grid)[:, None], n, axis=1),
-        record_steps="",
-        tstops=stops,
-    )
-    batch = BatchRHS.of(problem, static, leaves)
-    dtype = u0.dtype
-    save_times = problem.save_times
-    alg = static.sensealg
-    if isinstance(alg, ForwardSensitivity):
-        saved, payload, result = forward_sensitivity.forward(
-            static, batch, u0, t0, t1, save_times, stops.astype(dtype)
-        )
-    else:
-        if isinstance(alg, DiscreteAdjoint):
-            record = "trials"  # the backward pass replays every iteration
-        else:
-            record = "dense" if isinstance(alg, InterpolatingAdjoint) else ""
-        checkpoint_every = getattr(alg, "checkpoint_every", None) or 0
-        problem = dataclasses.replace(
-            problem, record_steps=record, checkpoint_every=checkpoint_every
-        )
-        result = integrate(problem, static.options, batch.backend)
-        saved = to_host(result.saved)
-        if isinstance(alg, DiscreteAdjoint) and static.options.adaptive:
-            # Fixed steps are not controlled: their derivative is that of the loss.
-            alg = _trusted_or_switched(static, backend, batch, result, n)
-            if isinstance(alg, InterpolatingAdjoint):  # the same steps again, with stages
-                dense = dataclasses.replace(problem, record_steps="dense")
-                result = integrate(dense, static.options, batch.backend)
-        if isinstance(alg, BacksolveAdjoint):
-            payload = saved
-        elif isinstance(alg, InterpolatingAdjoint):
-            payload = result.steps or _no_steps(backend, u0)
-        else:
-            payload = result.trials or []
-    outcome = {k: to_host(getattr(result, k)) for k in ("retcode", "nf", "naccept", "nreject")}
-    return saved, payload, outcome, alg
-
-
-_SUCCEEDED = (int(ReturnCode.Success), int(ReturnCode.Terminated))
-
-
-def _trusted_or_switched(
-    static: _Static, backend: Any, batch: BatchRHS, result: Any, n_lanes: int
-) -> Any:
-    """``static.sensealg`` (a ``DiscreteAdjoint``) if no successful lane's steps were limited
-    by stability (failed lanes get NaN gradients anyway); otherwise ``InterpolatingAdjoint()``
-    for the default sensealg where it can run, else a ``ValueError`` naming the fixes (see
-    ``_stability``)."""
-    alg = static.options.alg
-    interval = alg.tableau.real_stability_interval
-    succeeded = np.isin(to_host(result.retcode), _SUCCEEDED)
-    limited, rho = stability.stability_limited(
-        backend, batch.rhs_for, batch.params, result.trials or [], succeeded, interval
-    )
-    if not limited.any():
-        return static.sensealg
-    shared_span = bool(np.all(static.t0 == static.t0[0]) and np.all(static.t1 == static.t1[0]))
-    if static.default_sensealg and backend.name == "numpy" and shared_span:
-        return InterpolatingAdjoint()
-    if not static.default_sensealg:
-        why = (
-            "Use sensealg=InterpolatingAdjoint() or ForwardSensitivity() (accurate to the "
-            "tolerance)."
-        )
-    elif backend.name != "numpy":
-        why = "The default would switch to InterpolatingAdjoint(), which runs on NumPy only."
-    else:
-        why = (
-            "The default would switch to InterpolatingAdjoint(), which needs one tspan for all "
-            "trajectories: use sensealg=ForwardSensitivity() (accurate to the tolerance)."
-        )
-    n_limited = int(limited.sum())
-    raise stability.refusal(static.sensealg, alg, n_limited, n_lanes, interval, rho, why)
-
-
-def _on_backend(backend: Any, static: _Static, leaves: list[Any]) -> list[Any]:
-    """A batch's parameter leaves where it computes: per-lane and differentiated array leaves
-    move to the backend; other leaves stay as the user gave them."""
-    if backend.name == "numpy":
-        return leaves
-    return [
-        backend.asarray(leaf) if (lane or diff) and np.ndim(leaf) else leaf
-        for leaf, lane, diff in zip(leaves, static.lane_leaf, static.diff_leaf, strict=True)
-    ]
-
-
-@dataclasses.dataclass
-class BatchRHS:
-    """A batch's plain (untraced) lane RHS: ``rhs_for(params)`` for the per-lane leaves."""
-
-    backend: Any
-    rhs_for: Any
-    params: tuple
-    lane_positions: list[int]
-    f0: np.ndarray
-    leaves: list[Any]  # the batch's parameter leaf values (per-lane ones lanes-last)
-
-    @classmethod
-    def of(cls, problem: LaneProblem, static: _Static, leaves: list[Any]) -> BatchRHS:
-        """The plain RHS of a batch's lane problem (its parameter leaves ``leaves``)."""
-        lane_positions = [i for i, lane in enumerate(static.lane_leaf) if lane]
-        backend = get_backend(static.backend)
-        return cls(backend, problem.rhs_for, problem.params, lane_positions, problem.f0, leaves)
-
-
-def plain_rhs_for(static: _Static, leaves: list[Any]) -> Any:
-    """``rhs_for(params)``: the untraced lane RHS for the per-lane leaf values ``params``.
-
-    For a stiff method the RHS carries the problem's derivatives (``jac``, ``tgrad``, ``vjp``),
-    so its Jacobians are computed as in a solve without gradients.
-    """
-    return lane_rhs_for(
-        get_backend(static.backend),
-        _functions(static),
-        parameters_for(static.p_template, leaves, static.lane_leaf),
-        is_stiff(static.options.alg),
-    )
-
-
-def _functions(static: _Static) -> Derivatives:
-    """The problem's ``f`` and derivative functions, as a batch's lanes call them."""
-    return Derivatives(
-        static.f, static.jac, static.tgrad, static.vjp, single_lane=static.single_lane
-    )
-
-
-def _no_steps(backend: Any, u0: Array) -> dict[str, Array]:
-    xp = backend.xp
-    empty = xp.zeros(0, dtype=u0.dtype)
-    return {
-        "lane": xp.zeros(0, dtype=xp.int64),
-        "t": empty,
-        "h": empty,
-        "t_end": empty,
-        "u0": xp.zeros((*u0.shape[:-1], 0), dtype=u0.dtype),
-    }
+    save_grid = np.repeat(to_host(static.save_grid)[:, None], n, axis=1)
+    batch = BatchRHS.of(static, leaves, u0, t0, t1, save_grid, stops)
+    inputs = BatchInputs(u0, t0, t1, batch.problem.save_times, stops)
+    return static.sensealg.forward(static, batch, inputs)
 
 
 def _backward(
-    static: _Static, records: list, diff_values: list[Any], g: np.ndarray
+    static: _Static, run: _Pass, records: list[_BatchRecord], g: np.ndarray
 ) -> tuple[np.ndarray, list[Any]]:
-    task = _without_client(static)
-    results = []
-    for lanes, forward, retcode, batch_leaves in records:
-        args = (task, forward, batch_leaves, retcode, lanes, g[lanes])
-        if static.client is None:
-            results.append(_backward_task(*args))
-        else:  # runs where the batch's steps are; only cotangents travel
-            results.append(static.client.submit(_backward_task, *args))
-    if static.client is not None:
-        results = static.client.gather(results)
+    """Each batch's backward pass, where its forward pass ran (only cotangents travel)."""
+    task = _task_static(static)
+    batch_args = [(task, r.forward, r.leaves, r.retcode, r.lanes, g[r.lanes]) for r in records]
+    results = run.map_batches(_backward_task, batch_args, "backward")
     u0_bar = np.concatenate([u0 for u0, _ in results], axis=-1)
     diff_positions = [i for i, d in enumerate(static.diff_leaf) if d]
     leaf_bars = []
@@ -375,62 +233,14 @@ def _backward(
 
 def _backward_task(
     static: _Static,
-    forward: tuple,
-    batch_leaves: list[Any],
+    forward: BatchForward,
+    leaves: list[Any],
     retcode: np.ndarray,
     lanes: slice,
     g: np.ndarray,
 ) -> tuple[np.ndarray, list[Any]]:
-    """One batch's backward pass."""
-    rhs = traced_rhs(static)
-    alg = forward[3]  # the batch's sensitivity algorithm (the default may have switched)
-    if alg is not static.sensealg:
-        static = dataclasses.replace(static, sensealg=alg)
-    save_grid = static.save_grid.astype(g.dtype)
-    if isinstance(alg, ForwardSensitivity):
-        return forward_sensitivity.contract(static, forward[1], retcode, g)
-    if isinstance(alg, (InterpolatingAdjoint, BacksolveAdjoint)):
-        return continuous_adjoint.backward(
-            static,
-            rhs,
-            plain_rhs_for(static, batch_leaves),
-            forward[1],
-            batch_leaves,
-            save_grid,
-            static.t0[lanes],
-            retcode,
-            g,
-        )
-    backend = get_backend(static.backend)
-    batch_leaves = _on_backend(backend, static, batch_leaves)
-    u0_bar, leaf_bars = backward(
-        backend,
-        static.options.alg,
-        rhs,
-        forward[1],
-        batch_leaves,
-        save_grid,
-        static.t0[lanes],
-        retcode,
-        backend.asarray(g),
-        rhs_for=plain_rhs_for(static, batch_leaves) if alg.checkpoint_every else None,
-    )
-    return to_host(u0_bar), [to_host(bar) for bar in leaf_bars]
-
-
-def traced_rhs(static: _Static) -> TracedRHS:
-    """The batch RHS with its derivatives (autograd, or the problem's ``vjp``)."""
-    return TracedRHS(
-        static.f,
-        static.p_template,
-        static.lane_leaf,
-        static.diff_leaf,
-        static.single_lane,
-        vjp=static.vjp,
-        backend=get_backend(static.backend),
-        jac=static.jac,
-        paramjac=static.paramjac,
-    )
+    """One batch's backward pass, as the algorithm that ran its forward pass runs it."""
+    return forward.sensealg.backward(static, forward.record, leaves, retcode, static.t0[lanes], g)
 
 
 def _like(grad: Any, arg: Any) -> Any:
@@ -457,26 +267,18 @@ def check_differentiable(
     """Clear errors for combinations the sensitivity algorithms do not support."""
     alg = options.alg
     if is_stiff(alg):
-        if isinstance(sensealg, DiscreteAdjoint):
+        if sensealg.stiff_refusal:
             raise NotImplementedError(
-                f"DiscreteAdjoint() cannot differentiate through {alg!r}: replaying its steps "
-                "backward would need the derivative of the Jacobian inside every step; use "
-                "sensealg=InterpolatingAdjoint() (the default for stiff methods) or "
-                "ForwardSensitivity()"
-            )
-        if isinstance(sensealg, BacksolveAdjoint):
-            raise NotImplementedError(
-                f"BacksolveAdjoint() cannot differentiate through {alg!r}: integrating a stiff "
-                "problem's state backward in time is unstable (its fast decaying modes grow "
-                "backward), so the recomputed states and the gradient are wrong; use "
-                "sensealg=InterpolatingAdjoint() (the default for stiff methods) or "
+                f"{type(sensealg).__name__}() cannot differentiate through {alg!r}: "
+                f"{sensealg.stiff_refusal}; "
+                "use sensealg=InterpolatingAdjoint() (the default for stiff methods) or "
                 "ForwardSensitivity()"
             )
     elif not isinstance(alg, ExplicitRungeKutta):
         raise NotImplementedError(f"gradients through {alg!r} are not supported yet")
     if backend_name == "numpy":
         return
-    if not isinstance(sensealg, DiscreteAdjoint) or is_stiff(alg):
+    if not sensealg.off_numpy or is_stiff(alg):
         raise NotImplementedError(
             f"on the {backend_name} backend gradients are computed with DiscreteAdjoint() "
             f"through an explicit method; {sensealg!r} with {alg!r} runs on NumPy only"

@@ -15,7 +15,6 @@ from .._timegrid import lane_save_grid, stop_times
 from ..backends import backend_for, get_backend, to_host
 from ..ensemble.problem import EnsembleProblem, per_trajectory_leaves
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
-from .algorithms import BacksolveAdjoint, InterpolatingAdjoint
 from .differentiable import (
     _Static,
     check_differentiable,
@@ -59,12 +58,11 @@ def solve_single_traced(
         tgrad=prob.tgrad,
         paramjac=prob.paramjac,
     )
-    saved = traced_solve(
+    saved, out = traced_solve(
         static,
         anp.expand_dims(prob.u0, -1),
         [leaf for leaf, d in zip(leaves, diff, strict=True) if d],
     )
-    out = static.outcome
     stats = SolverStats(int(out["nf"][0]), int(out["naccept"][0]), int(out["nreject"][0]))
     return ODESolution(
         grid.astype(static.dtype),
@@ -86,7 +84,7 @@ def solve_ensemble_traced(
     tstops: Any,
     seed: int,
     lanes_per_batch: int | None,
-    client: Any = None,
+    scheduler: Any = None,
     sensealg: Any = None,
     backend: str | None = None,
 ) -> EnsembleSolution:
@@ -109,7 +107,7 @@ def solve_ensemble_traced(
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
     if not shared_span and saveat is None:
         raise ValueError("gradients with per-trajectory tspans need a shared saveat array")
-    if not shared_span and isinstance(sensealg, (InterpolatingAdjoint, BacksolveAdjoint)):
+    if not shared_span and sensealg.one_tspan:
         raise NotImplementedError(
             f"{sensealg!r} needs one tspan shared by all trajectories; use DiscreteAdjoint() "
             "or ForwardSensitivity() for per-trajectory tspans"
@@ -130,7 +128,6 @@ def solve_ensemble_traced(
         tstops=stop_times(tstops, float(t0[0]), float(t1[0])),
         options=opts,
         batch_size=lanes_per_batch or batch_size,
-        client=client,
         backend=backend,
         dtype=_host_dtype(prob.u0),
         sensealg=sensealg,
@@ -140,10 +137,12 @@ def solve_ensemble_traced(
         paramjac=prob.paramjac,
     )
     u0_lanes = anp.moveaxis(u0, 0, -1)
-    saved = traced_solve(
-        static, u0_lanes, [leaf for leaf, d in zip(p_leaves, diff, strict=True) if d]
+    saved, out = traced_solve(
+        static,
+        u0_lanes,
+        [leaf for leaf, d in zip(p_leaves, diff, strict=True) if d],
+        scheduler,
     )
-    out = static.outcome
     return EnsembleSolution(
         t=grid.astype(static.dtype),
         u=saved,

@@ -65,6 +65,33 @@ def forward(
     for d, (pos, j) in enumerate(dirs):
         if pos is None:
             z0[n * (1 + d) + j] = 1.0
+    rhs_for = _augmented_rhs_for(static, batch, dirs, shape)
+    problem = LaneProblem(
+        rhs_for=rhs_for,
+        u0=z0,
+        t0=np.asarray(t0, dtype=u0.dtype),
+        t1=np.asarray(t1, dtype=u0.dtype),
+        params=batch.params,
+        save_times=save_times,
+        tstops=stops,
+    )
+    result = integrate(problem, augmented_options(static.options), batch.backend)
+    saved = result.saved  # (L, nsave, n (1 + D))
+    n_save = saved.shape[1]
+    u_saved = saved[..., :n].reshape(n_lanes, n_save, *shape)
+    sens = saved[..., n:].reshape(n_lanes, n_save, len(dirs), n)
+    leaf_shapes = [np.shape(leaf) for leaf in leaves]
+    return u_saved, (sens, dirs, leaf_shapes), result
+
+
+def _augmented_rhs_for(
+    static: Any, batch: Any, dirs: list[tuple[int | None, int]], shape: tuple[int, ...]
+) -> Any:
+    """``rhs_for(params)`` of the augmented state ``[u, S_1, ..., S_D]`` (flattened,
+    lanes last): ``f`` and each direction's ``(df/du) S_d + df/dθ_d``, with the exact
+    Jacobian for a stiff method."""
+    n = math.prod(shape)
+    leaves = batch.leaves
     traced = TracedRHS(
         static.f,
         static.p_template,
@@ -136,22 +163,7 @@ def forward(
 
         return with_jacobian(rhs, jac)
 
-    problem = LaneProblem(
-        rhs_for=rhs_for,
-        u0=z0,
-        t0=np.asarray(t0, dtype=u0.dtype),
-        t1=np.asarray(t1, dtype=u0.dtype),
-        params=batch.params,
-        save_times=save_times,
-        tstops=stops,
-    )
-    result = integrate(problem, augmented_options(static.options), batch.backend)
-    saved = result.saved  # (L, nsave, n (1 + D))
-    n_save = saved.shape[1]
-    u_saved = saved[..., :n].reshape(n_lanes, n_save, *shape)
-    sens = saved[..., n:].reshape(n_lanes, n_save, len(dirs), n)
-    leaf_shapes = [np.shape(leaf) for leaf in leaves]
-    return u_saved, (sens, dirs, leaf_shapes), result
+    return rhs_for
 
 
 def one_hot(leaf: Any, j: int, static: Any, pos: int) -> Array:
