@@ -231,3 +231,30 @@ class LaneRecords:
             saved=saved,
             steps=steps,
         )
+
+
+def advance(
+    xp: Any,
+    stepper: Any,
+    rhs: Any,
+    accept: Array,
+    t: Array,
+    u: Array,
+    f: Array,
+    t_end: Array,
+    u_end: Array,
+    f1: Array | None,
+) -> tuple[Array, Array, Array]:
+    """The working set's ``(t, u, f)`` after its steps: lanes that accept move to the step's
+    end ``(t_end, u_end)`` and take its ``f`` (``f1`` for FSAL methods, else a fresh RHS
+    evaluation on every lane); the others stay."""
+    accept_u = expand(xp, accept, u)
+    u = xp.where(accept_u, u_end, u)
+    t = xp.where(accept, t_end, t)
+    f = xp.where(accept_u, f1, f) if stepper.fsal else rhs(u, t)
+    return t, u, f
+
+
+def expand(xp: Any, mask: Array, like: Array) -> Array:
+    """A per-lane mask ``(L,)`` shaped to broadcast against ``like`` ``(*shape, L)``."""
+    return xp.reshape(mask, (1,) * (like.ndim - 1) + (mask.shape[0],))

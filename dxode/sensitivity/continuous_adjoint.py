@@ -24,6 +24,7 @@ from .._retcode import ReturnCode
 from ..backends import get_backend
 from ..backends._base import ordered_sum
 from ..integrator.loop import LaneProblem, integrate
+from ..solvers import Step
 from .algorithms import BacksolveAdjoint
 from .augmented_jacobians import augmented_options, is_stiff, with_jacobian
 from .forward_sensitivity import one_hot
@@ -227,7 +228,8 @@ class _Dense:
         t_step, h = ts[idx], steps["h"][idx]
         theta = np.clip((t - t_step) / h, 0.0, 1.0)
         rhs = self._rhs_for(lane_values) if self._stepper.interpolation_rhs_evals else None
-        return self._stepper.interpolate(
+        step = Step(
+            self._stepper,
             self._backend,
             rhs,
             t_step,
@@ -235,5 +237,5 @@ class _Dense:
             steps["u0"][..., idx],
             steps["u1"][..., idx],
             steps["stages"][..., idx],
-            theta,
         )
+        return step.interpolate(theta)
