@@ -1,8 +1,9 @@
 """Callbacks inside the lane integrator: locate events per lane, apply them, log them.
 
-The integrator calls three hooks: ``start`` once (preset times at ``t0``), ``locate`` after
-each trial step's accept/reject (cuts lanes' steps at their earliest continuous event, before
-any saving), and ``apply`` after the lanes advanced (affects, termination, a fresh ``f``).
+The integrator's ``Events`` observer (``dxode.integrator.observers``) calls three hooks:
+``start`` once (preset times at ``t0``), ``locate`` on each iteration's ``Step`` after the
+accept/reject decision (cuts lanes' steps at their earliest continuous event, before any
+saving), and ``apply`` after the lanes advanced (affects, termination, a fresh ``f``).
 Per-lane state lives in the working set, so it is compacted with the lanes: ``ev_g{k}`` the
 condition value of continuous callback ``k`` at the lane's time (``0`` right after it fired),
 ``ev_i{k}`` the next time of preset callback ``k``.

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any, NamedTuple
 
 from .._retcode import ReturnCode
+from ..solvers import Step
 
 Array = Any
 
@@ -234,24 +235,16 @@ class LaneRecords:
 
 
 def advance(
-    xp: Any,
-    stepper: Any,
-    rhs: Any,
-    accept: Array,
-    t: Array,
-    u: Array,
-    f: Array,
-    t_end: Array,
-    u_end: Array,
-    f1: Array | None,
+    step: Step, accept: Array, f0: Array, t_end: Array, u_end: Array, f1: Array | None
 ) -> tuple[Array, Array, Array]:
-    """The working set's ``(t, u, f)`` after its steps: lanes that accept move to the step's
-    end ``(t_end, u_end)`` and take its ``f`` (``f1`` for FSAL methods, else a fresh RHS
-    evaluation on every lane); the others stay."""
-    accept_u = expand(xp, accept, u)
-    u = xp.where(accept_u, u_end, u)
-    t = xp.where(accept, t_end, t)
-    f = xp.where(accept_u, f1, f) if stepper.fsal else rhs(u, t)
+    """The working set's ``(t, u, f)`` after ``step`` (whose start has RHS ``f0``): lanes that
+    accept move to the step's end ``(t_end, u_end)`` and take its ``f`` (``f1`` for FSAL
+    methods, else a fresh RHS evaluation on every lane); the others stay."""
+    xp = step.backend.xp
+    accept_u = expand(xp, accept, step.u0)
+    u = xp.where(accept_u, u_end, step.u0)
+    t = xp.where(accept, t_end, step.t)
+    f = xp.where(accept_u, f1, f0) if step.stepper.fsal else step.rhs(u, t)
     return t, u, f
 
 

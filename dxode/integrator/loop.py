@@ -5,6 +5,13 @@ It advances a working set of independent trajectories (lanes) stored lanes-last 
 controller memory, accept/reject decision, save pointer and return code. Lanes that finish
 or fail are retired (their results recorded) and, once enough have gone, dropped from the
 working set, so late lanes do not drag finished ones through every step.
+
+Each iteration the loop proposes every lane's step (clipped onto its target), takes it with
+the method, accepts or rejects it by the controller, hands the iteration's steps (an
+``Attempt`` holding the ``Step`` value and its interpolant) to its observers — events, save
+points, step and trial records, ``tstops``; see ``dxode.integrator.observers`` for the
+protocol and the order of its hooks — advances the accepting lanes, then retires and
+compacts. ``dxode.integrator.replay`` re-takes recorded iterations for the discrete adjoint.
 """
 
 from __future__ import annotations
@@ -93,12 +100,8 @@ class _Loop:
         self, problem: LaneProblem, options: SolverOptions, backend: Any, lockstep: bool
     ) -> None:
         xp = self.xp = backend.xp
-        self.problem, self.options, self.backend, self.lockstep = (
-            problem,
-            options,
-            backend,
-            lockstep,
-        )
+        self.problem, self.options = problem, options
+        self.backend, self.lockstep = backend, lockstep
         u0 = problem.u0
         self.dtype = u0.dtype
         t0 = xp.astype(problem.t0, self.dtype)
@@ -285,14 +288,10 @@ class _Loop:
 
     def _advance(self, attempt: Attempt) -> None:
         """Move the accepting lanes to their step's (possibly cut) end."""
-        xp, lanes, step = self.xp, self.lanes, attempt.step
+        xp, lanes = self.xp, self.lanes
         t, u, f = advance(
-            xp,
-            self.stepper,
-            step.rhs,
+            attempt.step,
             attempt.accept,
-            step.t,
-            step.u0,
             attempt.f0,
             attempt.t_end,
             attempt.u_end,

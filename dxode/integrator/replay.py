@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..solvers import Step
 from .lanes import Trial, advance
 
 Array = Any
@@ -60,7 +61,6 @@ def replay(
             rhs = rhs_at(i)
         result = stepper.step(backend, rhs, trial.t, u, f, trial.h)
         inputs.append(result.inputs)
-        _, u, f = advance(
-            xp, stepper, rhs, trial.accept, trial.t, u, f, trial.t_end, result.u1, result.f1
-        )
+        step = Step(stepper, backend, rhs, trial.t, trial.h, u, result.u1, result.stages)
+        _, u, f = advance(step, trial.accept, f, trial.t_end, result.u1, result.f1)
     return inputs
