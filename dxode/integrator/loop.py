@@ -201,9 +201,7 @@ class _Loop:
         lanes, observers = self.lanes, self.observers
         stop = _stops(obs.start(lanes, self.rhs) for obs in observers)
         if stop is not None and bool(self.xp.any(stop)):
-            self.records.retire(
-                lanes, stop, ReturnCode.Terminated, 0, self.nf_start, self.evals_per_step
-            )
+            self._retire(stop, ReturnCode.Terminated, 0)
             self._compact(~stop)
         iteration = 0
         while lanes.size:
@@ -217,7 +215,7 @@ class _Loop:
             for obs in observers:
                 obs.accepted(lanes, attempt)
             self._advance(attempt)
-            self._end(attempt, _stops(obs.advanced(lanes, attempt) for obs in observers))
+            self._retire_ended(attempt, _stops(obs.advanced(lanes, attempt) for obs in observers))
         result = self.records.result()
         for obs in observers:
             obs.finish(result)
@@ -305,7 +303,7 @@ class _Loop:
             f=f,
         )
 
-    def _end(self, attempt: Attempt, stop: Array | None) -> None:
+    def _retire_ended(self, attempt: Attempt, stop: Array | None) -> None:
         """Retire the lanes that finished or failed; drop them once enough have gone."""
         xp, lanes, options = self.xp, self.lanes, self.options
         accept, t = attempt.accept, lanes["t"]

@@ -89,7 +89,11 @@ class Observer:
 
 
 class StopTimes(Observer):
-    """Every lane steps exactly onto each of ``tstops`` (ordered in the direction of time)."""
+    """Every lane steps exactly onto each of ``tstops`` (ordered in the direction of time).
+
+    Per lane, ``stop_idx`` in the working set counts the stops passed; between ``target`` and
+    ``advanced`` of one iteration the observer keeps which lanes aimed at a stop.
+    """
 
     def __init__(self, xp: Any, tstops: Array, direction: float) -> None:
         self._xp, self._tstops, self._direction = xp, tstops, direction
