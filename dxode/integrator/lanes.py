@@ -1,4 +1,5 @@
-"""Lane bookkeeping for the integrator: the working set and the records of what lanes produced."""
+"""Lane bookkeeping for the integrator: the working set, its advance after a step, and the records
+of what lanes produced."""
 
 from __future__ import annotations
 
