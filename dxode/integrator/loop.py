@@ -247,7 +247,19 @@ class _Loop:
         t_new = xp.where(hit, target, t + hs)
         accept, h_next, finite = self._control(u, result, habs)
         step = Step(self.stepper, self.backend, self.rhs, t, hs, u, result.u1, result.stages)
-        return Attempt(iteration, step, result, lanes["f"], accept, hit, t_new, h_next, finite)
+        return Attempt(
+            iteration,
+            step,
+            result,
+            lanes["f"],
+            accept,
+            hit,
+            t_new,
+            h_next,
+            finite,
+            t_new,
+            result.u1,
+        )
 
     def _control(self, u: Array, result: StepResult, habs: Array) -> tuple[Array, Array, Array]:
         """Accept or reject each lane's step; propose its next step size.

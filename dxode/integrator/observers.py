@@ -31,16 +31,17 @@ from .lanes import LaneRecords, LaneResult, Trial, WorkingSet
 Array = Any
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Attempt:
     """One iteration's trial steps of the working set, as the observers see them.
 
     ``step`` is the trial step of every lane (with its dense output); ``f0`` the RHS at its
     start; ``accept`` which lanes accept it; ``hit`` which lanes stepped exactly onto their
-    target; ``t_new`` the steps' end times. ``t_end``/``u_end`` are where the accepted steps
-    end after events cut them (``t_new``/``step.u1`` otherwise), ``which`` the continuous
-    callback that fired per lane and ``cut`` the lanes whose step it cut (``None``: no event).
-    ``saves`` are the save rounds the step filled (see ``Trial``).
+    target; ``t_new`` the steps' end times; ``h_next`` the next step sizes and ``finite`` the
+    lanes with a finite error (see ``_Loop._control``). ``t_end``/``u_end`` are where the
+    accepted steps end after events cut them (``t_new``/``step.u1`` until then), ``which`` the
+    continuous callback that fired per lane and ``cut`` the lanes whose step it cut (``None``:
+    no event). ``saves`` are the save rounds the step filled (see ``Trial``).
     """
 
     iteration: int
@@ -52,15 +53,11 @@ class Attempt:
     t_new: Array
     h_next: Array
     finite: Array
-    t_end: Array = None
-    u_end: Array = None
+    t_end: Array
+    u_end: Array
     which: Array | None = None
     cut: Array | None = None
     saves: tuple[tuple[Array, Array, Array], ...] = ()
-
-    def __post_init__(self) -> None:
-        self.t_end = self.t_new if self.t_end is None else self.t_end
-        self.u_end = self.step.u1 if self.u_end is None else self.u_end
 
 
 class Observer:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 Array = Any
 
 
-@dataclasses.dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """One step of every lane of a working set from ``t`` to ``t + h``, and its interpolant.
 
     Attributes
