@@ -12,8 +12,6 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from dxode.solvers import ALGORITHMS
 
 from matrix import METHODS
@@ -30,7 +28,6 @@ DASK_LAYER = (
 # Client calls recognised by name alone, and generic names that count only on a client.
 CLIENT_CALLS = {"submit", "gather", "scatter", "as_completed", "fire_and_forget", "wait_for"}
 CLIENT_ONLY_CALLS = {"map", "run", "cancel", "compute", "persist", "replicate", "rebalance"}
-ISSUE_16 = "issue 16 in progress"
 
 
 # ---- the sources --------------------------------------------------------------------------
@@ -296,14 +293,12 @@ def test_every_method_is_in_the_test_matrix():
     assert not missing, f"add {missing} to METHODS in tests/matrix.py"
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_16)
 def test_no_import_cycles():
     graph = import_graph()
     cycles = [describe_cycle(graph, cycle) for cycle in find_cycles(graph)]
     assert not cycles, "import cycles (lazy imports count):\n" + "\n".join(cycles)
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_16)
 def test_no_function_body_over_100_lines():
     found = [
         f"{_relative(path)}: {name} has {lines} lines"
@@ -313,7 +308,6 @@ def test_no_function_body_over_100_lines():
     assert not found, f"function bodies over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(found)
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_16)
 def test_no_dask_client_calls_outside_the_dask_layer():
     found = [
         f"{_relative(path)}:{line}: {call}"

@@ -1,8 +1,9 @@
 """Callbacks inside the lane integrator: locate events per lane, apply them, log them.
 
-The integrator calls three hooks: ``start`` once (preset times at ``t0``), ``locate`` after
-each trial step's accept/reject (cuts lanes' steps at their earliest continuous event, before
-any saving), and ``apply`` after the lanes advanced (affects, termination, a fresh ``f``).
+The integrator's ``Events`` observer (``dxode.integrator.observers``) calls three hooks:
+``start`` once (preset times at ``t0``), ``locate`` on each iteration's ``Step`` after the
+accept/reject decision (cuts lanes' steps at their earliest continuous event, before any
+saving), and ``apply`` after the lanes advanced (affects, termination, a fresh ``f``).
 Per-lane state lives in the working set, so it is compacted with the lanes: ``ev_g{k}`` the
 condition value of continuous callback ``k`` at the lane's time (``0`` right after it fired),
 ``ev_i{k}`` the next time of preset callback ``k``.
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._rhs import as_array
 from ..backends import to_host
+from ..solvers import Step
 from .callbacks import CallbackSet, ContinuousCallback, DiscreteCallback, PresetTimeCallback
 from .roots import bracket_root
 
@@ -112,45 +114,48 @@ class EventHandler:
     # ---- after each trial step --------------------------------------------------------------
 
     def locate(
-        self,
-        lanes: Any,
-        rhs: Any,
-        accept: Array,
-        t: Array,
-        h: Array,
-        u: Array,
-        result: Any,
-        t_new: Array,
+        self, lanes: Any, step: Step, accept: Array, t_new: Array
     ) -> tuple[Array, Array, Array | None, Array | None]:
-        """Cut each accepted lane's step at its earliest continuous event.
+        """Cut each accepted lane's ``step`` (ending at ``t_new``) at its earliest continuous
+        event.
 
         Returns ``(t_end, u_end, which, cut)``: the lanes' step ends (the event where one
         fired), the index of the continuous callback that fired (``-1``: none) and the lanes
         whose step was cut short; ``which`` and ``cut`` are ``None`` when no event fired.
         """
         if not self._continuous:
-            return t_new, result.u1, None, None
-        xp, stepper = self._xp, self._stepper
+            return t_new, step.u1, None, None
+        found, brackets = self._scan(lanes, step, accept, t_new)
+        if not any(bool(self._xp.any(f)) for f in found):
+            return t_new, step.u1, None, None
+        return self._cut(lanes, step, t_new, found, brackets)
+
+    def _scan(
+        self, lanes: Any, step: Step, accept: Array, t_new: Array
+    ) -> tuple[list[Array], list[_Bracket]]:
+        """Sample the continuous conditions at ``interp_points`` points of each accepted step.
+
+        Returns per continuous callback the lanes where its condition crossed zero (in its
+        direction) and the bracket ``(a, b, g(a), g(b))`` of the first crossing (fractions of
+        the step); the lanes' condition values at the step's end go into the working set.
+        """
+        xp = self._xp
         params = lanes.group("p")
-        n = t.shape[0]
+        n = step.t.shape[0]
         m = self._points
-        k_count = len(self._continuous)
         prev = [lanes[f"ev_g{k}"] for k, _ in self._continuous]
         ref = [xp.sign(g) for g in prev]
-        found = [xp.zeros(n, dtype=xp.bool) for _ in range(k_count)]
+        found = [xp.zeros(n, dtype=xp.bool) for _ in self._continuous]
         zeros = xp.zeros(n, dtype=self._dtype)
-        brackets = [[zeros, zeros, zeros, zeros] for _ in range(k_count)]  # a, b, g(a), g(b)
+        brackets = [_Bracket(zeros, zeros, zeros, zeros) for _ in self._continuous]
         theta_prev = 0.0
         for j in range(1, m + 1):
             theta = j / m
             if j == m:
-                u_j, t_j = result.u1, t_new
+                u_j, t_j = step.u1, t_new
             else:
-                full = xp.full((n,), theta, dtype=self._dtype)
-                u_j = stepper.interpolate(
-                    self._backend, rhs, t, h, u, result.u1, result.stages, full
-                )
-                t_j = t + theta * h
+                u_j = step.interpolate(xp.full((n,), theta, dtype=self._dtype))
+                t_j = step.t + theta * step.h
             for i, (k, cb) in enumerate(self._continuous):
                 v = self._condition(k, cb, u_j, t_j, params)
                 s = xp.sign(v)
@@ -159,76 +164,67 @@ class EventHandler:
                     cross = cross & (ref[i] < 0)
                 elif cb.direction == "down":
                     cross = cross & (ref[i] > 0)
-                a, b, ga, gb = brackets[i]
-                brackets[i] = [
-                    xp.where(cross, theta_prev, a),
-                    xp.where(cross, theta, b),
-                    xp.where(cross, prev[i], ga),
-                    xp.where(cross, v, gb),
-                ]
+                brackets[i] = brackets[i].where(xp, cross, _Bracket(theta_prev, theta, prev[i], v))
                 found[i] = found[i] | cross
                 ref[i] = xp.where(~found[i] & (s != 0), s, ref[i])
                 prev[i] = v
             theta_prev = theta
-        extra = stepper.interpolation_rhs_evals
+        extra = self._stepper.interpolation_rhs_evals
         if extra:
             self._count(lanes, xp.full((n,), extra * (m - 1), dtype=xp.int64))
         for i, (k, _) in enumerate(self._continuous):
             lanes.put(**{f"ev_g{k}": xp.where(accept, prev[i], lanes[f"ev_g{k}"])})
-        if not any(bool(xp.any(f)) for f in found):
-            return t_new, result.u1, None, None
+        return found, brackets
 
-        # Each callback's crossing, narrowed; a lane's earliest one fires.
+    def _cut(
+        self, lanes: Any, step: Step, t_new: Array, found: list[Array], brackets: list[_Bracket]
+    ) -> tuple[Array, Array, Array, Array]:
+        """Narrow each callback's crossing; a lane's earliest one fires and ends its step."""
+        xp = self._xp
+        n = step.t.shape[0]
         best = xp.full((n,), 2.0, dtype=self._dtype)
         which = xp.full((n,), -1, dtype=xp.int64)
         for i, (k, cb) in enumerate(self._continuous):
             if not bool(xp.any(found[i])):
                 continue
-            theta_k = self._root(lanes, rhs, params, cb, k, found[i], t, h, u, result, *brackets[i])
+            theta_k = self._root(lanes, step, cb, k, found[i], brackets[i])
             earlier = found[i] & (theta_k < best)
             best = xp.where(earlier, theta_k, best)
             which = xp.where(earlier, k, which)
         fired = which >= 0
         theta = xp.where(fired, best, 1.0)
         cut = fired & (theta < 1)
-        u_end = stepper.interpolate(self._backend, rhs, t, h, u, result.u1, result.stages, theta)
+        u_end = step.interpolate(theta)
+        extra = self._stepper.interpolation_rhs_evals
         if extra:
             self._count(lanes, extra * xp.astype(fired, xp.int64))
-        t_end = xp.where(cut, t + theta * h, t_new)
+        t_end = xp.where(cut, step.t + theta * step.h, t_new)
         return t_end, u_end, which, cut
 
     def _root(
         self,
         lanes: Any,
-        rhs: Any,
-        params: tuple[Array, ...],
+        step: Step,
         cb: ContinuousCallback,
         k: int,
         found: Array,
-        t: Array,
-        h: Array,
-        u: Array,
-        result: Any,
-        a: Array,
-        b: Array,
-        ga: Array,
-        gb: Array,
+        bracket: _Bracket,
     ) -> Array:
         """The event point (fraction of the step) of callback ``k`` in the lanes ``found``."""
-        xp, stepper = self._xp, self._stepper
+        xp = self._xp
+        extra = self._stepper.interpolation_rhs_evals
         idx = xp.nonzero(found)[0]
 
         def sub(x: Array) -> Array:
             return xp.take(x, idx, axis=-1)
 
-        t_s, h_s, u_s, u1_s, stages_s = sub(t), sub(h), sub(u), sub(result.u1), sub(result.stages)
-        p_s = tuple(sub(p) for p in params)
+        p_s = tuple(sub(p) for p in lanes.group("p"))
         # Only interpolants with extra stages evaluate the RHS (on these lanes alone).
-        rhs_s = self._rhs_for(p_s) if stepper.interpolation_rhs_evals else None
+        lanes_step = step.take(idx, self._rhs_for(p_s) if extra else None)
+        t_s, h_s = lanes_step.t, lanes_step.h
 
         def g(theta: Array) -> Array:
-            state = stepper.interpolate(self._backend, rhs_s, t_s, h_s, u_s, u1_s, stages_s, theta)
-            return self._condition(k, cb, state, t_s + theta * h_s, p_s)
+            return self._condition(k, cb, lanes_step.interpolate(theta), t_s + theta * h_s, p_s)
 
         habs = xp.abs(h_s)
         if cb.abstol is not None:
@@ -237,11 +233,10 @@ class EventHandler:
             scale = xp.maximum(xp.maximum(xp.abs(t_s), xp.abs(t_s + h_s)), habs)
             width = 8 * self._eps * scale
         tol = xp.maximum(width / habs, 4 * self._eps)
-        left, _, evaluations = bracket_root(xp, g, sub(a), sub(b), sub(ga), sub(gb), tol)
-        if stepper.interpolation_rhs_evals:
-            self._count(
-                lanes, _expand_sub(xp, found, evaluations * stepper.interpolation_rhs_evals, 0)
-            )
+        a, b, ga, gb = (sub(x) for x in bracket)
+        left, _, evaluations = bracket_root(xp, g, a, b, ga, gb, tol)
+        if extra:
+            self._count(lanes, _expand_sub(xp, found, evaluations * extra, 0))
         return _expand_sub(xp, found, left, 2.0)
 
     # ---- after the lanes advanced -----------------------------------------------------------
@@ -433,6 +428,19 @@ class EventHandler:
                 f"the state's dtype"
             )
         return xp.expand_dims(out, axis=-1) if self._spec.single else out
+
+
+class _Bracket(NamedTuple):
+    """A sign change of a condition inside a step: fractions ``a < b`` and ``g(a)``, ``g(b)``."""
+
+    a: Array
+    b: Array
+    ga: Array
+    gb: Array
+
+    def where(self, xp: Any, mask: Array, other: _Bracket) -> _Bracket:
+        """``other`` on the lanes where ``mask`` holds, ``self`` elsewhere."""
+        return _Bracket(*(xp.where(mask, o, x) for o, x in zip(other, self, strict=True)))
 
 
 def _expand(xp: Any, mask: Array, like: Array) -> Array:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..solvers import Step
+
 Array = Any
 
 
@@ -57,7 +59,8 @@ class DenseOutput:
         take = lambda a: xp.take(a, idx, axis=-1)
         t0, h = take(steps["t"]), take(steps["h"])
         theta = xp.clip((tq - t0) / h, min=0.0, max=1.0)
-        values = self._stepper.interpolate(
+        step = Step(
+            self._stepper,
             self._backend,
             self._rhs,
             t0,
@@ -65,7 +68,7 @@ class DenseOutput:
             take(steps["u0"]),
             take(steps["u1"]),
             take(steps["stages"]),
-            theta,
         )
+        values = step.interpolate(theta)
         values = xp.moveaxis(values, -1, 0)
         return values[0, ...] if scalar else values

@@ -1,4 +1,5 @@
-"""Lane bookkeeping for the integrator: the working set and the records of what lanes produced."""
+"""Lane bookkeeping for the integrator: the working set, its advance after a step, and the records
+of what lanes produced."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import dataclasses
 from typing import Any, NamedTuple
 
 from .._retcode import ReturnCode
+from ..solvers import Step
 
 Array = Any
 
@@ -231,3 +233,22 @@ class LaneRecords:
             saved=saved,
             steps=steps,
         )
+
+
+def advance(
+    step: Step, accept: Array, f0: Array, t_end: Array, u_end: Array, f1: Array | None
+) -> tuple[Array, Array, Array]:
+    """The working set's ``(t, u, f)`` after ``step`` (whose start has RHS ``f0``): lanes that
+    accept move to the step's end ``(t_end, u_end)`` and take its ``f`` (``f1`` for FSAL
+    methods, else a fresh RHS evaluation on every lane); the others stay."""
+    xp = step.backend.xp
+    accept_u = expand(xp, accept, step.u0)
+    u = xp.where(accept_u, u_end, step.u0)
+    t = xp.where(accept, t_end, step.t)
+    f = xp.where(accept_u, f1, f0) if step.stepper.fsal else step.rhs(u, t)
+    return t, u, f
+
+
+def expand(xp: Any, mask: Array, like: Array) -> Array:
+    """A per-lane mask ``(L,)`` shaped to broadcast against ``like`` ``(*shape, L)``."""
+    return xp.reshape(mask, (1,) * (like.ndim - 1) + (mask.shape[0],))

@@ -25,6 +25,7 @@ from .._traced_rhs import TracedRHS, leaf_size
 from ..backends import get_backend
 from ..backends._base import ordered_sum
 from ..integrator.loop import LaneProblem, integrate
+from ..solvers import Step
 from .augmented_jacobians import augmented_options, is_stiff, with_jacobian
 from .forward_sensitivity import one_hot
 
@@ -226,7 +227,8 @@ class _Dense:
         t_step, h = ts[idx], steps["h"][idx]
         theta = np.clip((t - t_step) / h, 0.0, 1.0)
         rhs = self._rhs_for(lane_values) if self._stepper.interpolation_rhs_evals else None
-        return self._stepper.interpolate(
+        step = Step(
+            self._stepper,
             self._backend,
             rhs,
             t_step,
@@ -234,5 +236,5 @@ class _Dense:
             steps["u0"][..., idx],
             steps["u1"][..., idx],
             steps["stages"][..., idx],
-            theta,
         )
+        return step.interpolate(theta)

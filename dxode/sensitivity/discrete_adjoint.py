@@ -35,6 +35,7 @@ from .._traced_rhs import TracedRHS
 from ..backends import to_host
 from ..backends._base import ordered_sum
 from ..integrator.lanes import Trial
+from ..integrator.replay import replay
 
 Array = Any
 
@@ -103,28 +104,17 @@ def _checkpointed_sweep(sweep: _Sweep, rhs_for: Any) -> None:
 
 
 def _replay_forward(sweep: _Sweep, rhs_for: Any, first: int, end: int) -> list[tuple]:
-    """The stage inputs of trials ``first .. end - 1``, from the checkpoint at ``first``."""
-    xp, backend, stepper = sweep.xp, sweep.backend, sweep.stepper
-    u, f = sweep.trials[first].start
-    inputs = []
-    rhs = None
-    for j in range(first, end):
-        trial = sweep.trials[j]
-        if j > first and sweep.size(j) != sweep.size(j - 1):  # the working set was compacted
-            keep = sweep.positions(j - 1, j)
-            u, f = xp.take(u, keep, axis=-1), xp.take(f, keep, axis=-1)
-            rhs = None
-        if rhs is None:
-            rhs = rhs_for(tuple(sweep.lane_leaves(j)))
-        result = stepper.step(backend, rhs, trial.t, u, f, trial.h)
-        inputs.append(result.inputs)
-        accept = xp.reshape(trial.accept, (1,) * (u.ndim - 1) + (-1,))
-        u = xp.where(accept, result.u1, u)
-        if stepper.fsal:
-            f = xp.where(accept, result.f1, f)
-        else:
-            f = rhs(u, xp.where(trial.accept, trial.t_end, trial.t))
-    return inputs
+    """The stage inputs of trials ``first .. end - 1``, from the checkpoint at ``first`` (the
+    integrator in replay mode)."""
+
+    def keep_at(i: int) -> Array | None:
+        j = first + i
+        return sweep.positions(j - 1, j) if sweep.size(j) != sweep.size(j - 1) else None
+
+    def rhs_at(i: int) -> Any:
+        return rhs_for(tuple(sweep.lane_leaves(first + i)))
+
+    return replay(sweep.backend, sweep.stepper, sweep.trials[first:end], rhs_at, keep_at)
 
 
 class _Sweep:

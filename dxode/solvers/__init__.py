@@ -14,6 +14,7 @@ from .rodas4 import Rodas4
 from .rodas5p import Rodas5P
 from .rosenbrock import Rosenbrock, RosenbrockTableau
 from .rosenbrock23 import Rosenbrock23
+from .step import Step
 from .trbdf2 import TRBDF2
 from .tsit5 import Tsit5
 from .vern7 import Vern7
@@ -33,6 +34,7 @@ __all__ = [
     "Rosenbrock",
     "Rosenbrock23",
     "RosenbrockTableau",
+    "Step",
     "StepResult",
     "Tsit5",
     "Vern7",

@@ -6,6 +6,8 @@ import abc
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .step import Step
+
 Array = Any
 LaneRHS = Callable[..., Array]
 """``rhs(u, t, out=None) -> du/dt`` on a working set of lanes: ``u`` is ``(*shape, L)``, ``t``
@@ -99,18 +101,9 @@ class AbstractStepper(abc.ABC):
         """Attempt a step of size ``h`` (``(L,)``, signed) from ``(t, u)``; ``f0 = f(u, t)``."""
 
     @abc.abstractmethod
-    def interpolate(
-        self,
-        backend: Any,
-        rhs: LaneRHS,
-        t0: Array,
-        h: Array,
-        u0: Array,
-        u1: Array,
-        stages: Array,
-        theta: Array,
-    ) -> Array:
-        """Dense output at ``t0 + theta * h`` (``theta`` is ``(L,)`` in ``[0, 1]``)."""
+    def interpolate(self, step: Step, theta: Array) -> Array:
+        """Dense output of ``step`` at ``step.t + theta * step.h`` (``theta`` is ``(L,)`` in
+        ``[0, 1]``); methods with extra interpolation stages evaluate ``step.rhs``."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from .base import AbstractStepper, Array, LaneRHS, StepResult
+from .step import Step
 from .tableau import ButcherTableau
 
 
@@ -70,24 +71,14 @@ class ExplicitRungeKutta(AbstractStepper):
         error = None if co.e is None else backend.combine(None, h, co.e, stages)
         return StepResult(u1, error, stages, f1, inputs=tuple(inputs))
 
-    def interpolate(
-        self,
-        backend: Any,
-        rhs: LaneRHS,
-        t0: Array,
-        h: Array,
-        u0: Array,
-        u1: Array,
-        stages: Array,
-        theta: Array,
-    ) -> Array:
-        tab = self.tableau
+    def interpolate(self, step: Step, theta: Array) -> Array:
+        backend, u0, h, stages = step.backend, step.u0, step.h, step.stages
         xp = backend.xp
         co = self._coefs(xp, u0)
-        if tab.c_extra is not None:
-            stages = self._with_extra_stages(backend, rhs, co, t0, h, u0, stages)
+        if self.tableau.c_extra is not None:
+            stages = self._with_extra_stages(backend, step.rhs, co, step.t, h, u0, stages)
         weights = self.interpolation_weights(xp, u0, theta)
-        return xp.where(theta == 1, u1, backend.combine(u0, h, weights, stages))
+        return xp.where(theta == 1, step.u1, backend.combine(u0, h, weights, stages))
 
     def interpolation_weights(self, xp: Any, like: Array, theta: Array) -> Array:
         """The dense output's stage weights ``w_i(theta)``, ``(s + e, 1, ..., 1, L)``, so that

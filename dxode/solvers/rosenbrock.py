@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .base import AbstractStepper, LaneRHS, StepResult
+from .step import Step
 from .stiff import StiffMethod, linear_combination, shifted_jacobian
 
 Array = Any
@@ -160,18 +161,9 @@ class Rosenbrock(StiffMethod, AbstractStepper):
         dense = xp.stack([linear_combination(row, ks) for row in tab.H])
         return StepResult(u1=u1, error=error, stages=dense, f1=None, nf_extra=nf)
 
-    def interpolate(
-        self,
-        backend: Any,
-        rhs: LaneRHS,
-        t0: Array,
-        h: Array,
-        u0: Array,
-        u1: Array,
-        stages: Array,
-        theta: Array,
-    ) -> Array:
+    def interpolate(self, step: Step, theta: Array) -> Array:
+        stages = step.stages
         poly = stages[-1, ...]
         for m in range(stages.shape[0] - 2, -1, -1):
             poly = stages[m, ...] + theta * poly
-        return (1.0 - theta) * u0 + theta * (u1 + (1.0 - theta) * poly)
+        return (1.0 - theta) * step.u0 + theta * (step.u1 + (1.0 - theta) * poly)

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from .base import AbstractStepper, LaneRHS, StepResult
+from .step import Step
 from .stiff import StiffMethod, shifted_jacobian
 
 Array = Any
@@ -55,20 +56,11 @@ class Rosenbrock23(StiffMethod, AbstractStepper):
         error = (h / 6.0) * (k1 - 2.0 * k2 + k3)
         return StepResult(u1=u1, error=error, stages=xp.stack([k1, k2]), f1=f2, nf_extra=nf)
 
-    def interpolate(
-        self,
-        backend: Any,
-        rhs: LaneRHS,
-        t0: Array,
-        h: Array,
-        u0: Array,
-        u1: Array,
-        stages: Array,
-        theta: Array,
-    ) -> Array:
+    def interpolate(self, step: Step, theta: Array) -> Array:
         scale = 1.0 / (1.0 - 2.0 * _D)
         w1 = theta * (1.0 - theta) * scale
         w2 = theta * (theta - 2.0 * _D) * scale
-        value = u0 + h * (w1 * stages[0, ...] + w2 * stages[1, ...])
+        stages = step.stages
+        value = step.u0 + step.h * (w1 * stages[0, ...] + w2 * stages[1, ...])
         # End exactly on u1 at theta = 1 (the formula does up to round-off).
-        return backend.xp.where(theta == 1.0, u1, value)
+        return step.backend.xp.where(theta == 1.0, step.u1, value)

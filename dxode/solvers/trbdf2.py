@@ -8,6 +8,7 @@ from typing import Any
 
 from .base import AbstractStepper, LaneRHS, StepResult
 from .newton import solve_stage
+from .step import Step
 from .stiff import StiffMethod, linear_combination, shifted_jacobian
 
 Array = Any
@@ -128,19 +129,10 @@ class TRBDF2(StiffMethod, AbstractStepper):
             failed=~bdf.converged,
         )
 
-    def interpolate(
-        self,
-        backend: Any,
-        rhs: LaneRHS,
-        t0: Array,
-        h: Array,
-        u0: Array,
-        u1: Array,
-        stages: Array,
-        theta: Array,
-    ) -> Array:
+    def interpolate(self, step: Step, theta: Array) -> Array:
         # Cubic Hermite through (u0, h f0) and (u1, h f1), with h f1 from the BDF2 stage.
-        z0, z1 = stages[0, ...], stages[1, ...]
+        u0, u1 = step.u0, step.u1
+        z0, z1 = step.stages[0, ...], step.stages[1, ...]
         slope = (1.0 - 2.0 * theta) * (u1 - u0) + (theta - 1.0) * z0 + theta * z1
         return (1.0 - theta) * u0 + theta * u1 + theta * (theta - 1.0) * slope
 
