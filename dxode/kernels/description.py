@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._solvers import ExplicitRungeKutta
-from .._tableau import ButcherTableau
+from ..solvers import ExplicitRungeKutta
+from ..solvers.tableau import ButcherTableau
 from .errors import KernelUnsupportedError
 
 __all__ = ["StepperDescription", "describe"]

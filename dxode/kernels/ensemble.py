@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from .._ensemble_algorithms import AbstractEnsembleAlgorithm
-from .._ensemble_batch import BatchResult, BatchSpec
-from .._ensemble_problem import EnsembleProblem
+from ..ensemble.algorithms import AbstractEnsembleAlgorithm
+from ..ensemble.batch import BatchResult, BatchSpec
+from ..ensemble.problem import EnsembleProblem
 from .errors import ARRAY_PATH, KernelUnsupportedError
 
 __all__ = ["EnsembleKernel"]

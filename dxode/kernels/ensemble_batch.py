@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from .._ensemble_batch import BatchResult, BatchSpec, _build_lanes, _lane_save_grid
-from .._ensemble_problem import EnsembleProblem
 from .._timegrid import stop_times
 from ..backends import get_backend
+from ..ensemble.batch import BatchResult, BatchSpec, _build_lanes, _lane_save_grid
+from ..ensemble.problem import EnsembleProblem
 from .batch import KernelBatch, lane_params
 from .errors import ARRAY_PATH, KernelUnsupportedError
 
