@@ -63,6 +63,7 @@ def solve(
     batch_size: int | None = None,
     seed: int | None = None,
     sensealg: Any = None,
+    kernel: bool = False,
     **options: Any,
 ) -> ODESolution | EnsembleSolution:
     """Solve an ODE problem, or an ensemble of them.
@@ -108,6 +109,11 @@ def solve(
         its memory), ``InterpolatingAdjoint()`` (the default for stiff methods),
         ``BacksolveAdjoint()`` or ``ForwardSensitivity()`` (see the gradients guide for which
         to use when). Ignored when nothing is differentiated.
+    kernel : bool
+        Single problems: integrate with a compiled kernel (numba, ``dxode[kernel]``) instead
+        of the array path: the same method and step control, much less overhead per step
+        (see the kernels guide for what ``f`` may contain). Every step is saved without
+        ``saveat``; no dense output. Ensembles use ``ensemble_alg=EnsembleKernel()``.
 
     Other Parameters
     ----------------
@@ -155,6 +161,24 @@ def solve(
             f"ForwardSensitivity(), got {sensealg!r}"
         )
     callbacks = as_callback_set(callback)
+    if kernel:
+        if isinstance(prob, EnsembleProblem):
+            raise TypeError(
+                "kernel=True is for a single ODEProblem; solve an EnsembleProblem with "
+                "ensemble_alg=EnsembleKernel()"
+            )
+        from .kernels.single import solve_kernel
+
+        return solve_kernel(
+            prob,
+            alg,
+            saveat=saveat,
+            dense=dense,
+            tstops=tstops,
+            callback=callbacks,
+            sensealg=sensealg,
+            options=options,
+        )
     if isinstance(prob, EnsembleProblem):
         return solve_ensemble(
             prob,
