@@ -111,6 +111,8 @@ class KernelBatch:
             adaptive=bool(opts.adaptive),
             controller=controller,  # type: ignore[arg-type]
             record=record,
+            param_rows=int(self.params.shape[0]),
+            param_dtype=self.params.dtype.name,
         )
         return compile_kernel(self.f, desc, layout)
 

@@ -62,6 +62,10 @@ class KernelLayout:
         ``(beta1, beta2, beta3, safety, factor_min, factor_max)``.
     record : bool
         Record every accepted step (one-lane blocks).
+    param_rows : int
+        Rows of the parameter array ``P``.
+    param_dtype : str
+        Its dtype.
     """
 
     n: int
@@ -73,6 +77,8 @@ class KernelLayout:
     adaptive: bool
     controller: tuple[float, float, float, float, float, float]
     record: bool = False
+    param_rows: int = 0
+    param_dtype: str = "float64"
 
 
 class _Writer:
@@ -132,6 +138,7 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
     if cuda:
         w("from numba import cuda")
         w(f"from numba import {layout.dtype} as DTN")
+        w(f"from numba import {layout.param_dtype} as PDTN")
     else:
         w("from numba import prange")
     w(f"DT = np.{layout.dtype}")
@@ -157,10 +164,15 @@ def _write_minmax(w: _Writer) -> None:
 
 
 def _alloc(layout: KernelLayout, shape: str, kind: str = "DT") -> str:
+    """Source allocating a block-local array (``kind``: ``"DT"``, ``"int"`` or ``"P"``, the
+    parameters' dtype)."""
     if layout.target == "cuda":
-        dtype = "DTN" if kind == "DT" else "np.int64"
+        if kind == "P":
+            shape = f"({layout.param_rows}, {layout.block})"
+        dtype = {"DT": "DTN", "int": "np.int64", "P": "PDTN"}[kind]
         return f"cuda.local.array({shape}, {dtype})"
-    return f"np.empty({shape}, {'DT' if kind == 'DT' else 'np.int64'})"
+    dtype = {"DT": "DT", "int": "np.int64", "P": "P.dtype"}[kind]
+    return f"np.empty({shape}, {dtype})"
 
 
 def _write_rhs(w: _Writer, layout: KernelLayout) -> None:
@@ -216,6 +228,7 @@ def _write_block(
     for name in ("U", "F", "U1"):
         w(f"{name} = {_alloc(layout, f'({n}, {B})')}")
     w(f"K = {_alloc(layout, f'({s}, {n}, {B})')}")
+    w(f"PB = {_alloc(layout, f'(P.shape[0], {B})', 'P')}")
     for name in ("T", "H", "TE", "HS", "HA", "TN", "TG", "ERR", "PREV1", "PREV2"):
         w(f"{name} = {_alloc(layout, f'({B},)')}")
     for name in ("LANE", "ACT", "NA", "SI", "STI", "NFX", "HIT", "USE", "FIN"):
@@ -237,6 +250,8 @@ def _write_block(
     w("T[j] = t")
     w("TE[j] = DT(T1[g])")
     w(f"p = {layout.params.replace('COL', 'g')}")
+    w("for k in range(P.shape[0]):")
+    w("    PB[k, j] = P[k, g]")
     for m in M:
         w(f"u{m} = U0[{m}, g]")
         w(f"U[{m}, j] = u{m}")
@@ -305,8 +320,9 @@ def _write_block(
     w("USE[j] = use")
     w("TG[j] = target")
     w.dedent()
-    # the attempt: every lane of the block, stages unrolled (the vectorized loop)
-    w(f"for j in range({B}):")
+    # the attempt: every lane of the block, stages unrolled (the vectorized loop; its bound
+    # is read at run time so that LLVM vectorizes it instead of unrolling it)
+    w("for j in range(HS.shape[0]):")
     w.indent()
     _write_attempt(w, desc, layout, n, s)
     w.dedent()
@@ -443,10 +459,9 @@ def _write_attempt(
 ) -> None:
     M = range(n)
     us = [f"u{m}" for m in M]
-    w("g = LANE[j]")
     w("t = T[j]")
     w("hs = HS[j]")
-    w(f"p = {layout.params.replace('COL', 'g')}")
+    w(f"p = {layout.params.replace('P[', 'PB[').replace('COL', 'j')}")
     for m in M:
         w(f"u{m} = U[{m}, j]")
     if desc.fsal:

@@ -34,7 +34,7 @@ def solve_kernel_batch(
     if alg.device == "cuda":
         from .cuda import run_cuda
 
-        result = run_cuda(batch)
+        result = run_cuda(batch, as_cupy=_is_cupy(eprob.prob.u0))
     else:
         from .cpu import run_cpu
 
@@ -50,6 +50,11 @@ def solve_kernel_batch(
         naccept=np.asarray(result.naccept, dtype=np.int64),
         nreject=np.asarray(result.nreject, dtype=np.int64),
     )
+
+
+def _is_cupy(x: Any) -> bool:
+    """Whether ``x`` is a CuPy array (without importing CuPy)."""
+    return type(x).__module__.split(".")[0] == "cupy"
 
 
 def check_state(u0: Any) -> None:
