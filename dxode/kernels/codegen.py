@@ -187,7 +187,7 @@ def _write_rhs(w: _Writer, layout: KernelLayout) -> None:
         w("r = user_f(u, p, t)")
     else:
         w(f"r = user_f(({''.join(y + ', ' for y in ys)}), p, t)")
-    w("return " + ", ".join(f"DT(r[{m}])" for m in range(n)))
+    w("return (" + "".join(f"DT(r[{m}]), " for m in range(n)) + ")")
     w.dedent()
     w()
 

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -171,7 +172,7 @@ def _import(path: Path, name: str) -> Any:
 
 
 def _compile_error(f: Callable[..., Any], err: Exception) -> KernelCompileError:
-    reason = str(err).split("During: ")[0].strip()
+    reason = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).split("During: ")[0].strip()
     return KernelCompileError(
         f"the right-hand side f defined at {where_defined(f)} cannot be compiled by numba for "
         f"the kernel path; numba says:\n{reason}\n"
