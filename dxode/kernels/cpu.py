@@ -45,6 +45,8 @@ def run_cpu(
         if record:
             t_rec, u_rec, count = kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs)
             steps = (t_rec[:count].copy(), u_rec[:count].copy())
+        elif batch.n_lanes <= block:  # one block: skip the thread pool's start-up
+            kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs)
         else:
             kernel.call(kernel.driver, *args, *outs)
     saved, u, t, ret, nacc, nrej, nf = outs

@@ -15,11 +15,13 @@ the user's code.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import hashlib
 import inspect
 import textwrap
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +42,29 @@ def where_defined(f: Callable[..., Any]) -> str:
 
 
 def function_key(f: Callable[..., Any]) -> str:
-    """A digest that changes when ``f``'s source or the values it closes over change."""
+    """A digest that changes when ``f``'s source or the values it closes over change
+    (remembered per function object while its code and closure stay the same)."""
+    identity = (getattr(f, "__code__", None), _closure_identity(f))
+    try:
+        known = _KEYS.get(f)
+    except TypeError:  # not weakly referenceable
+        known = None
+    if known is not None and known[0] == identity:
+        return known[1]
+    key = _function_digest(f)
+    with contextlib.suppress(TypeError):
+        _KEYS[f] = (identity, key)
+    return key
+
+
+_KEYS: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
+
+
+def _closure_identity(f: Callable[..., Any]) -> tuple[int, ...]:
+    return tuple(id(_cell_value(c)) for c in getattr(f, "__closure__", None) or ())
+
+
+def _function_digest(f: Callable[..., Any]) -> str:
     try:
         text = inspect.getsource(f)
     except (OSError, TypeError):
