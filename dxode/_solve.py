@@ -89,10 +89,11 @@ def solve(
         Events: ``ContinuousCallback``, ``DiscreteCallback``, ``PresetTimeCallback``, a
         ``CallbackSet`` or a list of them, applied per trajectory (see the events guide).
         The events that fired are in ``sol.events``. Not differentiable.
-    ensemble_alg : EnsembleArray, EnsembleSerial, EnsembleDask or distributed.Client, optional
+    ensemble_alg : EnsembleArray, EnsembleSerial, EnsembleKernel, EnsembleDask, or Client, optional
         Ensembles only: how batches are computed (default ``EnsembleArray()``, in this
-        process); ``EnsembleDask()`` runs them as Dask tasks, and a ``distributed.Client`` is
-        shorthand for ``EnsembleDask(client)``.
+        process); ``EnsembleKernel()`` compiles each trajectory's integration (numba, see the
+        kernels guide); ``EnsembleDask()`` runs them as Dask tasks, and a
+        ``distributed.Client`` is shorthand for ``EnsembleDask(client)``.
     trajectories : int
         Ensembles only: how many trajectories. Defaults to the length of the
         ``EnsembleProblem``'s per-trajectory arrays when it has them (a smaller number
