@@ -493,7 +493,10 @@ def _write_attempt(
     else:
         finite = " and ".join(f"math.isfinite(v{m})" for m in M)
         w(f"FIN[j] = 1 if ({finite}) else 0")
-    w("TN[j] = TG[j] if HIT[j] != 0 else t + hs")
+    # Both sides loaded unconditionally: a conditional load would stop the vectorizer.
+    w("landing = TG[j]")
+    w("stepped = t + hs")
+    w("TN[j] = landing if HIT[j] != 0 else stepped")
 
 
 def _write_saves(
