@@ -32,7 +32,7 @@ from .description import StepperDescription
 __all__ = ["KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning (part of every cache key).
-CODEGEN_VERSION = 1
+CODEGEN_VERSION = 3
 
 # Outputs of ``block``'s per-lane return codes (``dxode.ReturnCode`` values).
 _SUCCESS, _MAXITERS, _DTMIN, _UNSTABLE = 0, 1, 2, 3
@@ -146,6 +146,7 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
     w()
     _write_minmax(w)
     _write_rhs(w, layout)
+    _write_attempt_function(w, desc, layout, n, s)
     _write_block(w, desc, layout, n, s, e)
     if cuda:
         _write_cuda_driver(w)
@@ -225,13 +226,13 @@ def _write_block(
     w(f"EVALS = {desc.rhs_per_attempt}")
     for m in M:
         w(f"atol{m} = ATOL[{m}]")
-    for name in ("U", "F", "U1"):
+    for name in ("U", "F"):
         w(f"{name} = {_alloc(layout, f'({n}, {B})')}")
-    w(f"K = {_alloc(layout, f'({s}, {n}, {B})')}")
+    w(f"W = {_alloc(layout, f'({_workspace_rows(desc, n) * B},)')}")
     w(f"PB = {_alloc(layout, f'(P.shape[0], {B})', 'P')}")
-    for name in ("T", "H", "TE", "HS", "HA", "TN", "TG", "ERR", "PREV1", "PREV2"):
+    for name in ("T", "H", "TE", "HS", "HA", "TG", "PREV1", "PREV2"):
         w(f"{name} = {_alloc(layout, f'({B},)')}")
-    for name in ("LANE", "ACT", "NA", "SI", "STI", "NFX", "HIT", "USE", "FIN"):
+    for name in ("LANE", "ACT", "NA", "SI", "STI", "NFX", "HIT", "USE"):
         w(f"{name} = {_alloc(layout, f'({B},)', 'int')}")
     if layout.record:
         w("TREC = np.empty(64, DT)")
@@ -320,12 +321,8 @@ def _write_block(
     w("USE[j] = use")
     w("TG[j] = target")
     w.dedent()
-    # the attempt: every lane of the block, stages unrolled (the vectorized loop; its bound
-    # is read at run time so that LLVM vectorizes it instead of unrolling it)
-    w("for j in range(HS.shape[0]):")
-    w.indent()
-    _write_attempt(w, desc, layout, n, s)
-    w.dedent()
+    # the attempt: every lane of the block, stages unrolled (the vectorized loop)
+    w("attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL)")
     # accept or reject, save, advance, retire (per lane)
     w(f"for j in range({B}):")
     w.indent()
@@ -334,9 +331,9 @@ def _write_block(
     w("g = LANE[j]")
     w("t = T[j]")
     w("hs = HS[j]")
-    w("tn = TN[j]")
+    w(f"tn = {_w(layout, desc, 'tn')}")
     if desc.adaptive and layout.adaptive:
-        w("err = ERR[j]")
+        w(f"err = {_w(layout, desc, 'err')}")
         w("fin = math.isfinite(err)")
         w("if not fin:")
         w("    err = DT(np.inf)")
@@ -356,7 +353,7 @@ def _write_block(
             w("    PREV1[j] = ee")
         w("hnext = HA[j] * factor")
     else:
-        w("fin = FIN[j] != 0")
+        w(f"fin = {_w(layout, desc, 'err')} != DT(0.0)")
         w("acc = fin")
         w("hnext = DTV")
     w("if HAS_DTMAX:")
@@ -377,12 +374,12 @@ def _write_block(
         w("    UREC = UREC2")
         w("TREC[nrec] = tn")
         for m in M:
-            w(f"UREC[nrec, {m}] = U1[{m}, j]")
+            w(f"UREC[nrec, {m}] = {_w(layout, desc, 'u1', m=m)}")
         w("nrec += 1")
     for m in M:
-        w(f"U[{m}, j] = U1[{m}, j]")
+        w(f"U[{m}, j] = {_w(layout, desc, 'u1', m=m)}")
         if desc.fsal:
-            w(f"F[{m}, j] = K[{s - 1}, {m}, j]")
+            w(f"F[{m}, j] = {_w(layout, desc, 'k', s - 1, m)}")
     w("T[j] = tn")
     w("NA[j] += 1")
     w("if HIT[j] != 0 and USE[j] != 0:")
@@ -413,6 +410,23 @@ def _write_block(
         w("return TREC, UREC, nrec")
     w.dedent()
     w()
+
+
+def _workspace_rows(desc: StepperDescription, n: int) -> int:
+    """Rows of the attempt's output workspace: stages, the proposed state, error, end time."""
+    return desc.stages * n + n + 2
+
+
+def _w(layout: KernelLayout, desc: StepperDescription, what: str, i: int = 0, m: int = 0) -> str:
+    """Lane ``j``'s entry of the workspace ``W`` (rows of ``B`` lanes, one flat array).
+
+    Everything the attempt loop writes goes to this one array at offsets that are constant
+    multiples of ``B``: the vectorizer then needs no run-time alias checks between outputs
+    (with one array per output it gave up: too many pointer pairs to check).
+    """
+    n, s = layout.n, desc.stages
+    row = {"k": i * n + m, "u1": s * n + m, "err": s * n + n, "tn": s * n + n + 1}[what]
+    return f"W[{row * layout.block} + j]"
 
 
 def _write_retire(w: _Writer, n: int, code: str, depth: int) -> None:
@@ -454,6 +468,26 @@ def _write_initial_step(w: _Writer, desc: StepperDescription, n: int) -> None:
     w(f"h = minimum(minimum({_const(100.0)} * h0, h1), span)")
 
 
+def _write_attempt_function(
+    w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int
+) -> None:
+    """``attempt``: one trial step of every lane of a block, outputs into the workspace ``W``.
+
+    A function of its own (not inlined into ``block``): LLVM vectorizes its lane loop, whose
+    bound is read at run time so that it is vectorized rather than unrolled.
+    """
+    w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL):")
+    w.indent()
+    for m in range(n):
+        w(f"atol{m} = ATOL[{m}]")
+    w("for j in range(HS.shape[0]):")
+    w.indent()
+    _write_attempt(w, desc, layout, n, s)
+    w.dedent()
+    w.dedent()
+    w()
+
+
 def _write_attempt(
     w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int
 ) -> None:
@@ -481,22 +515,22 @@ def _write_attempt(
         else:
             terms = [f"k{j}_{m}" for j in range(s)]
             w(f"v{m} = {_combine(f'u{m}', 'hs', desc.b, terms)}")
-        w(f"U1[{m}, j] = v{m}")
+        w(f"{_w(layout, desc, 'u1', m=m)} = v{m}")
         for i in range(s):
-            w(f"K[{i}, {m}, j] = k{i}_{m}")
+            w(f"{_w(layout, desc, 'k', i, m)} = k{i}_{m}")
     if desc.adaptive and layout.adaptive:
         for m in M:
             terms = [f"k{j}_{m}" for j in range(s)]
             w(f"e{m} = {_combine(None, 'hs', desc.b_error, terms)}")
             w(f"q{m} = e{m} / (RTOL * maximum(abs(u{m}), abs(v{m})) + atol{m})")
-        w(f"ERR[j] = {_rms([f'q{m}' for m in M], n)}")
+        w(f"{_w(layout, desc, 'err')} = {_rms([f'q{m}' for m in M], n)}")
     else:
         finite = " and ".join(f"math.isfinite(v{m})" for m in M)
-        w(f"FIN[j] = 1 if ({finite}) else 0")
+        w(f"{_w(layout, desc, 'err')} = DT(1.0) if ({finite}) else DT(0.0)")
     # Both sides loaded unconditionally: a conditional load would stop the vectorizer.
     w("landing = TG[j]")
     w("stepped = t + hs")
-    w("TN[j] = landing if HIT[j] != 0 else stepped")
+    w(f"{_w(layout, desc, 'tn')} = landing if HIT[j] != 0 else stepped")
 
 
 def _write_saves(
@@ -512,7 +546,7 @@ def _write_saves(
     for m in M:
         w(f"u{m} = U[{m}, j]")
         for i in range(s):
-            w(f"k{i}_{m} = K[{i}, {m}, j]")
+            w(f"k{i}_{m} = {_w(layout, desc, 'k', i, m)}")
     for x in range(e):
         i = s + x
         for m in M:
@@ -528,7 +562,7 @@ def _write_saves(
         w(f"w{i} = {horner}")
     w("if theta == DT(1.0):")
     for m in M:
-        w(f"    SAVED[g, SI[j], {m}] = U1[{m}, j]")
+        w(f"    SAVED[g, SI[j], {m}] = {_w(layout, desc, 'u1', m=m)}")
     w("else:")
     for m in M:
         terms = [f"k{i}_{m}" for i in range(s + e)]

@@ -136,15 +136,22 @@ def _build(
         module.user_f = device(ready)
         for name in ("maximum", "minimum", "rhs"):
             setattr(module, name, device(getattr(module, name)))
+        module.attempt = cuda.jit(device=True)(module.attempt)
         module.block = cuda.jit(device=True)(module.block)
         driver = cuda.jit(module.run_lanes)
     else:
-        inline = numba.njit(inline="always")
+        # NumPy's error model: x / 0 is inf or nan as on the array path, and no
+        # ZeroDivisionError branch in the lane loop (it would stop the vectorizer).
+        inline = numba.njit(inline="always", error_model="numpy")
         module.user_f = inline(ready)
         for name in ("maximum", "minimum", "rhs"):
             setattr(module, name, inline(getattr(module, name)))
-        module.block = numba.njit(cache=True, nogil=True)(module.block)
-        driver = numba.njit(cache=True, nogil=True, parallel=True)(module.run_blocks)
+        compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
+        module.attempt = compiled(module.attempt)
+        module.block = compiled(module.block)
+        driver = numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")(
+            module.run_blocks
+        )
     return CompiledKernel(description, layout, module.block, driver, path, f)
 
 
