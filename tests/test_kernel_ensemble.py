@@ -158,3 +158,24 @@ def test_bad_arguments():
         dxode.EnsembleKernel(block_size=0)
     with pytest.raises(TypeError, match="EnsembleKernel"):
         dxode.solve(dxode.EnsembleProblem(PROB), kernel=True, trajectories=2)
+
+
+@pytest.mark.skipif(
+    __import__("platform").machine() not in ("x86_64", "AMD64"), reason="x86 assembly"
+)
+def test_the_lane_loop_is_vectorized(tmp_path, monkeypatch):
+    def lorenz_copy(u, p, t):  # its own kernel, compiled here (not loaded from numba's cache)
+        x, y, z = u
+        sigma, rho, beta = p
+        return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    eprob = dxode.EnsembleProblem(PROB.remake(f=lorenz_copy), p=P)
+    dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), **OPTS)
+    from dxode.kernels import compiler
+
+    (kernel,) = [k for k in compiler._COMPILED.values() if k.f is lorenz_copy]
+    attempt = kernel.module.attempt
+    asm = attempt.inspect_asm(attempt.signatures[0])
+    packed = sum(asm.count(op) for op in ("mulpd", "addpd", "subpd"))
+    assert packed >= 50, "the trial step's lane loop was not vectorized"

@@ -22,7 +22,7 @@ from .rhs_source import ParamLayout
 
 __all__ = ["KernelBatch", "KernelResult", "lane_params"]
 
-DEFAULT_BLOCK = 8
+DEFAULT_BLOCK = 32
 
 
 @dataclasses.dataclass

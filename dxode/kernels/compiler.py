@@ -40,7 +40,8 @@ class CompiledKernel:
 
     ``block`` integrates one block (a numba dispatcher: for CUDA a device function);
     ``driver`` runs a whole batch (``run_blocks`` over threads, or the CUDA kernel ``run_lanes``).
-    ``source_path`` is the generated source, kept for inspection.
+    ``source_path`` is the generated source, kept for inspection; ``module`` the imported
+    generated module (its compiled ``attempt``, ``rhs``, ... for inspection and reuse).
     """
 
     description: StepperDescription
@@ -49,6 +50,7 @@ class CompiledKernel:
     driver: Any
     source_path: Path
     f: Callable[..., Any]
+    module: Any = None
 
     def call(self, function: Any, *args: Any) -> Any:
         """Call ``function`` (``block``/``driver``), turning numba's typing errors about ``f``
@@ -152,7 +154,7 @@ def _build(
         driver = numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")(
             module.run_blocks
         )
-    return CompiledKernel(description, layout, module.block, driver, path, f)
+    return CompiledKernel(description, layout, module.block, driver, path, f, module)
 
 
 def _write_source(source: str, name: str) -> Path:

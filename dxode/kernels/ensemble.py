@@ -38,7 +38,7 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
     """
 
     device: str = "cpu"
-    block_size: int = 8
+    block_size: int = 32
     threads: int | None = None
 
     def __post_init__(self) -> None:
