@@ -32,7 +32,7 @@ from .description import StepperDescription
 __all__ = ["KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning (part of every cache key).
-CODEGEN_VERSION = 3
+CODEGEN_VERSION = 4
 
 # Outputs of ``block``'s per-lane return codes (``dxode.ReturnCode`` values).
 _SUCCESS, _MAXITERS, _DTMIN, _UNSTABLE = 0, 1, 2, 3
@@ -239,6 +239,7 @@ def _write_block(
         w(f"UREC = np.empty((64, {n}), DT)")
         w("nrec = 0")
     w("nact = 0")
+    w(f"nlive = min({B}, L - j0)")
     # ---- initialise each lane: f0, the first step, the first save, the tstops passed
     w(f"for j in range({B}):")
     w.indent()
@@ -322,7 +323,7 @@ def _write_block(
     w("TG[j] = target")
     w.dedent()
     # the attempt: every lane of the block, stages unrolled (the vectorized loop)
-    w("attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL)")
+    w("attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive)")
     # accept or reject, save, advance, retire (per lane)
     w(f"for j in range({B}):")
     w.indent()
@@ -474,13 +475,14 @@ def _write_attempt_function(
     """``attempt``: one trial step of every lane of a block, outputs into the workspace ``W``.
 
     A function of its own (not inlined into ``block``): LLVM vectorizes its lane loop, whose
-    bound is read at run time so that it is vectorized rather than unrolled.
+    bound is read at run time so that it is vectorized rather than unrolled. It runs over the
+    block's first ``nlive`` lanes: the padding of a last, partial block is skipped.
     """
-    w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL):")
+    w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive):")
     w.indent()
     for m in range(n):
         w(f"atol{m} = ATOL[{m}]")
-    w("for j in range(HS.shape[0]):")
+    w("for j in range(nlive):")
     w.indent()
     _write_attempt(w, desc, layout, n, s)
     w.dedent()
