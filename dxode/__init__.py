@@ -56,6 +56,7 @@ from .events.callbacks import ContinuousCallback as ContinuousCallback
 from .events.callbacks import DiscreteCallback as DiscreteCallback
 from .events.callbacks import PresetTimeCallback as PresetTimeCallback
 from .events.record import EventRecord as EventRecord
+from .kernels import EnsembleKernel as EnsembleKernel
 from .sensitivity import BacksolveAdjoint as BacksolveAdjoint
 from .sensitivity import DiscreteAdjoint as DiscreteAdjoint
 from .sensitivity import ForwardSensitivity as ForwardSensitivity
@@ -120,6 +121,7 @@ __all__ = [
     "DiscreteCallback",
     "EnsembleArray",
     "EnsembleDask",
+    "EnsembleKernel",
     "EnsembleProblem",
     "EnsembleSerial",
     "EnsembleSolution",

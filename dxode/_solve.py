@@ -57,6 +57,7 @@ def solve(
     batch_size: int | None = None,
     seed: int | None = None,
     sensealg: Any = None,
+    kernel: bool = False,
     **options: Any,
 ) -> ODESolution | EnsembleSolution:
     """Solve an ODE problem, or an ensemble of them.
@@ -82,10 +83,11 @@ def solve(
         Events: ``ContinuousCallback``, ``DiscreteCallback``, ``PresetTimeCallback``, a
         ``CallbackSet`` or a list of them, applied per trajectory (see the events guide).
         The events that fired are in ``sol.events``. Not differentiable.
-    ensemble_alg : EnsembleArray, EnsembleSerial, EnsembleDask or distributed.Client, optional
+    ensemble_alg : EnsembleArray, EnsembleSerial, EnsembleKernel, EnsembleDask, or Client, optional
         Ensembles only: how batches are computed (default ``EnsembleArray()``, in this
-        process); ``EnsembleDask()`` runs them as Dask tasks, and a ``distributed.Client`` is
-        shorthand for ``EnsembleDask(client)``.
+        process); ``EnsembleKernel()`` compiles each trajectory's integration (numba, see the
+        kernels guide); ``EnsembleDask()`` runs them as Dask tasks, and a
+        ``distributed.Client`` is shorthand for ``EnsembleDask(client)``.
     trajectories : int
         Ensembles only: how many trajectories. Defaults to the length of the
         ``EnsembleProblem``'s per-trajectory arrays when it has them (a smaller number
@@ -102,6 +104,11 @@ def solve(
         its memory), ``InterpolatingAdjoint()`` (the default for stiff methods),
         ``BacksolveAdjoint()`` or ``ForwardSensitivity()`` (see the gradients guide for which
         to use when). Ignored when nothing is differentiated.
+    kernel : bool
+        Single problems: integrate with a compiled kernel (numba, ``dxode[kernel]``) instead
+        of the array path: the same method and step control, much less overhead per step
+        (see the kernels guide for what ``f`` may contain). Every step is saved without
+        ``saveat``; no dense output. Ensembles use ``ensemble_alg=EnsembleKernel()``.
 
     Other Parameters
     ----------------
@@ -137,6 +144,24 @@ def solve(
     """
     _check_keywords(options, sensealg)
     callbacks = as_callback_set(callback)
+    if kernel:
+        if isinstance(prob, EnsembleProblem):
+            raise TypeError(
+                "kernel=True is for a single ODEProblem; solve an EnsembleProblem with "
+                "ensemble_alg=EnsembleKernel()"
+            )
+        from .kernels.single import solve_kernel
+
+        return solve_kernel(
+            prob,
+            alg,
+            saveat=saveat,
+            dense=dense,
+            tstops=tstops,
+            callback=callbacks,
+            sensealg=sensealg,
+            options=options,
+        )
     if isinstance(prob, EnsembleProblem):
         plan = plan_ensemble(
             prob,

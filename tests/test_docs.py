@@ -30,6 +30,7 @@ RUNNABLE_PAGES = [
     "docs/usage/ensembles.md",
     "docs/usage/dask.md",
     "docs/usage/events.md",
+    "docs/usage/kernels.md",
     "docs/tutorials/batching-vs-ensembles.md",
     "docs/tutorials/ensembles-three-ways.md",
     "docs/tutorials/gpu-ensembles.md",

@@ -157,8 +157,8 @@ def _ensemble_algorithm(value: Any) -> AbstractEnsembleAlgorithm:
 
         return EnsembleDask(client=value)
     raise TypeError(
-        "ensemble_alg must be EnsembleArray(), EnsembleSerial(), EnsembleDask() (or a "
-        f"distributed.Client), got {value!r}"
+        "ensemble_alg must be EnsembleArray(), EnsembleSerial(), EnsembleKernel(), EnsembleDask() "
+        f"(or a distributed.Client), got {value!r}"
     )
 
 

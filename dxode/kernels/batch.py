@@ -1,0 +1,203 @@
+"""A batch of lanes as the compiled kernels take it, and what they give back.
+
+``KernelBatch`` gathers the per-lane inputs (lanes last, like the array path's working set)
+and the solver options as the two small arrays the generated ``block`` reads; ``prepare``
+compiles (or reuses) the kernel for it. ``run`` dispatches to a device module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .. import _pytree
+from .._options import SolverOptions
+from .codegen import KernelLayout
+from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_mode
+from .description import describe
+from .errors import ARRAY_PATH, KernelUnsupportedError
+from .rhs_source import ParamLayout
+
+__all__ = ["KernelBatch", "KernelResult", "lane_params"]
+
+DEFAULT_BLOCK = 32
+
+
+@dataclasses.dataclass
+class KernelResult:
+    """Per-lane outcomes (host or device arrays, lanes first).
+
+    ``saved`` is ``(L, nsave, n)`` (NaN where a failed lane never got), ``u`` ``(L, n)``;
+    ``steps`` holds ``(t, u)`` of every accepted step for recorded one-lane solves.
+    """
+
+    retcode: Any
+    t: Any
+    u: Any
+    naccept: Any
+    nreject: Any
+    nf: Any
+    saved: Any
+    steps: tuple[Any, Any] | None = None
+
+
+@dataclasses.dataclass
+class KernelBatch:
+    """One batch of lanes for a compiled kernel.
+
+    Attributes
+    ----------
+    f : callable
+        The user's ``f(u, p, t)``.
+    u0 : (n, L) array
+        Initial states, lanes last, in the state's dtype.
+    params : (rows, L) array
+        Every lane's ``p``, flattened (see ``ParamLayout``).
+    param_layout : ParamLayout
+    t0, t1 : (L,) float64 arrays
+    save_times : (nsave, L) array or None
+        Save times per lane (``None``: save nothing on a grid).
+    tstops : (K,) array or None
+    options : SolverOptions
+    """
+
+    f: Any
+    u0: np.ndarray
+    params: np.ndarray
+    param_layout: ParamLayout
+    t0: np.ndarray
+    t1: np.ndarray
+    save_times: np.ndarray | None
+    tstops: np.ndarray | None
+    options: SolverOptions
+
+    @property
+    def n_lanes(self) -> int:
+        return int(self.u0.shape[1])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.u0.dtype
+
+    def prepare(self, target: str, block: int, record: bool = False) -> CompiledKernel:
+        """The compiled kernel for this batch on ``target`` (``"cpu"`` or ``"cuda"``)."""
+        opts = self.options
+        desc = describe(opts.alg)
+        ctrl = opts.controller
+        try:
+            controller = tuple(
+                float(getattr(ctrl, name))
+                for name in ("beta1", "beta2", "beta3", "safety", "factor_min", "factor_max")
+            )
+        except AttributeError:
+            raise KernelUnsupportedError(
+                f"the compiled kernels use PID-type controllers (PIController, IController, "
+                f"PIDController), not {ctrl!r}; use {ARRAY_PATH}"
+            ) from None
+        dtype = dtype_name(self.dtype)
+        example = eval(
+            self.param_layout.expression("COL").replace("COL", "0"), {"P": self.params[:, :1]}
+        )
+        as_array = user_function_mode(self.f, self.u0.shape[0], dtype, example, target)
+        layout = KernelLayout(
+            n=int(self.u0.shape[0]),
+            dtype=dtype,
+            params=self.param_layout.expression("COL"),
+            u_as_array=as_array,
+            block=block,
+            target=target,
+            adaptive=bool(opts.adaptive),
+            controller=controller,  # type: ignore[arg-type]
+            record=record,
+            param_rows=int(self.params.shape[0]),
+            param_dtype=self.params.dtype.name,
+        )
+        return compile_kernel(self.f, desc, layout)
+
+    def arguments(self) -> tuple[np.ndarray, ...]:
+        """The generated ``block``'s array arguments before the outputs (host arrays)."""
+        opts = self.options
+        dt = self.dtype.type
+        n, lanes = self.u0.shape
+        direction = 1.0 if self.t1[0] > self.t0[0] else -1.0
+        if self.save_times is None:
+            ts = np.full((1, lanes), direction * np.inf, dtype=self.dtype)
+        else:
+            sentinel = np.full((1, lanes), direction * np.inf, dtype=self.dtype)
+            ts = np.concatenate([self.save_times.astype(self.dtype), sentinel])
+        tstops = (
+            np.zeros(0, dtype=self.dtype)
+            if self.tstops is None
+            else np.asarray(self.tstops, dtype=self.dtype)
+        )
+        atol = np.broadcast_to(np.asarray(_host(opts.atol), dtype=self.dtype), (n,)).copy()
+        scal = np.array(
+            [opts.rtol, opts.dt or 0.0, opts.dtmin or 0.0, opts.dtmax or 0.0, direction],
+            dtype=self.dtype,
+        )
+        ivals = np.array(
+            [opts.maxiters, opts.dt is not None, opts.dtmin is not None, opts.dtmax is not None],
+            dtype=np.int64,
+        )
+        del dt
+        return (
+            np.ascontiguousarray(self.u0),
+            np.ascontiguousarray(self.params),
+            np.ascontiguousarray(self.t0, dtype=np.float64),
+            np.ascontiguousarray(self.t1, dtype=np.float64),
+            np.ascontiguousarray(ts),
+            tstops,
+            atol,
+            scal,
+            ivals,
+        )
+
+    def outputs(self) -> tuple[np.ndarray, ...]:
+        """Freshly allocated outputs ``SAVED, UEND, TEND, RET, NACC, NREJ, NF`` (host)."""
+        n, lanes = self.u0.shape
+        nsave = 0 if self.save_times is None else self.save_times.shape[0]
+        return (
+            np.full((lanes, nsave, n), np.nan, dtype=self.dtype),
+            np.empty((lanes, n), dtype=self.dtype),
+            np.empty(lanes, dtype=self.dtype),
+            np.empty(lanes, dtype=np.int64),
+            np.empty(lanes, dtype=np.int64),
+            np.empty(lanes, dtype=np.int64),
+            np.empty(lanes, dtype=np.int64),
+        )
+
+
+def lane_params(p: Any, lane_leaf: list[bool], lanes: int, dtype: Any) -> tuple[Any, Any]:
+    """``(ParamLayout, (rows, L) array)`` from a batch's ``p`` (per-lane leaves lanes last).
+
+    Rows take the state's dtype when every leaf has it (or is a Python number), else float64.
+    """
+    layout = ParamLayout.of(p, lane_leaf)
+    if layout.is_none:
+        return layout, np.zeros((0, lanes), dtype=dtype)
+    rows = []
+    for leaf, per_lane in zip(_pytree.leaves(p), lane_leaf, strict=True):
+        value = np.asarray(_host(leaf))
+        if value.dtype.kind not in "fiub":
+            raise KernelUnsupportedError(
+                f"the compiled kernels take numeric parameters, got {value.dtype}; use {ARRAY_PATH}"
+            )
+        if not per_lane:
+            value = np.broadcast_to(value[..., None], (*value.shape, lanes))
+        rows.append(value.reshape(-1, lanes))
+    kinds = {
+        np.dtype(dtype) if isinstance(leaf, (int, float)) else np.asarray(_host(leaf)).dtype
+        for leaf in _pytree.leaves(p)
+    }
+    row_dtype = np.dtype(dtype) if kinds == {np.dtype(dtype)} else np.float64
+    return layout, np.ascontiguousarray(np.concatenate(rows).astype(row_dtype))
+
+
+def _host(x: Any) -> Any:
+    from ..backends import to_host
+
+    if hasattr(x, "__array_namespace__") and not isinstance(x, np.ndarray):
+        return to_host(x)
+    return x

@@ -1,0 +1,608 @@
+"""Generate the per-lane integration as Python source, from a ``StepperDescription``.
+
+The source defines undecorated functions; ``compiler`` compiles them with numba for a target:
+
+``maximum, minimum``
+    NaN-propagating like ``numpy.maximum``/``minimum`` (so failing lanes fail the same way).
+``rhs(y_0, ..., y_{n-1}, p, t)``
+    The user's ``f`` (global ``user_f``) on one lane, its rows cast to the state's dtype.
+``block(j0, L, U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, NACC,
+NREJ, NF)``
+    Integrates lanes ``j0 .. j0 + B - 1`` to their end with the array path's semantics
+    (``dxode._integrator``): per-lane steps taken in masked lockstep, stages unrolled. Its
+    inner attempt loop runs over the ``B`` lanes of the block with no branches on lane data,
+    so the CPU compiler vectorizes it across trajectories. With ``record`` it also returns
+    every accepted step ``(times, states, count)`` (one-lane blocks only).
+``run_blocks`` (CPU) / ``run_lanes`` (CUDA)
+    The drivers: blocks over threads (``prange``), or one CUDA thread per lane.
+
+Every constant is cast to the state's dtype (``DT``), so float32 runs in float32 as the array
+path does. Sums over stages and state components run in the array path's order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .description import StepperDescription
+
+__all__ = ["KernelLayout", "generate"]
+
+# Bumped whenever the generated code changes meaning (part of every cache key).
+CODEGEN_VERSION = 4
+
+# Outputs of ``block``'s per-lane return codes (``dxode.ReturnCode`` values).
+_SUCCESS, _MAXITERS, _DTMIN, _UNSTABLE = 0, 1, 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelLayout:
+    """Everything fixed at compile time besides the method (the option signature).
+
+    Attributes
+    ----------
+    n : int
+        State components.
+    dtype : str
+        ``"float32"`` or ``"float64"``.
+    params : str
+        Source text of one lane's ``p`` in terms of ``P[k, g]`` (``ParamLayout.expression``).
+    u_as_array : bool
+        Pass ``u`` to ``f`` as a small array instead of a tuple.
+    block : int
+        Lanes per block (``B``); 1 for CUDA and for recorded single solves.
+    target : str
+        ``"cpu"`` or ``"cuda"``.
+    adaptive : bool
+        Adaptive steps (else fixed ``dt``).
+    controller : tuple of float
+        ``(beta1, beta2, beta3, safety, factor_min, factor_max)``.
+    record : bool
+        Record every accepted step (one-lane blocks).
+    param_rows : int
+        Rows of the parameter array ``P``.
+    param_dtype : str
+        Its dtype.
+    """
+
+    n: int
+    dtype: str
+    params: str
+    u_as_array: bool
+    block: int
+    target: str
+    adaptive: bool
+    controller: tuple[float, float, float, float, float, float]
+    record: bool = False
+    param_rows: int = 0
+    param_dtype: str = "float64"
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def __call__(self, line: str = "") -> None:
+        self.lines.append("    " * self.depth + line if line else "")
+
+    def indent(self) -> _Writer:
+        self.depth += 1
+        return self
+
+    def dedent(self) -> None:
+        self.depth -= 1
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _const(x: float) -> str:
+    """A dtype-cast literal (exact: ``repr`` round-trips doubles)."""
+    if math.isinf(x):
+        return "DT(np.inf)" if x > 0 else "DT(-np.inf)"
+    return f"DT({float(x)!r})"
+
+
+def _combine(base: str | None, h: str, weights: tuple[float, ...], terms: list[str]) -> str:
+    """``base + h * (w0*t0 + w1*t1 + ...)`` in the array path's order (``base`` optional)."""
+    products = [f"{_const(w)} * {t}" for w, t in zip(weights, terms, strict=False)]
+    total = products[0]
+    for product in products[1:]:
+        total = f"({total} + {product})"
+    increment = f"({total}) * {h}"
+    return increment if base is None else f"{increment} + {base}"
+
+
+def _sum_of_squares(values: list[str]) -> str:
+    total = f"{values[0]} * {values[0]}"
+    for v in values[1:]:
+        total = f"({total} + {v} * {v})"
+    return total
+
+
+def generate(desc: StepperDescription, layout: KernelLayout) -> str:
+    """The module source for ``desc`` under ``layout`` (deterministic: a cache key)."""
+    w = _Writer()
+    n, s, e = layout.n, desc.stages, desc.extra_stages
+    cuda = layout.target == "cuda"
+    w(
+        f'"""dxode kernel: {desc.name}, n={n}, {layout.dtype}, target {layout.target} '
+        f'(generated; codegen {CODEGEN_VERSION})."""'
+    )
+    w("import math")
+    w("import numpy as np")
+    if cuda:
+        w("from numba import cuda")
+        w(f"from numba import {layout.dtype} as DTN")
+        w(f"from numba import {layout.param_dtype} as PDTN")
+    else:
+        w("from numba import prange")
+    w(f"DT = np.{layout.dtype}")
+    w("user_f = None  # bound to the compiled user function before compiling")
+    w()
+    _write_minmax(w)
+    _write_rhs(w, layout)
+    _write_attempt_function(w, desc, layout, n, s)
+    _write_block(w, desc, layout, n, s, e)
+    if cuda:
+        _write_cuda_driver(w)
+    else:
+        _write_cpu_driver(w, layout)
+    return w.text()
+
+
+def _write_minmax(w: _Writer) -> None:
+    w("def maximum(a, b):")
+    w("    return a if (a != a or a >= b) else b")
+    w()
+    w("def minimum(a, b):")
+    w("    return a if (a != a or a <= b) else b")
+    w()
+
+
+def _alloc(layout: KernelLayout, shape: str, kind: str = "DT") -> str:
+    """Source allocating a block-local array (``kind``: ``"DT"``, ``"int"`` or ``"P"``, the
+    parameters' dtype)."""
+    if layout.target == "cuda":
+        if kind == "P":
+            shape = f"({layout.param_rows}, {layout.block})"
+        dtype = {"DT": "DTN", "int": "np.int64", "P": "PDTN"}[kind]
+        return f"cuda.local.array({shape}, {dtype})"
+    dtype = {"DT": "DT", "int": "np.int64", "P": "P.dtype"}[kind]
+    return f"np.empty({shape}, {dtype})"
+
+
+def _write_rhs(w: _Writer, layout: KernelLayout) -> None:
+    n = layout.n
+    ys = [f"y{m}" for m in range(n)]
+    w(f"def rhs({', '.join(ys)}, p, t):")
+    w.indent()
+    if layout.u_as_array:
+        w(f"u = {_alloc(layout, str(n))}")
+        for m in range(n):
+            w(f"u[{m}] = y{m}")
+        w("r = user_f(u, p, t)")
+    else:
+        w(f"r = user_f(({''.join(y + ', ' for y in ys)}), p, t)")
+    w("return (" + "".join(f"DT(r[{m}]), " for m in range(n)) + ")")
+    w.dedent()
+    w()
+
+
+def _rms(values: list[str], n: int) -> str:
+    return f"math.sqrt({_sum_of_squares(values)} / DT({n}))"
+
+
+def _write_block(
+    w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int, e: int
+) -> None:
+    B = layout.block
+    M = range(n)
+    eps = float(np.finfo(layout.dtype).eps)
+    tiny = float(np.finfo(layout.dtype).smallest_normal)
+    beta1, beta2, beta3, safety, fmin, fmax = layout.controller
+    k_err = (desc.error_order or 0) + 1
+    w(
+        "def block(j0, L, U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, "
+        "RET, NACC, NREJ, NF):"
+    )
+    w.indent()
+    w("RTOL = SCAL[0]")
+    w("DTV = SCAL[1]")
+    w("DTMIN = SCAL[2]")
+    w("DTMAX = SCAL[3]")
+    w("D = SCAL[4]")
+    w("MAXITERS = IVALS[0]")
+    w("HAS_DT = IVALS[1] != 0")
+    w("HAS_DTMIN = IVALS[2] != 0")
+    w("HAS_DTMAX = IVALS[3] != 0")
+    w("NSAVE = TS.shape[0] - 1")
+    w("NSTOP = TSTOPS.shape[0]")
+    w("NFS = 1 if HAS_DT else 2")
+    w(f"EVALS = {desc.rhs_per_attempt}")
+    for m in M:
+        w(f"atol{m} = ATOL[{m}]")
+    for name in ("U", "F"):
+        w(f"{name} = {_alloc(layout, f'({n}, {B})')}")
+    w(f"W = {_alloc(layout, f'({_workspace_rows(desc, n) * B},)')}")
+    w(f"PB = {_alloc(layout, f'(P.shape[0], {B})', 'P')}")
+    for name in ("T", "H", "TE", "HS", "HA", "TG", "PREV1", "PREV2"):
+        w(f"{name} = {_alloc(layout, f'({B},)')}")
+    for name in ("LANE", "ACT", "NA", "SI", "STI", "NFX", "HIT", "USE"):
+        w(f"{name} = {_alloc(layout, f'({B},)', 'int')}")
+    if layout.record:
+        w("TREC = np.empty(64, DT)")
+        w(f"UREC = np.empty((64, {n}), DT)")
+        w("nrec = 0")
+    w("nact = 0")
+    w(f"nlive = min({B}, L - j0)")
+    # ---- initialise each lane: f0, the first step, the first save, the tstops passed
+    w(f"for j in range({B}):")
+    w.indent()
+    w("g = j0 + j")
+    w("live = g < L")
+    w("if not live:")
+    w("    g = j0")
+    w("LANE[j] = g")
+    w("t = DT(T0[g])")
+    w("T[j] = t")
+    w("TE[j] = DT(T1[g])")
+    w(f"p = {layout.params.replace('COL', 'g')}")
+    w("for k in range(P.shape[0]):")
+    w("    PB[k, j] = P[k, g]")
+    for m in M:
+        w(f"u{m} = U0[{m}, g]")
+        w(f"U[{m}, j] = u{m}")
+    w(f"{', '.join(f'f{m}' for m in M)}, = rhs({', '.join(f'u{m}' for m in M)}, p, t)")
+    for m in M:
+        w(f"F[{m}, j] = f{m}")
+    w("if HAS_DT:")
+    w("    h = DTV")
+    w("else:")
+    w.indent()
+    _write_initial_step(w, desc, n)
+    w.dedent()
+    w("if HAS_DTMAX:")
+    w("    h = minimum(h, DTMAX)")
+    w("H[j] = h")
+    w("PREV1[j] = DT(1.0)")
+    w("PREV2[j] = DT(1.0)")
+    w("NA[j] = 0")
+    w("NFX[j] = 0")
+    w("SI[j] = 0")
+    w("if NSAVE > 0 and TS[0, g] == t:")
+    w("    SI[j] = 1")
+    w("    if live:")
+    for m in M:
+        w(f"        SAVED[g, 0, {m}] = u{m}")
+    w("STI[j] = 0")
+    w("for k in range(NSTOP):")
+    w("    if D * (TSTOPS[k] - t) <= DT(0.0):")
+    w("        STI[j] += 1")
+    w("ACT[j] = 1 if live else 0")
+    w("nact += ACT[j]")
+    w.dedent()
+    if layout.record:
+        w("TREC[0] = T[0]")
+        for m in M:
+            w(f"UREC[0, {m}] = U[{m}, 0]")
+        w("nrec = 1")
+    # ---- the steps
+    w("it = 0")
+    w("while nact > 0:")
+    w.indent()
+    w("if it >= MAXITERS:")
+    w(f"    for j in range({B}):")
+    w("        if ACT[j] != 0:")
+    _write_retire(w, n, str(_MAXITERS), depth=3)
+    w("    break")
+    w("it += 1")
+    # step sizes: the controller's proposal, clipped to land on the target
+    w(f"for j in range({B}):")
+    w.indent()
+    w("target = TE[j]")
+    w("use = 0")
+    w("if STI[j] < NSTOP:")
+    w("    stop = TSTOPS[STI[j]]")
+    w("    if D * (stop - target) < DT(0.0):")
+    w("        target = stop")
+    w("        use = 1")
+    w("remaining = D * (target - T[j])")
+    w("habs = abs(H[j]) if ACT[j] != 0 else DT(0.0)")
+    w(f"hit = habs >= remaining * {_const(1.0 - 1e-3)}")
+    w("if hit:")
+    w("    habs = remaining")
+    w("HA[j] = habs")
+    w("HS[j] = D * habs")
+    w("HIT[j] = 1 if hit else 0")
+    w("USE[j] = use")
+    w("TG[j] = target")
+    w.dedent()
+    # the attempt: every lane of the block, stages unrolled (the vectorized loop)
+    w("attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive)")
+    # accept or reject, save, advance, retire (per lane)
+    w(f"for j in range({B}):")
+    w.indent()
+    w("if ACT[j] == 0:")
+    w("    continue")
+    w("g = LANE[j]")
+    w("t = T[j]")
+    w("hs = HS[j]")
+    w(f"tn = {_w(layout, desc, 'tn')}")
+    if desc.adaptive and layout.adaptive:
+        w(f"err = {_w(layout, desc, 'err')}")
+        w("fin = math.isfinite(err)")
+        w("if not fin:")
+        w("    err = DT(np.inf)")
+        w(f"ee = maximum(err, {_const(1e-10)})")
+        w(f"factor = {_const(safety)} * ee ** {_const(-beta1 / k_err)}")
+        if beta2 != 0.0:
+            w(f"factor = factor * PREV1[j] ** {_const(-beta2 / k_err)}")
+        if beta3 != 0.0:
+            w(f"factor = factor * PREV2[j] ** {_const(-beta3 / k_err)}")
+        w("acc = err <= DT(1.0)")
+        w(f"factor = minimum(maximum(factor, {_const(fmin)}), {_const(fmax)})")
+        w("if not acc:")
+        w(f"    factor = minimum(factor, {_const(safety)})")
+        if beta2 != 0.0 or beta3 != 0.0:
+            w("if acc:")
+            w("    PREV2[j] = PREV1[j]")
+            w("    PREV1[j] = ee")
+        w("hnext = HA[j] * factor")
+    else:
+        w(f"fin = {_w(layout, desc, 'err')} != DT(0.0)")
+        w("acc = fin")
+        w("hnext = DTV")
+    w("if HAS_DTMAX:")
+    w("    hnext = minimum(hnext, DTMAX)")
+    w("if acc:")
+    w.indent()
+    w("if NSAVE > 0:")
+    w.indent()
+    _write_saves(w, desc, layout, n, s, e)
+    w.dedent()
+    if layout.record:
+        w("if nrec == TREC.shape[0]:")
+        w("    TREC2 = np.empty(2 * nrec, DT)")
+        w(f"    UREC2 = np.empty((2 * nrec, {n}), DT)")
+        w("    TREC2[:nrec] = TREC")
+        w("    UREC2[:nrec] = UREC")
+        w("    TREC = TREC2")
+        w("    UREC = UREC2")
+        w("TREC[nrec] = tn")
+        for m in M:
+            w(f"UREC[nrec, {m}] = {_w(layout, desc, 'u1', m=m)}")
+        w("nrec += 1")
+    for m in M:
+        w(f"U[{m}, j] = {_w(layout, desc, 'u1', m=m)}")
+        if desc.fsal:
+            w(f"F[{m}, j] = {_w(layout, desc, 'k', s - 1, m)}")
+    w("T[j] = tn")
+    w("NA[j] += 1")
+    w("if HIT[j] != 0 and USE[j] != 0:")
+    w("    STI[j] += 1")
+    w.dedent()
+    w("H[j] = hnext")
+    w("code = -1")
+    w("if acc:")
+    w("    if T[j] == TE[j]:")
+    w(f"        code = {_SUCCESS}")
+    w("else:")
+    w.indent()
+    if desc.adaptive and layout.adaptive:
+        w("if HAS_DTMIN:")
+        w("    dtmin = DTMIN")
+        w("else:")
+        w(f"    dtmin = {_const(16 * eps)} * abs(T[j]) + {_const(tiny)}")
+        w("if not (hnext >= dtmin):")
+        w(f"    code = {_DTMIN} if fin else {_UNSTABLE}")
+    else:
+        w(f"code = {_UNSTABLE}")
+    w.dedent()
+    w("if code >= 0:")
+    _write_retire(w, n, "code", depth=1)
+    w.dedent()
+    w.dedent()
+    if layout.record:
+        w("return TREC, UREC, nrec")
+    w.dedent()
+    w()
+
+
+def _workspace_rows(desc: StepperDescription, n: int) -> int:
+    """Rows of the attempt's output workspace: stages, the proposed state, error, end time."""
+    return desc.stages * n + n + 2
+
+
+def _w(layout: KernelLayout, desc: StepperDescription, what: str, i: int = 0, m: int = 0) -> str:
+    """Lane ``j``'s entry of the workspace ``W`` (rows of ``B`` lanes, one flat array).
+
+    Everything the attempt loop writes goes to this one array at offsets that are constant
+    multiples of ``B``: the vectorizer then needs no run-time alias checks between outputs
+    (with one array per output it gave up: too many pointer pairs to check).
+    """
+    n, s = layout.n, desc.stages
+    row = {"k": i * n + m, "u1": s * n + m, "err": s * n + n, "tn": s * n + n + 1}[what]
+    return f"W[{row * layout.block} + j]"
+
+
+def _write_retire(w: _Writer, n: int, code: str, depth: int) -> None:
+    pad = "    " * depth
+    w(f"{pad}g = LANE[j]")
+    w(f"{pad}RET[g] = {code}")
+    w(f"{pad}TEND[g] = T[j]")
+    for m in range(n):
+        w(f"{pad}UEND[g, {m}] = U[{m}, j]")
+    w(f"{pad}NACC[g] = NA[j]")
+    w(f"{pad}NREJ[g] = it - NA[j]")
+    w(f"{pad}NF[g] = NFS + EVALS * it + NFX[j]")
+    w(f"{pad}ACT[j] = 0")
+    w(f"{pad}nact -= 1")
+
+
+def _write_initial_step(w: _Writer, desc: StepperDescription, n: int) -> None:
+    """Hairer–Nørsett–Wanner's first step, as ``dxode._norms.initial_step`` computes it."""
+    M = range(n)
+    for m in M:
+        w(f"sc{m} = atol{m} + RTOL * abs(u{m})")
+    w(f"d0 = {_rms([f'(u{m} / sc{m})' for m in M], n)}")
+    w(f"d1 = {_rms([f'(f{m} / sc{m})' for m in M], n)}")
+    w("span = abs(TE[j] - t)")
+    w(f"if d0 < {_const(1e-5)} or d1 < {_const(1e-5)}:")
+    w(f"    h0 = {_const(1e-6)}")
+    w("else:")
+    w(f"    h0 = {_const(0.01)} * d0 / d1")
+    w("h0 = minimum(h0, span)")
+    for m in M:
+        w(f"v{m} = u{m} + (D * h0) * f{m}")
+    w(f"{', '.join(f'w{m}' for m in M)}, = rhs({', '.join(f'v{m}' for m in M)}, p, t + D * h0)")
+    w(f"d2 = {_rms([f'((w{m} - f{m}) / sc{m})' for m in M], n)} / h0")
+    w("dmax = maximum(d1, d2)")
+    w(f"if dmax <= {_const(1e-15)}:")
+    w(f"    h1 = maximum({_const(1e-6)}, h0 * {_const(1e-3)})")
+    w("else:")
+    w(f"    h1 = ({_const(0.01)} / dmax) ** {_const(1.0 / (desc.order + 1))}")
+    w(f"h = minimum(minimum({_const(100.0)} * h0, h1), span)")
+
+
+def _write_attempt_function(
+    w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int
+) -> None:
+    """``attempt``: one trial step of every lane of a block, outputs into the workspace ``W``.
+
+    A function of its own (not inlined into ``block``): LLVM vectorizes its lane loop, whose
+    bound is read at run time so that it is vectorized rather than unrolled. It runs over the
+    block's first ``nlive`` lanes: the padding of a last, partial block is skipped.
+    """
+    w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive):")
+    w.indent()
+    for m in range(n):
+        w(f"atol{m} = ATOL[{m}]")
+    w("for j in range(nlive):")
+    w.indent()
+    _write_attempt(w, desc, layout, n, s)
+    w.dedent()
+    w.dedent()
+    w()
+
+
+def _write_attempt(
+    w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int
+) -> None:
+    M = range(n)
+    us = [f"u{m}" for m in M]
+    w("t = T[j]")
+    w("hs = HS[j]")
+    w(f"p = {layout.params.replace('P[', 'PB[').replace('COL', 'j')}")
+    for m in M:
+        w(f"u{m} = U[{m}, j]")
+    if desc.fsal:
+        for m in M:
+            w(f"k0_{m} = F[{m}, j]")
+    else:
+        w(f"{', '.join(f'k0_{m}' for m in M)}, = rhs({', '.join(us)}, p, t)")
+    for i in range(1, s):
+        for m in M:
+            terms = [f"k{j}_{m}" for j in range(i)]
+            w(f"y{m} = {_combine(f'u{m}', 'hs', desc.a[i], terms)}")
+        ys = ", ".join(f"y{m}" for m in M)
+        w(f"{', '.join(f'k{i}_{m}' for m in M)}, = rhs({ys}, p, t + {_const(desc.c[i])} * hs)")
+    for m in M:
+        if desc.fsal:
+            w(f"v{m} = y{m}")
+        else:
+            terms = [f"k{j}_{m}" for j in range(s)]
+            w(f"v{m} = {_combine(f'u{m}', 'hs', desc.b, terms)}")
+        w(f"{_w(layout, desc, 'u1', m=m)} = v{m}")
+        for i in range(s):
+            w(f"{_w(layout, desc, 'k', i, m)} = k{i}_{m}")
+    if desc.adaptive and layout.adaptive:
+        for m in M:
+            terms = [f"k{j}_{m}" for j in range(s)]
+            w(f"e{m} = {_combine(None, 'hs', desc.b_error, terms)}")
+            w(f"q{m} = e{m} / (RTOL * maximum(abs(u{m}), abs(v{m})) + atol{m})")
+        w(f"{_w(layout, desc, 'err')} = {_rms([f'q{m}' for m in M], n)}")
+    else:
+        finite = " and ".join(f"math.isfinite(v{m})" for m in M)
+        w(f"{_w(layout, desc, 'err')} = DT(1.0) if ({finite}) else DT(0.0)")
+    # Both sides loaded unconditionally: a conditional load would stop the vectorizer.
+    w("landing = TG[j]")
+    w("stepped = t + hs")
+    w(f"{_w(layout, desc, 'tn')} = landing if HIT[j] != 0 else stepped")
+
+
+def _write_saves(
+    w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int, e: int
+) -> None:
+    """Fill the save points the accepted step passed, from the method's dense output."""
+    M = range(n)
+    w("while D * (TS[SI[j], g] - tn) <= DT(0.0):")
+    w.indent()
+    w("ts = TS[SI[j], g]")
+    w("theta = (ts - t) / hs")
+    w(f"p = {layout.params.replace('COL', 'g')}")
+    for m in M:
+        w(f"u{m} = U[{m}, j]")
+        for i in range(s):
+            w(f"k{i}_{m} = {_w(layout, desc, 'k', i, m)}")
+    for x in range(e):
+        i = s + x
+        for m in M:
+            terms = [f"k{j}_{m}" for j in range(i)]
+            w(f"y{m} = {_combine(f'u{m}', 'hs', desc.a_extra[x], terms)}")
+        ys = ", ".join(f"y{m}" for m in M)
+        at = f"t + {_const(desc.c_extra[x])} * hs"
+        w(f"{', '.join(f'k{i}_{m}' for m in M)}, = rhs({ys}, p, {at})")
+    for i, row in enumerate(desc.interpolant):
+        horner = f"{_const(row[-1])} * theta"
+        for coefficient in reversed(row[:-1]):
+            horner = f"({horner} + {_const(coefficient)}) * theta"
+        w(f"w{i} = {horner}")
+    w("if theta == DT(1.0):")
+    for m in M:
+        w(f"    SAVED[g, SI[j], {m}] = {_w(layout, desc, 'u1', m=m)}")
+    w("else:")
+    for m in M:
+        terms = [f"k{i}_{m}" for i in range(s + e)]
+        weights = [f"w{i}" for i in range(s + e)]
+        products = [f"{wt} * {t}" for wt, t in zip(weights, terms, strict=True)]
+        total = products[0]
+        for product in products[1:]:
+            total = f"({total} + {product})"
+        w(f"    SAVED[g, SI[j], {m}] = ({total}) * hs + u{m}")
+    if e:
+        w(f"NFX[j] += {e}")
+    w("SI[j] += 1")
+    w.dedent()
+
+
+def _write_cpu_driver(w: _Writer, layout: KernelLayout) -> None:
+    w(
+        "def run_blocks(U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, "
+        "NACC, NREJ, NF):"
+    )
+    w(f"    nblocks = (U0.shape[1] + {layout.block - 1}) // {layout.block}")
+    w("    for b in prange(nblocks):")
+    w(
+        f"        block(b * {layout.block}, U0.shape[1], U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, "
+        "IVALS, SAVED, UEND, TEND, RET, NACC, NREJ, NF)"
+    )
+    w()
+
+
+def _write_cuda_driver(w: _Writer) -> None:
+    w(
+        "def run_lanes(U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, "
+        "NACC, NREJ, NF):"
+    )
+    w("    g = cuda.grid(1)")
+    w("    if g < U0.shape[1]:")
+    w(
+        "        block(g, U0.shape[1], U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, "
+        "UEND, TEND, RET, NACC, NREJ, NF)"
+    )
+    w()

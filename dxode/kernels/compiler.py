@@ -1,0 +1,195 @@
+"""Compile generated kernels once per signature: in memory, and on disk where numba allows.
+
+A kernel is identified by the user's ``f`` (its source and closed-over values), the method's
+description and the ``KernelLayout``. The generated source is written to the kernel cache
+directory (``$DXODE_KERNEL_CACHE``, else ``~/.cache/dxode/kernels``) and imported from there,
+so numba's own on-disk cache (``cache=True``, which needs functions backed by a source file)
+keeps the machine code between processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .codegen import CODEGEN_VERSION, KernelLayout, generate
+from .description import StepperDescription
+from .errors import ARRAY_PATH, KernelCompileError
+from .rhs_source import function_key, numba_ready, where_defined
+
+__all__ = ["CompiledKernel", "cache_dir", "compile_kernel", "user_function_mode"]
+
+_LOCK = threading.Lock()
+_COMPILED: dict[tuple[Any, ...], CompiledKernel] = {}
+_MODES: dict[tuple[Any, ...], bool] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledKernel:
+    """A compiled kernel: the one-block integrator and the batch driver.
+
+    ``block`` integrates one block (a numba dispatcher: for CUDA a device function);
+    ``driver`` runs a whole batch (``run_blocks`` over threads, or the CUDA kernel ``run_lanes``).
+    ``source_path`` is the generated source, kept for inspection; ``module`` the imported
+    generated module (its compiled ``attempt``, ``rhs``, ... for inspection and reuse).
+    """
+
+    description: StepperDescription
+    layout: KernelLayout
+    block: Any
+    driver: Any
+    source_path: Path
+    f: Callable[..., Any]
+    module: Any = None
+
+    def call(self, function: Any, *args: Any) -> Any:
+        """Call ``function`` (``block``/``driver``), turning numba's typing errors about ``f``
+        into a ``KernelCompileError``."""
+        import numba
+
+        try:
+            return function(*args)
+        except numba.core.errors.TypingError as err:
+            raise _compile_error(self.f, err) from None
+
+
+def cache_dir() -> Path:
+    """Where generated kernel sources (and numba's cache beside them) are kept."""
+    env = os.environ.get("DXODE_KERNEL_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "dxode" / "kernels"
+
+
+def user_function_mode(
+    f: Callable[..., Any], n: int, dtype: str, p_example: Any, target: str
+) -> bool:
+    """Whether ``f`` must get ``u`` as an array (``True``) or takes a tuple (``False``).
+
+    ``f`` is type-checked with numba for one lane: first with ``u`` as a tuple of numbers,
+    then as a 1-D array. Raises ``KernelCompileError`` (naming ``f``'s file and line and
+    numba's reason) when neither compiles.
+    """
+    import numba
+    from numba.core import types
+
+    p_type = numba.typeof(p_example)
+    key = (function_key(f), n, dtype, str(p_type), target)
+    if key in _MODES:
+        return _MODES[key]
+    dt = getattr(types, dtype)
+    ready = numba_ready(f)
+    first_error = None
+    for as_array in (False, True):
+        u_type = types.Array(dt, 1, "C") if as_array else types.UniTuple(dt, n)
+        try:
+            numba.njit(ready).compile((u_type, p_type, dt))
+        except numba.core.errors.NumbaError as err:
+            first_error = first_error or err
+            continue
+        _MODES[key] = as_array
+        return as_array
+    assert first_error is not None
+    raise _compile_error(f, first_error) from None
+
+
+def compile_kernel(
+    f: Callable[..., Any], description: StepperDescription, layout: KernelLayout
+) -> CompiledKernel:
+    """The compiled kernel for ``f``, the method and the layout (built once, then reused)."""
+    import numba
+
+    key = (function_key(f), description, layout, numba.__version__)
+    with _LOCK:
+        kernel = _COMPILED.get(key)
+        if kernel is None:
+            kernel = _COMPILED[key] = _build(f, description, layout, key[0])
+    return kernel
+
+
+def _build(
+    f: Callable[..., Any], description: StepperDescription, layout: KernelLayout, fkey: str
+) -> CompiledKernel:
+    import numba
+
+    source = (
+        generate(description, layout)
+        + f"# user f: {where_defined(f)} ({fkey}); numba {numba.__version__}\n"
+    )
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    path = _write_source(source, f"dxode_kernel_v{CODEGEN_VERSION}_{digest}.py")
+    module = _import(path, f"_dxode_kernel_{digest}")
+    ready = numba_ready(f)
+    if layout.target == "cuda":
+        from numba import cuda
+
+        device = lambda fn: cuda.jit(device=True, inline=True)(fn)
+        module.user_f = device(ready)
+        for name in ("maximum", "minimum", "rhs"):
+            setattr(module, name, device(getattr(module, name)))
+        module.attempt = cuda.jit(device=True)(module.attempt)
+        module.block = cuda.jit(device=True)(module.block)
+        driver = cuda.jit(module.run_lanes)
+    else:
+        # NumPy's error model: x / 0 is inf or nan as on the array path, and no
+        # ZeroDivisionError branch in the lane loop (it would stop the vectorizer).
+        inline = numba.njit(inline="always", error_model="numpy")
+        module.user_f = inline(ready)
+        for name in ("maximum", "minimum", "rhs"):
+            setattr(module, name, inline(getattr(module, name)))
+        compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
+        module.attempt = compiled(module.attempt)
+        module.block = compiled(module.block)
+        driver = numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")(
+            module.run_blocks
+        )
+    return CompiledKernel(description, layout, module.block, driver, path, f, module)
+
+
+def _write_source(source: str, name: str) -> Path:
+    directory = cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    if not path.exists() or path.read_text() != source:
+        tmp = directory / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    return path
+
+
+def _import(path: Path, name: str) -> Any:
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+def _compile_error(f: Callable[..., Any], err: Exception) -> KernelCompileError:
+    reason = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).split("During: ")[0].strip()
+    return KernelCompileError(
+        f"the right-hand side f defined at {where_defined(f)} cannot be compiled by numba for "
+        f"the kernel path; numba says:\n{reason}\n"
+        f"Write f with arithmetic, math/NumPy scalar functions and a list or tuple of rows "
+        f"returned (see the kernels guide), or use {ARRAY_PATH}, which runs any f."
+    )
+
+
+def dtype_name(dtype: Any) -> str:
+    """``"float32"`` or ``"float64"`` for a floating dtype (kernels support these two)."""
+    return np.dtype(dtype).name

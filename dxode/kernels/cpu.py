@@ -1,0 +1,53 @@
+"""Run a batch on the CPU: blocks of lanes (SIMD across trajectories) spread over threads."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from .batch import DEFAULT_BLOCK, KernelBatch, KernelResult
+
+__all__ = ["run_cpu"]
+
+
+@contextlib.contextmanager
+def _threads(threads: int | None) -> Iterator[None]:
+    """Run with ``threads`` numba threads (``None``: numba's default, ``NUMBA_NUM_THREADS``)."""
+    if threads is None:
+        yield
+        return
+    import numba
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
+
+
+def run_cpu(
+    batch: KernelBatch, block: int = DEFAULT_BLOCK, threads: int | None = None, record: bool = False
+) -> KernelResult:
+    """Integrate every lane of ``batch``; lanes in blocks of ``block``.
+
+    Each lane's arithmetic is its own (no fastmath, no reductions across lanes), so results
+    are bitwise the same for every block size and thread count. ``record`` (one lane only)
+    also returns every accepted step.
+    """
+    if record:
+        block = 1
+    kernel = batch.prepare("cpu", block, record)
+    args = batch.arguments()
+    outs = batch.outputs()
+    steps = None
+    with _threads(threads):
+        if record:
+            t_rec, u_rec, count = kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs)
+            steps = (t_rec[:count].copy(), u_rec[:count].copy())
+        elif batch.n_lanes <= block:  # one block: skip the thread pool's start-up
+            kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs)
+        else:
+            kernel.call(kernel.driver, *args, *outs)
+    saved, u, t, ret, nacc, nrej, nf = outs
+    return KernelResult(ret, t, u, nacc, nrej, nf, saved, steps)

@@ -1,0 +1,91 @@
+"""``EnsembleKernel``: ensembles solved by compiled whole-trajectory kernels."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ..ensemble.algorithms import AbstractEnsembleAlgorithm
+from ..ensemble.batch import BatchResult, BatchSpec
+from ..ensemble.problem import EnsembleProblem
+from .errors import ARRAY_PATH, KernelUnsupportedError
+
+__all__ = ["EnsembleKernel"]
+
+_DEVICES = ("cpu", "cuda")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleKernel(AbstractEnsembleAlgorithm):
+    """Each trajectory integrated by a compiled kernel (numba), from the unchanged ``f``.
+
+    The method's tableau, the step-size control, the return codes and statistics are the
+    array path's (``EnsembleArray``), lane by lane; ``f`` is compiled once per method and
+    option signature and reused (see the kernels guide for what ``f`` may contain).
+
+    Parameters
+    ----------
+    device : {"cpu", "cuda"}
+        ``"cpu"``: lanes in blocks of ``block_size`` computed together with SIMD, blocks spread
+        over ``threads`` threads. ``"cuda"``: one GPU thread per trajectory (numba-cuda;
+        CuPy arrays in and out when the problem's arrays are CuPy arrays).
+    block_size : int
+        Lanes per SIMD block on the CPU (results do not depend on it).
+    threads : int, optional
+        CPU threads (default: numba's, ``NUMBA_NUM_THREADS``).
+    """
+
+    device: str = "cpu"
+    block_size: int = 32
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.device not in _DEVICES:
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        if (
+            isinstance(self.block_size, bool)
+            or not isinstance(self.block_size, int)
+            or (self.block_size <= 0)
+        ):
+            raise ValueError(f"block_size must be a positive integer, got {self.block_size!r}")
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads <= 0
+        ):
+            raise ValueError(f"threads must be a positive integer or None, got {self.threads!r}")
+
+    @property
+    def default_batch_size(self) -> int:  # type: ignore[override]
+        return 1_000_000 if self.device == "cuda" else 100_000
+
+    def lanes_for_gradients(self, batch_size: int) -> int:
+        raise KernelUnsupportedError(
+            "gradients are not computed by the compiled kernels yet; differentiate with "
+            "ensemble_alg=EnsembleArray() (the array path)"
+        )
+
+    def run_batch(
+        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+    ) -> BatchResult:
+        from .ensemble_batch import solve_kernel_batch
+
+        if spec.callback is not None:
+            raise KernelUnsupportedError(
+                f"callbacks are not in the compiled kernels yet; use {ARRAY_PATH} for "
+                f"solves with callback=..."
+            )
+        if spec.dense:
+            raise KernelUnsupportedError(
+                f"the compiled kernels keep no dense output; use saveat=..., or {ARRAY_PATH} "
+                f"for dense=True"
+            )
+        return solve_kernel_batch(self, eprob, indices, spec, repeat)
+
+    def describe_device(self) -> str:
+        """``"cpu"`` or ``"cuda"`` (for messages)."""
+        return self.device
+
+    def options(self) -> dict[str, Any]:
+        """The run options the device modules take."""
+        return {"block": self.block_size, "threads": self.threads}

@@ -1,0 +1,71 @@
+"""One ensemble batch through a compiled kernel: lanes built as the array path builds them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._timegrid import stop_times
+from ..backends import get_backend
+from ..ensemble.batch import BatchResult, BatchSpec, _build_lanes, _lane_save_grid
+from ..ensemble.problem import EnsembleProblem
+from .batch import KernelBatch, lane_params
+from .errors import ARRAY_PATH, KernelUnsupportedError
+
+__all__ = ["solve_kernel_batch"]
+
+
+def solve_kernel_batch(
+    alg: Any, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+) -> BatchResult:
+    """Solve trajectories ``indices`` (attempt ``repeat``) with ``alg``'s kernel."""
+    indices = np.asarray(indices, dtype=np.int64)
+    backend = get_backend("numpy")
+    lanes = _build_lanes(eprob, indices, np.asarray(repeat, dtype=np.int64), spec.seed, backend)
+    u0 = np.asarray(lanes.u0)
+    check_state(u0[..., 0])
+    t0, t1 = lanes.t0, lanes.t1
+    shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
+    grid = _lane_save_grid(spec.saveat, t0, t1, shared_span)
+    tstops = stop_times(spec.tstops, float(t0[0]), float(t1[0]))
+    layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype)
+    batch = KernelBatch(eprob.prob.f, u0, params, layout, t0, t1, grid, tstops, spec.options)
+    if alg.device == "cuda":
+        from .cuda import run_cuda
+
+        result = run_cuda(batch, as_cupy=_is_cupy(eprob.prob.u0))
+    else:
+        from .cpu import run_cpu
+
+        result = run_cpu(batch, block=alg.block_size, threads=alg.threads)
+    dtype = u0.dtype
+    t_out = np.asarray(grid[:, 0] if shared_span else grid.T, dtype=dtype)
+    return BatchResult(
+        indices=indices,
+        t=t_out,
+        u=result.saved,
+        retcode=np.asarray(result.retcode, dtype=np.int64),
+        nf=np.asarray(result.nf, dtype=np.int64),
+        naccept=np.asarray(result.naccept, dtype=np.int64),
+        nreject=np.asarray(result.nreject, dtype=np.int64),
+    )
+
+
+def _is_cupy(x: Any) -> bool:
+    """Whether ``x`` is a CuPy array (without importing CuPy)."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def check_state(u0: Any) -> None:
+    """Kernels take 1-D float32/float64 states."""
+    if np.ndim(u0) != 1:
+        raise KernelUnsupportedError(
+            f"the compiled kernels take a 1-D state u0, got shape {np.shape(u0)}; flatten the "
+            f"state (and reshape inside f), or use {ARRAY_PATH}"
+        )
+    if np.asarray(u0).dtype not in (np.float32, np.float64):
+        raise KernelUnsupportedError(
+            f"the compiled kernels run float32 or float64 states, got {np.asarray(u0).dtype}; "
+            f"use {ARRAY_PATH}"
+        )

@@ -1,0 +1,230 @@
+"""The user's ``f(u, p, t)`` made ready for numba, and how its ``p`` reaches each lane.
+
+``f`` stays the function the array path takes. Two things change on the way in:
+
+* a ``return [a, b, c]`` (a list literal) becomes ``return (a, b, c)``: a numba list is a
+  heap object, a tuple lives in registers, which keeps the lane loop vectorizable;
+* ``u`` and ``p`` arrive per lane as tuples of numbers (``x, y, z = u``, ``u[0]`` and
+  ``sigma, rho, beta = p`` work as before). An ``f`` that needs ``u`` as an array (``-k * u``)
+  gets a small array instead, which compiles but does not vectorize.
+
+The rewritten function keeps ``f``'s file name and line numbers, so numba's errors point to
+the user's code.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import hashlib
+import inspect
+import textwrap
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import _pytree
+from .errors import ARRAY_PATH, KernelUnsupportedError
+
+__all__ = ["ParamLayout", "function_key", "numba_ready", "where_defined"]
+
+
+def where_defined(f: Callable[..., Any]) -> str:
+    """``file:line`` of ``f``'s definition (for messages)."""
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return repr(f)
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def function_key(f: Callable[..., Any]) -> str:
+    """A digest that changes when ``f``'s source or the values it closes over change
+    (remembered per function object while its code and closure stay the same)."""
+    identity = (getattr(f, "__code__", None), _closure_identity(f))
+    try:
+        known = _KEYS.get(f)
+    except TypeError:  # not weakly referenceable
+        known = None
+    if known is not None and known[0] == identity:
+        return known[1]
+    key = _function_digest(f)
+    with contextlib.suppress(TypeError):
+        _KEYS[f] = (identity, key)
+    return key
+
+
+_KEYS: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
+
+
+def _closure_identity(f: Callable[..., Any]) -> tuple[int, ...]:
+    return tuple(id(_cell_value(c)) for c in getattr(f, "__closure__", None) or ())
+
+
+def _function_digest(f: Callable[..., Any]) -> str:
+    try:
+        text = inspect.getsource(f)
+    except (OSError, TypeError):
+        text = repr(getattr(f, "__code__", f))
+    cells = getattr(f, "__closure__", None) or ()
+    closed = repr([_cell_value(c) for c in cells])
+    digest = hashlib.sha256(f"{where_defined(f)}\n{text}\n{closed}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _cell_value(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+class _ListReturnsToTuples(ast.NodeTransformer):
+    """``return [a, b]`` becomes ``return (a, b)`` (not inside nested functions)."""
+
+    def visit_Return(self, node: ast.Return) -> ast.Return:
+        if isinstance(node.value, ast.List):
+            node.value = ast.copy_location(
+                ast.Tuple(elts=node.value.elts, ctx=ast.Load()), node.value
+            )
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+        return node if getattr(self, "_inside", False) else self._visit_top(node)
+
+    def _visit_top(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        self._inside = True
+        node.decorator_list = []
+        node.body = [self.visit(stmt) for stmt in node.body]
+        return node
+
+
+def numba_ready(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``f`` with list-literal returns turned into tuples (``f`` itself when its source is not
+    available or it is not a plain ``def``)."""
+    code = getattr(f, "__code__", None)
+    if code is None or f.__name__ == "<lambda>":
+        return f
+    try:
+        source = textwrap.dedent(inspect.getsource(f))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return f
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+        return f
+    func = _ListReturnsToTuples().visit(tree.body[0])
+    freevars = code.co_freevars
+    if freevars:  # rebuild the closure: an outer function takes the closed-over values
+        outer = ast.FunctionDef(
+            name="_dxode_outer",
+            args=ast.arguments(
+                posonlyargs=[],
+                args=[ast.arg(arg=name) for name in freevars],
+                kwonlyargs=[],
+                kw_defaults=[],
+                defaults=[],
+            ),
+            body=[func, ast.Return(value=ast.Name(id=func.name, ctx=ast.Load()))],
+            decorator_list=[],
+            returns=None,
+            type_params=[],
+        )
+        tree.body = [outer]
+    ast.fix_missing_locations(tree)
+    ast.increment_lineno(tree, code.co_firstlineno - 1)
+    namespace = dict(f.__globals__)
+    exec(compile(tree, code.co_filename, "exec"), namespace)
+    if freevars:
+        cells = [_cell_value(c) for c in f.__closure__ or ()]
+        new = namespace["_dxode_outer"](*cells)
+    else:
+        new = namespace[func.name]
+    return types.FunctionType(
+        new.__code__, new.__globals__, f.__name__, f.__defaults__, new.__closure__
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamLayout:
+    """How ``p`` is laid out per lane: its leaves as rows of one ``(rows, L)`` array.
+
+    Attributes
+    ----------
+    structure : tuple
+        For each leaf in order, ``0`` for a number or the length of a 1-D leaf; wrapped in
+        the nested tuple shape of ``p`` (dicts are not supported; lists become tuples).
+    is_none : bool
+        ``p`` is ``None``.
+    """
+
+    structure: Any
+    is_none: bool = False
+
+    @property
+    def rows(self) -> int:
+        """Rows of the parameter array."""
+        return sum(max(size, 1) for size in _flat_sizes(self.structure))
+
+    def expression(self, column: str) -> str:
+        """Source text building one lane's ``p`` from rows ``P[k, column]``."""
+        if self.is_none:
+            return "None"
+        counter = iter(range(self.rows))
+        return _expression(self.structure, column, counter)
+
+    @classmethod
+    def of(cls, p: Any, lane_leaf: list[bool]) -> ParamLayout:
+        """The layout of a batch's ``p`` (per-lane leaves carry a trailing lane axis)."""
+        if p is None:
+            return cls((), is_none=True)
+        if isinstance(p, dict) or _has_dict(p):
+            raise KernelUnsupportedError(
+                "the compiled kernels take p as a number, a 1-D array or a tuple of them, not "
+                f"a dict; pass the values as a tuple or array, or use {ARRAY_PATH}"
+            )
+        leaves = _pytree.leaves(p)
+        sizes = []
+        for leaf, per_lane in zip(leaves, lane_leaf, strict=True):
+            ndim = np.ndim(leaf) - (1 if per_lane else 0)
+            if ndim > 1:
+                raise KernelUnsupportedError(
+                    "the compiled kernels take parameters that are numbers or 1-D arrays per "
+                    f"trajectory, got a leaf with {ndim} dimensions; flatten it, or use "
+                    f"{ARRAY_PATH}"
+                )
+            sizes.append(0 if ndim == 0 else int(np.shape(leaf)[0]))
+        sizes_iter = iter(sizes)
+        return cls(_pytree.rebuild(_as_tuples(p), list(sizes_iter)))
+
+
+def _as_tuples(tree: Any) -> Any:
+    if isinstance(tree, (list, tuple)):
+        return tuple(_as_tuples(v) for v in tree)
+    return tree
+
+
+def _has_dict(tree: Any) -> bool:
+    if isinstance(tree, dict):
+        return True
+    if isinstance(tree, (list, tuple)):
+        return any(_has_dict(v) for v in tree)
+    return False
+
+
+def _flat_sizes(structure: Any) -> list[int]:
+    if isinstance(structure, tuple):
+        return [size for item in structure for size in _flat_sizes(item)]
+    return [structure]
+
+
+def _expression(structure: Any, column: str, counter: Any) -> str:
+    if isinstance(structure, tuple):
+        items = [_expression(item, column, counter) for item in structure]
+        return "(" + "".join(f"{item}, " for item in items) + ")"
+    if structure == 0:
+        return f"P[{next(counter)}, {column}]"
+    rows = [f"P[{next(counter)}, {column}]" for _ in range(structure)]
+    return "(" + "".join(f"{row}, " for row in rows) + ")"

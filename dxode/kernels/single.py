@@ -1,0 +1,85 @@
+"""``solve(prob, alg, kernel=True)``: one trajectory through the compiled kernel.
+
+The everyday single solve and the inner loop of fits: the kernel is compiled once per
+(f, method, option signature) and reused for every new ``u0`` and ``p``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import _pytree
+from .._options import SolverOptions
+from .._problem import ODEProblem
+from .._retcode import ReturnCode
+from .._solution import ODESolution, SolverStats
+from .._timegrid import save_times, stop_times
+from .batch import KernelBatch, lane_params
+from .cpu import run_cpu
+from .ensemble_batch import check_state
+from .errors import ARRAY_PATH, KernelUnsupportedError
+
+__all__ = ["solve_kernel"]
+
+
+def solve_kernel(
+    prob: ODEProblem,
+    alg: Any,
+    *,
+    saveat: Any,
+    dense: bool | None,
+    tstops: Any,
+    callback: Any,
+    sensealg: Any,
+    options: dict[str, Any],
+) -> ODESolution:
+    """Solve ``prob`` with the compiled kernel on the CPU (see ``solve``).
+
+    Without ``saveat`` every accepted step is saved. No dense output: ``dense=True`` raises.
+    """
+    if callback is not None:
+        raise KernelUnsupportedError(
+            f"callbacks are not in the compiled kernels yet; use {ARRAY_PATH} with callback=..."
+        )
+    if dense:
+        raise KernelUnsupportedError(
+            f"the compiled kernels keep no dense output (sol(t)); use saveat=..., or {ARRAY_PATH}"
+        )
+    from ..sensitivity import is_traced
+
+    if sensealg is not None or is_traced(prob.u0, prob.p):
+        raise KernelUnsupportedError(
+            f"gradients are not computed by the compiled kernels yet; differentiate with "
+            f"{ARRAY_PATH}"
+        )
+    opts = SolverOptions.from_user(alg, **options)
+    opts.check_state(prob.u0)
+    u0 = np.asarray(prob.u0)
+    check_state(u0)
+    t0, t1 = (float(t) for t in prob.tspan)
+    grid = save_times(saveat, t0, t1)
+    stops = stop_times(tstops, t0, t1)
+    layout, params = lane_params(prob.p, [False] * len(_pytree.leaves(prob.p)), 1, u0.dtype)
+    batch = KernelBatch(
+        prob.f,
+        np.ascontiguousarray(u0[:, None]),
+        params,
+        layout,
+        np.array([t0]),
+        np.array([t1]),
+        None if grid is None else grid[:, None],
+        stops,
+        opts,
+    )
+    result = run_cpu(batch, record=grid is None)
+    if grid is None:
+        assert result.steps is not None
+        t, u = result.steps
+    else:
+        t, u = grid.astype(u0.dtype), result.saved[0]
+    stats = SolverStats(
+        nf=int(result.nf[0]), naccept=int(result.naccept[0]), nreject=int(result.nreject[0])
+    )
+    return ODESolution(t, u, ReturnCode(int(result.retcode[0])), stats, prob, opts.alg, None, None)

@@ -1,0 +1,110 @@
+"""The compiled kernels agree with the array path: solutions, step counts, return codes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+import dxode
+
+from problems import ARENSTORF, DECAY, DETEST, lorenz
+
+E3 = next(ref for ref in DETEST if ref.name == "E3")  # np.sin of t
+LORENZ = dxode.ODEProblem(lorenz, np.array([1.0, 0.0, 0.0]), (0.0, 3.0), (10.0, 28.0, 8 / 3))
+TOL = {"rtol": 1e-6, "atol": 1e-6}
+
+
+def _solve_both(prob, alg, **kwargs):
+    array = dxode.solve(prob, alg, **kwargs)
+    kernel = dxode.solve(prob, alg, kernel=True, **kwargs)
+    return array, kernel
+
+
+def _same_stats(a, b):
+    return (a.stats.naccept, a.stats.nreject, a.stats.nf) == (
+        b.stats.naccept,
+        b.stats.nreject,
+        b.stats.nf,
+    )
+
+
+@pytest.mark.parametrize("alg", ["tsit5", "dp5", "bs3", "vern7"])
+def test_adaptive_methods_agree_with_the_array_path(alg):
+    array, kernel = _solve_both(LORENZ, alg, saveat=0.25, **TOL)
+    assert kernel.retcode == dxode.ReturnCode.Success
+    np.testing.assert_allclose(kernel.u, np.asarray(array.u), rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(kernel.t, np.asarray(array.t))
+    # Same steps: the arithmetic differs only in the controller's power (libm vs NumPy's).
+    assert _same_stats(array, kernel)
+
+
+@pytest.mark.parametrize("alg", ["rk4", "euler"])
+def test_fixed_step_methods_agree_bitwise(alg):
+    array, kernel = _solve_both(LORENZ, alg, dt=0.01, saveat=0.5)
+    np.testing.assert_array_equal(kernel.u, np.asarray(array.u))
+    assert _same_stats(array, kernel)
+
+
+def test_every_step_saved_without_saveat():
+    array = dxode.solve(LORENZ, "tsit5", dense=False, **TOL)
+    kernel = dxode.solve(LORENZ, "tsit5", kernel=True, **TOL)
+    assert kernel.t.shape == np.asarray(array.t).shape
+    np.testing.assert_allclose(kernel.t, np.asarray(array.t), rtol=1e-9, atol=0)
+    np.testing.assert_allclose(kernel.u, np.asarray(array.u), rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("ref", [DECAY, ARENSTORF, E3], ids=lambda r: r.name)
+def test_reference_problems(ref):
+    prob = dxode.ODEProblem(ref.f, np.array(ref.u0), ref.tspan, ref.p)
+    array, kernel = _solve_both(prob, "tsit5", saveat=ref.tspan[1] / 4, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(kernel.u, np.asarray(array.u), rtol=1e-9, atol=1e-9)
+    assert _same_stats(array, kernel)
+
+
+def test_tstops_are_stepped_onto():
+    stops = [0.3337, 1.2345]
+    array, kernel = _solve_both(LORENZ, "tsit5", tstops=stops, dense=False, **TOL)
+    for stop in stops:
+        assert stop in set(kernel.t.tolist())
+    # The short step cut at a tstop has an error estimate made mostly of rounding noise, so
+    # the ulp-level differences (the controller's power) grow there: times agree to 1e-7.
+    np.testing.assert_allclose(kernel.t, np.asarray(array.t), rtol=1e-7, atol=0)
+    assert _same_stats(array, kernel)
+
+
+def test_float32_runs_in_float32():
+    prob = dxode.ODEProblem(
+        lorenz, np.array([1.0, 0.0, 0.0], dtype=np.float32), (0.0, 1.0), (10.0, 28.0, 8 / 3)
+    )
+    array, kernel = _solve_both(prob, "tsit5", saveat=0.5, rtol=1e-4, atol=1e-4)
+    assert kernel.u.dtype == np.float32
+    np.testing.assert_allclose(kernel.u, np.asarray(array.u), rtol=1e-3, atol=1e-3)
+
+
+def test_max_iters_and_dtmin_return_codes():
+    array, kernel = _solve_both(LORENZ, "tsit5", saveat=1.0, maxiters=10, **TOL)
+    assert kernel.retcode == array.retcode == dxode.ReturnCode.MaxIters
+    assert _same_stats(array, kernel)
+    array, kernel = _solve_both(LORENZ, "tsit5", saveat=1.0, dtmin=0.05, **TOL)
+    assert kernel.retcode == array.retcode == dxode.ReturnCode.DtLessThanMin
+    assert _same_stats(array, kernel)
+    np.testing.assert_array_equal(np.isnan(kernel.u), np.isnan(np.asarray(array.u)))
+
+
+def test_dtmax_limits_the_step():
+    array, kernel = _solve_both(LORENZ, "tsit5", saveat=1.0, dtmax=0.01, **TOL)
+    assert kernel.stats.naccept >= 300
+    assert _same_stats(array, kernel)
+
+
+def test_a_blow_up_is_unstable_like_the_array_path():
+    def blowup(u, p, t):
+        (x,) = u
+        return [x * x]
+
+    prob = dxode.ODEProblem(blowup, np.array([1.0]), (0.0, 2.0))
+    array, kernel = _solve_both(prob, "tsit5", saveat=1.0)
+    assert kernel.retcode == array.retcode
+    assert kernel.retcode != dxode.ReturnCode.Success

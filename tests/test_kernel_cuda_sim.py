@@ -1,0 +1,56 @@
+"""The CUDA kernel under numba-cuda's simulator agrees bitwise with the CPU kernel.
+
+``NUMBA_ENABLE_CUDASIM`` must be set before ``numba.cuda`` is first imported, so the check runs
+in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("numba")
+pytest.importorskip("numba.cuda")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = textwrap.dedent(
+    """
+    import numpy as np
+    import dxode
+    from problems import lorenz
+
+    prob = dxode.ODEProblem(lorenz, np.array([1.0, 0.0, 0.0]), (0.0, 1.0), (10.0, 28.0, 8 / 3))
+    p = np.array([[10.0, 28.0 + i / 4, 8 / 3] for i in range(5)])
+    spans = np.array([[0.0, 1.0 - i / 10] for i in range(5)])
+    for dtype in (np.float64, np.float32):
+        eprob = dxode.EnsembleProblem(prob.remake(u0=prob.u0.astype(dtype)), p=p, tspan=spans)
+        options = {"saveat": [0.0, 0.25, 0.5], "rtol": 1e-5, "atol": 1e-5}
+        gpu = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(device="cuda"), **options)
+        cpu = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), **options)
+        assert np.asarray(gpu.u).dtype == dtype
+        assert np.array_equal(np.asarray(gpu.u), np.asarray(cpu.u)), dtype
+        stats = lambda sim: [(s.stats.naccept, s.stats.nreject, s.stats.nf) for s in sim]
+        assert stats(gpu) == stats(cpu)
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_cuda_kernel_under_the_simulator_matches_the_cpu_kernel(tmp_path):
+    env = {
+        **os.environ,
+        "NUMBA_ENABLE_CUDASIM": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")

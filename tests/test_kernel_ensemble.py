@@ -1,0 +1,181 @@
+"""EnsembleKernel: per-trajectory inputs, batch invariance, outputs, and clear refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+import dxode
+from dxode.kernels.errors import KernelCompileError, KernelUnsupportedError
+
+from problems import lorenz
+
+N = 12
+PROB = dxode.ODEProblem(lorenz, np.array([1.0, 0.0, 0.0]), (0.0, 2.0), (10.0, 28.0, 8 / 3))
+P = np.column_stack([np.full(N, 10.0), 28.0 + np.linspace(-2, 2, N), np.full(N, 8 / 3)])
+U0 = np.column_stack([np.linspace(0.5, 1.5, N), np.zeros(N), np.zeros(N)])
+OPTS = {"saveat": 0.5, "rtol": 1e-6, "atol": 1e-6}
+
+
+def _plain_python_helper(x):
+    return float(f"{x}")
+
+
+def _both(eprob, **kwargs):
+    options = {**OPTS, **kwargs}
+    kernel = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), **options)
+    array = dxode.solve(eprob, "tsit5", dxode.EnsembleArray(), **options)
+    return kernel, array
+
+
+def _stats(sim):
+    return [(s.stats.naccept, s.stats.nreject, s.stats.nf, int(s.retcode)) for s in sim]
+
+
+def test_per_trajectory_u0_and_p_agree_with_the_array_path():
+    kernel, array = _both(dxode.EnsembleProblem(PROB, u0=U0, p=P))
+    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-9)
+    assert _stats(kernel) == _stats(array)
+
+
+def test_per_trajectory_tspans():
+    spans = np.column_stack([np.zeros(N), np.linspace(1.0, 2.0, N)])
+    eprob = dxode.EnsembleProblem(PROB, p=P, tspan=spans)
+    kernel, array = _both(eprob, saveat=None)
+    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-9)
+    assert _stats(kernel) == _stats(array)
+
+
+def test_results_are_bitwise_independent_of_batch_block_and_threads():
+    eprob = dxode.EnsembleProblem(PROB, u0=U0, p=P)
+    reference = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), **OPTS)
+    for alg, batch_size in [
+        (dxode.EnsembleKernel(), 5),
+        (dxode.EnsembleKernel(threads=1), 1),
+        (dxode.EnsembleKernel(block_size=3, threads=2), 7),
+    ]:
+        other = dxode.solve(eprob, "tsit5", alg, batch_size=batch_size, **OPTS)
+        np.testing.assert_array_equal(np.asarray(other.u), np.asarray(reference.u))
+        assert _stats(other) == _stats(reference)
+
+
+def test_batch_func_prob_func_and_output_func():
+    def batch_func(prob, ctx):
+        return {"p": P[ctx.indices]}
+
+    def prob_func(prob, i, repeat):
+        return prob.remake(p=tuple(P[i]))
+
+    by_batch = dxode.solve(
+        dxode.EnsembleProblem(PROB, batch_func=batch_func),
+        "tsit5",
+        dxode.EnsembleKernel(),
+        trajectories=N,
+        **OPTS,
+    )
+    by_prob = dxode.solve(
+        dxode.EnsembleProblem(PROB, prob_func=prob_func),
+        "tsit5",
+        dxode.EnsembleKernel(),
+        trajectories=N,
+        **OPTS,
+    )
+    np.testing.assert_array_equal(np.asarray(by_batch.u), np.asarray(by_prob.u))
+    finals = dxode.solve(
+        dxode.EnsembleProblem(PROB, p=P, output_func=lambda sol, i: (sol.u[-1, 0], False)),
+        "tsit5",
+        dxode.EnsembleKernel(),
+        **OPTS,
+    )
+    np.testing.assert_array_equal(np.asarray(finals.u), np.asarray(by_batch.u)[:, -1, 0])
+
+
+def test_lanes_fail_on_their_own():
+    # maxiters stops the wide-p lanes' long runs while every lane keeps its own code.
+    kernel, array = _both(dxode.EnsembleProblem(PROB, u0=U0, p=P), maxiters=60)
+    codes = [int(s.retcode) for s in kernel]
+    assert codes == [int(s.retcode) for s in array]
+    assert int(dxode.ReturnCode.MaxIters) in codes
+    np.testing.assert_array_equal(np.isnan(np.asarray(kernel.u)), np.isnan(np.asarray(array.u)))
+
+
+def test_an_uncompilable_f_names_its_line_and_the_array_path():
+    def calls_python(u, p, t):
+        return [_plain_python_helper(u[0])]
+
+    prob = dxode.ODEProblem(calls_python, np.array([1.0]), (0.0, 1.0))
+    with pytest.raises(KernelCompileError, match=r"test_kernel_ensemble\.py:\d+") as info:
+        dxode.solve(prob, "tsit5", kernel=True)
+    assert "_plain_python_helper" in str(info.value)  # numba's reason
+    assert "\x1b[" not in str(info.value)
+    assert "kernel=False" in str(info.value)
+    assert "EnsembleArray" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (
+            {"callback": dxode.DiscreteCallback(lambda u, p, t: True, lambda u, p, t, fired: u)},
+            "callback",
+        ),
+        ({"dense": True}, "dense"),
+    ],
+)
+def test_unsupported_options_say_what_to_use(kwargs, match):
+    eprob = dxode.EnsembleProblem(PROB, p=P)
+    with pytest.raises(KernelUnsupportedError, match=match) as info:
+        dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=2, **kwargs)
+    assert "EnsembleArray" in str(info.value)
+
+
+def test_stiff_methods_and_dict_parameters_are_refused_clearly():
+    with pytest.raises(KernelUnsupportedError, match="Rodas5P"):
+        dxode.solve(PROB, dxode.Rodas5P(), kernel=True)
+    prob = PROB.remake(p={"sigma": 10.0})
+    with pytest.raises(KernelUnsupportedError, match="dict"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
+def test_gradients_are_refused_clearly():
+    from autograd import grad
+
+    def loss(p):
+        eprob = dxode.EnsembleProblem(PROB.remake(p=p))
+        sim = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=2, saveat=1.0)
+        return sim.u[0, -1, 0]
+
+    with pytest.raises(KernelUnsupportedError, match="gradients"):
+        grad(loss)(np.array([10.0, 28.0, 8 / 3]))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="device"):
+        dxode.EnsembleKernel(device="gpu")
+    with pytest.raises(ValueError, match="block_size"):
+        dxode.EnsembleKernel(block_size=0)
+    with pytest.raises(TypeError, match="EnsembleKernel"):
+        dxode.solve(dxode.EnsembleProblem(PROB), kernel=True, trajectories=2)
+
+
+@pytest.mark.skipif(
+    __import__("platform").machine() not in ("x86_64", "AMD64"), reason="x86 assembly"
+)
+def test_the_lane_loop_is_vectorized(tmp_path, monkeypatch):
+    def lorenz_copy(u, p, t):  # its own kernel, compiled here (not loaded from numba's cache)
+        x, y, z = u
+        sigma, rho, beta = p
+        return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    eprob = dxode.EnsembleProblem(PROB.remake(f=lorenz_copy), p=P)
+    dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), **OPTS)
+    from dxode.kernels import compiler
+
+    (kernel,) = [k for k in compiler._COMPILED.values() if k.f is lorenz_copy]
+    attempt = kernel.module.attempt
+    asm = attempt.inspect_asm(attempt.signatures[0])
+    packed = sum(asm.count(op) for op in ("mulpd", "addpd", "subpd"))
+    assert packed >= 50, "the trial step's lane loop was not vectorized"
