@@ -85,7 +85,7 @@ def solve_batch(
     indices = np.asarray(indices, dtype=np.int64)
     repeat = np.zeros_like(indices) if repeat is None else np.asarray(repeat, dtype=np.int64)
     backend = get_backend(spec.backend) if spec.backend else backend_for(eprob.prob.u0)
-    lanes = _build_lanes(eprob, indices, repeat, spec.seed, backend)
+    lanes = build_lanes(eprob, indices, repeat, spec.seed, backend)
     t0, t1 = lanes.t0, lanes.t1
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
     grid = lane_save_grid(spec.saveat, t0, t1)
@@ -135,9 +135,11 @@ def solve_batch(
     return out
 
 
-def _build_lanes(
+def build_lanes(
     eprob: EnsembleProblem, indices: np.ndarray, repeat: np.ndarray, seed: int, backend: Backend
 ) -> _Lanes:
+    """The lanes of trajectories ``indices`` (attempt ``repeat``): states, spans and
+    parameters on ``backend``, whichever way the ensemble describes its trajectories."""
     prob = eprob.prob
     n = indices.shape[0]
     if eprob.prob_func is not None:

@@ -200,12 +200,41 @@ def _rms(values: list[str], n: int) -> str:
 def _write_block(
     w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int, e: int
 ) -> None:
+    """The block function: lanes ``j0 .. j0 + B`` from their start to their end."""
+    _write_block_setup(w, desc, layout, n)
+    _write_lane_starts(w, desc, layout, n)
+    w("it = 0")
+    w("while nact > 0:")
+    w.indent()
+    w("if it >= MAXITERS:")
+    w(f"    for j in range({layout.block}):")
+    w("        if ACT[j] != 0:")
+    _write_retire(w, n, str(_MAXITERS), depth=3)
+    w("    break")
+    w("it += 1")
+    _write_step_sizes(w, layout)
+    # the attempt: every lane of the block, stages unrolled (the vectorized loop)
+    w("attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive)")
+    w(f"for j in range({layout.block}):")
+    w.indent()
+    _write_control(w, desc, layout)
+    w("if acc:")
+    w.indent()
+    _write_accept(w, desc, layout, n, s, e)
+    w.dedent()
+    _write_outcome(w, desc, layout, n)
+    w.dedent()
+    w.dedent()
+    if layout.record:
+        w("return TREC, UREC, nrec")
+    w.dedent()
+    w()
+
+
+def _write_block_setup(w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int) -> None:
+    """The block function's signature, options and per-block work arrays."""
     B = layout.block
     M = range(n)
-    eps = float(np.finfo(layout.dtype).eps)
-    tiny = float(np.finfo(layout.dtype).smallest_normal)
-    beta1, beta2, beta3, safety, fmin, fmax = layout.controller
-    k_err = (desc.error_order or 0) + 1
     w(
         "def block(j0, L, U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, "
         "RET, NACC, NREJ, NF):"
@@ -240,7 +269,12 @@ def _write_block(
         w("nrec = 0")
     w("nact = 0")
     w(f"nlive = min({B}, L - j0)")
-    # ---- initialise each lane: f0, the first step, the first save, the tstops passed
+
+
+def _write_lane_starts(w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int) -> None:
+    """Each lane's start: ``f0``, the first step, the first save, the tstops passed."""
+    B = layout.block
+    M = range(n)
     w(f"for j in range({B}):")
     w.indent()
     w("g = j0 + j")
@@ -291,18 +325,11 @@ def _write_block(
         for m in M:
             w(f"UREC[0, {m}] = U[{m}, 0]")
         w("nrec = 1")
-    # ---- the steps
-    w("it = 0")
-    w("while nact > 0:")
-    w.indent()
-    w("if it >= MAXITERS:")
-    w(f"    for j in range({B}):")
-    w("        if ACT[j] != 0:")
-    _write_retire(w, n, str(_MAXITERS), depth=3)
-    w("    break")
-    w("it += 1")
-    # step sizes: the controller's proposal, clipped to land on the target
-    w(f"for j in range({B}):")
+
+
+def _write_step_sizes(w: _Writer, layout: KernelLayout) -> None:
+    """Step sizes: the controller's proposal, clipped to land on the target."""
+    w(f"for j in range({layout.block}):")
     w.indent()
     w("target = TE[j]")
     w("use = 0")
@@ -322,11 +349,12 @@ def _write_block(
     w("USE[j] = use")
     w("TG[j] = target")
     w.dedent()
-    # the attempt: every lane of the block, stages unrolled (the vectorized loop)
-    w("attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive)")
-    # accept or reject, save, advance, retire (per lane)
-    w(f"for j in range({B}):")
-    w.indent()
+
+
+def _write_control(w: _Writer, desc: StepperDescription, layout: KernelLayout) -> None:
+    """Accept or reject lane ``j``'s attempt and propose its next step (the controller)."""
+    beta1, beta2, beta3, safety, fmin, fmax = layout.controller
+    k_err = (desc.error_order or 0) + 1
     w("if ACT[j] == 0:")
     w("    continue")
     w("g = LANE[j]")
@@ -359,8 +387,13 @@ def _write_block(
         w("hnext = DTV")
     w("if HAS_DTMAX:")
     w("    hnext = minimum(hnext, DTMAX)")
-    w("if acc:")
-    w.indent()
+
+
+def _write_accept(
+    w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int, e: int
+) -> None:
+    """An accepted step: saves it passed, the recorded step, the lane advanced."""
+    M = range(n)
     w("if NSAVE > 0:")
     w.indent()
     _write_saves(w, desc, layout, n, s, e)
@@ -385,7 +418,12 @@ def _write_block(
     w("NA[j] += 1")
     w("if HIT[j] != 0 and USE[j] != 0:")
     w("    STI[j] += 1")
-    w.dedent()
+
+
+def _write_outcome(w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int) -> None:
+    """The next step size, and the lane's return code if it ended (success or failure)."""
+    eps = float(np.finfo(layout.dtype).eps)
+    tiny = float(np.finfo(layout.dtype).smallest_normal)
     w("H[j] = hnext")
     w("code = -1")
     w("if acc:")
@@ -405,12 +443,6 @@ def _write_block(
     w.dedent()
     w("if code >= 0:")
     _write_retire(w, n, "code", depth=1)
-    w.dedent()
-    w.dedent()
-    if layout.record:
-        w("return TREC, UREC, nrec")
-    w.dedent()
-    w()
 
 
 def _workspace_rows(desc: StepperDescription, n: int) -> int:

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from .._timegrid import stop_times
+from .._timegrid import lane_save_grid, stop_times
 from ..backends import get_backend
-from ..ensemble.batch import BatchResult, BatchSpec, _build_lanes, _lane_save_grid
+from ..ensemble.batch import BatchResult, BatchSpec, build_lanes
 from ..ensemble.problem import EnsembleProblem
 from .batch import KernelBatch, lane_params
 from .errors import ARRAY_PATH, KernelUnsupportedError
@@ -22,12 +22,12 @@ def solve_kernel_batch(
     """Solve trajectories ``indices`` (attempt ``repeat``) with ``alg``'s kernel."""
     indices = np.asarray(indices, dtype=np.int64)
     backend = get_backend("numpy")
-    lanes = _build_lanes(eprob, indices, np.asarray(repeat, dtype=np.int64), spec.seed, backend)
+    lanes = build_lanes(eprob, indices, np.asarray(repeat, dtype=np.int64), spec.seed, backend)
     u0 = np.asarray(lanes.u0)
     check_state(u0[..., 0])
     t0, t1 = lanes.t0, lanes.t1
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
-    grid = _lane_save_grid(spec.saveat, t0, t1, shared_span)
+    grid = lane_save_grid(spec.saveat, t0, t1)
     tstops = stop_times(spec.tstops, float(t0[0]), float(t1[0]))
     layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype)
     batch = KernelBatch(eprob.prob.f, u0, params, layout, t0, t1, grid, tstops, spec.options)

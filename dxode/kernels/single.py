@@ -47,7 +47,7 @@ def solve_kernel(
         raise KernelUnsupportedError(
             f"the compiled kernels keep no dense output (sol(t)); use saveat=..., or {ARRAY_PATH}"
         )
-    from ..sensitivity import is_traced
+    from .._tracing import is_traced
 
     if sensealg is not None or is_traced(prob.u0, prob.p):
         raise KernelUnsupportedError(
