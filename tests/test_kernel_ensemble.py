@@ -179,3 +179,30 @@ def test_the_lane_loop_is_vectorized(tmp_path, monkeypatch):
     asm = attempt.inspect_asm(attempt.signatures[0])
     packed = sum(asm.count(op) for op in ("mulpd", "addpd", "subpd"))
     assert packed >= 50, "the trial step's lane loop was not vectorized"
+
+
+DECAY_RATE = 0.5
+DECAY_WEIGHTS = np.array([1.0, 2.0])
+
+
+def _decay_with_module_constants(u, p, t):
+    return [-DECAY_RATE * DECAY_WEIGHTS[0] * u[0], -DECAY_RATE * DECAY_WEIGHTS[1] * u[1]]
+
+
+def test_changed_module_constants_compile_a_new_kernel(monkeypatch, tmp_path):
+    # numba freezes the module-level values f reads into the machine code: a kernel reused
+    # after they change would silently solve the old problem.
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    prob = dxode.ODEProblem(_decay_with_module_constants, np.array([1.0, 1.0]), (0.0, 1.0))
+
+    def final_state():
+        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
+
+    np.testing.assert_allclose(final_state(), np.exp([-0.5, -1.0]), rtol=1e-8)
+    monkeypatch.setattr(__import__(__name__), "DECAY_RATE", 1.0)
+    np.testing.assert_allclose(final_state(), np.exp([-1.0, -2.0]), rtol=1e-8)
+    DECAY_WEIGHTS[1] = 3.0  # changed in place
+    try:
+        np.testing.assert_allclose(final_state(), np.exp([-1.0, -3.0]), rtol=1e-8)
+    finally:
+        DECAY_WEIGHTS[1] = 2.0

@@ -42,16 +42,16 @@ def where_defined(f: Callable[..., Any]) -> str:
 
 
 def function_key(f: Callable[..., Any]) -> str:
-    """A digest that changes when ``f``'s source or the values it closes over change
-    (remembered per function object while its code and closure stay the same)."""
-    identity = (getattr(f, "__code__", None), _closure_identity(f))
+    """A digest that changes when ``f``'s source, the values it closes over or the
+    module-level constants it reads change (numba freezes all three into the kernel)."""
+    identity = (getattr(f, "__code__", None), _frozen_values(f))
     try:
         known = _KEYS.get(f)
     except TypeError:  # not weakly referenceable
         known = None
     if known is not None and known[0] == identity:
         return known[1]
-    key = _function_digest(f)
+    key = _function_digest(f, identity[1])
     with contextlib.suppress(TypeError):
         _KEYS[f] = (identity, key)
     return key
@@ -60,18 +60,41 @@ def function_key(f: Callable[..., Any]) -> str:
 _KEYS: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
 
 
-def _closure_identity(f: Callable[..., Any]) -> tuple[int, ...]:
-    return tuple(id(_cell_value(c)) for c in getattr(f, "__closure__", None) or ())
+def _frozen_values(f: Callable[..., Any]) -> tuple[str, ...]:
+    """Fingerprints of what numba compiles into ``f`` as constants: its closure cells and
+    the module-level values its code (and nested code) names, by value, not identity (an
+    array changed in place changes its fingerprint)."""
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return ()
+    cells = [_cell_value(c) for c in getattr(f, "__closure__", None) or ()]
+    module = getattr(f, "__globals__", {})
+    names = sorted({name for c in _code_objects(code) for name in c.co_names if name in module})
+    return tuple(_fingerprint(value) for value in cells) + tuple(
+        f"{name}={_fingerprint(module[name])}" for name in names
+    )
 
 
-def _function_digest(f: Callable[..., Any]) -> str:
+def _code_objects(code: types.CodeType) -> list[types.CodeType]:
+    nested = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return [code, *(inner for c in nested for inner in _code_objects(c))]
+
+
+def _fingerprint(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
+        return f"array({value.dtype.str}, {value.shape}, {digest})"
+    if isinstance(value, (bool, int, float, complex, str, bytes, np.generic, tuple)):
+        return repr(value)
+    return type(value).__qualname__  # modules, functions, classes: their identity is the name
+
+
+def _function_digest(f: Callable[..., Any], frozen: tuple[str, ...]) -> str:
     try:
         text = inspect.getsource(f)
     except (OSError, TypeError):
         text = repr(getattr(f, "__code__", f))
-    cells = getattr(f, "__closure__", None) or ()
-    closed = repr([_cell_value(c) for c in cells])
-    digest = hashlib.sha256(f"{where_defined(f)}\n{text}\n{closed}".encode())
+    digest = hashlib.sha256(f"{where_defined(f)}\n{text}\n{frozen}".encode())
     return digest.hexdigest()[:16]
 
 
