@@ -16,7 +16,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from .batch import BatchResult, BatchSpec
 from .dask_cancel import STOP_WAIT_S, cancel_and_wait
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution, EnsembleStats
+
+if TYPE_CHECKING:
+    from ..kernels.ensemble import EnsembleKernel
 
 __all__ = ["EnsembleDask"]
 
@@ -69,6 +72,10 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
     progress : bool, optional
         Show a progress bar over batches (needs ``tqdm``). By default only when standard
         error is a terminal.
+    kernel : EnsembleKernel, optional
+        Solve each batch on its worker with this compiled kernel instead of the array path
+        (e.g. ``EnsembleKernel(threads=1)`` for one kernel thread per worker thread); the
+        results are those of the same ``EnsembleKernel`` run locally, bitwise.
 
     Notes
     -----
@@ -86,8 +93,19 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
     output: Literal["memory", "dask", "zarr"] = "memory"
     store: Any = None
     progress: bool | None = None
+    kernel: EnsembleKernel | None = None
 
     def __post_init__(self) -> None:
+        if self.kernel is not None:
+            from ..kernels.ensemble import EnsembleKernel
+
+            if not isinstance(self.kernel, EnsembleKernel):
+                raise TypeError(f"kernel must be an EnsembleKernel, got {self.kernel!r}")
+            if self.backend is not None:
+                raise ValueError(
+                    f"backend={self.backend!r} is for the array path; with kernel=... the "
+                    f"kernel's device decides where batches run: give one of them, not both"
+                )
         if self.output not in ("memory", "dask", "zarr"):
             raise ValueError(f"output must be 'memory', 'dask' or 'zarr', got {self.output!r}")
         if self.output == "zarr" and self.store is None:
@@ -143,7 +161,18 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
     def run_batch(
         self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
     ) -> BatchResult:
-        return EnsembleArray(self.backend, spec.lockstep).run_batch(eprob, indices, spec, repeat)
+        return self.batch_algorithm(spec).run_batch(eprob, indices, spec, repeat)
+
+    def batch_algorithm(self, spec: BatchSpec) -> AbstractEnsembleAlgorithm:
+        """What solves each batch on its worker: the kernel, or the array path."""
+        return (
+            self.kernel if self.kernel is not None else EnsembleArray(self.backend, spec.lockstep)
+        )
+
+    def lanes_for_gradients(self, batch_size: int) -> int:
+        if self.kernel is not None:
+            return self.kernel.lanes_for_gradients(batch_size)
+        return super().lanes_for_gradients(batch_size)
 
     def run(self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec) -> Any:
         if spec.dense:
@@ -264,7 +293,14 @@ class _Run:
         futures = self.tasks.submit(
             _dask_task,
             [
-                (problem, indices, self.spec, self.alg.backend, target, reduce_on_workers)
+                (
+                    problem,
+                    indices,
+                    self.spec,
+                    self.alg.batch_algorithm(self.spec),
+                    target,
+                    reduce_on_workers,
+                )
                 for indices in self.batches
             ],
             "batch",
@@ -416,12 +452,12 @@ def _dask_task(
     eprob: EnsembleProblem,
     indices: range,
     spec: BatchSpec,
-    backend: str | None,
+    batch_alg: AbstractEnsembleAlgorithm,
     target: dict[str, Any] | None,
     reduce_here: bool,
 ) -> BatchResult:
     """One batch on a worker: solve, apply output_func, then keep only what must travel."""
-    result = finish_batch(EnsembleArray(backend, spec.lockstep), eprob, indices, spec)
+    result = finish_batch(batch_alg, eprob, indices, spec)
     result.t = to_host(result.t)
     result.events = record_to_host(result.events)
     if result.u is not None:

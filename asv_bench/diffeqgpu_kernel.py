@@ -1,0 +1,176 @@
+"""DiffEqGPU's Lorenz benchmark through dxode's compiled kernels (``EnsembleKernel``).
+
+The problem of DiffEqGPU's paper (Utkarsh et al. 2024, "Automated translation and accelerated
+solving of differential equations on multiple GPU platforms"): Lorenz with ``sigma = 10``,
+``beta = 8/3``, ``rho = linspace(0, 21, N)``, ``u0 = (1, 0, 0)``, ``t in [0, 1]``, float32,
+Tsit5 adaptive with ``rtol = atol = 1e-8`` (here ``rtol`` = float32's machine epsilon,
+1.19e-7, the smallest that dxode accepts in float32, and ``atol = 1e-8``) and with a fixed
+step ``dt = 0.001`` (1,000 steps), only the final state kept. Each timed run is end to end
+from Python: the per-trajectory ``u0`` and ``p`` arrays (no ``prob_func``), the problems and
+the solve; the first call (compile, or numba's cache load) is reported apart.
+
+    python asv_bench/diffeqgpu_kernel.py --device cpu [--sizes 1000 100000]
+    python asv_bench/diffeqgpu_kernel.py --device cuda [--sizes 1000000 8388608]
+    NUMBA_ENABLE_CUDASIM=1 python asv_bench/diffeqgpu_kernel.py --device cuda --sizes 8
+
+``--device cpu`` runs the CPU kernel on one and on two threads. ``--device cuda`` runs
+``EnsembleKernel(device="cuda")``, with CuPy arrays in and out on a real GPU (NumPy under
+numba-cuda's simulator), and checks every final state against the CPU kernel's: the two must
+agree bitwise (exit status 1 when they do not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import dxode
+
+DTYPE = np.float32
+FIXED_DT = 0.001
+ADAPTIVE_TOL = 1e-8
+# The paper's rtol = 1e-8 is below float32's machine epsilon, which dxode rejects (the error
+# estimate cannot resolve it); the adaptive rows use the smallest rtol float32 resolves and the
+# paper's atol.
+ADAPTIVE_RTOL = float(np.finfo(DTYPE).eps)
+PAPER_N = 8_388_608
+PAPER_V100_S = {"adaptive": 0.0695, "fixed": 0.145}  # DiffEqGPU EnsembleGPUKernel, V100
+
+
+def lorenz(u: Any, p: Any, t: Any) -> list[Any]:
+    x, y, z = u
+    sigma, rho, beta = p
+    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+
+def on_simulator() -> bool:
+    """Whether numba-cuda runs on its CPU simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def array_module(device: str) -> Any:
+    """CuPy for a real GPU, NumPy for the CPU and for the simulator."""
+    if device == "cuda" and not on_simulator():
+        import cupy
+
+        return cupy
+    return np
+
+
+def options(mode: str) -> dict[str, Any]:
+    """Tsit5's solve options for ``mode``; only the final state is saved."""
+    step = (
+        {"rtol": ADAPTIVE_RTOL, "atol": ADAPTIVE_TOL}
+        if mode == "adaptive"
+        else {"dt": FIXED_DT, "adaptive": False}
+    )
+    return {"saveat": [1.0], **step}
+
+
+def describe(mode: str) -> str:
+    """The table's name for ``mode``, with its tolerances or step."""
+    if mode == "adaptive":
+        return f"adaptive {ADAPTIVE_RTOL:.3g}/{ADAPTIVE_TOL:g}"
+    return f"fixed dt {FIXED_DT:g}"
+
+
+def solve_end_to_end(n: int, mode: str, alg: dxode.EnsembleKernel, xp: Any) -> Any:
+    """Build the N problems as per-trajectory arrays and solve them; the final states (N, 3)."""
+    rho = xp.linspace(0.0, 21.0, n, dtype=DTYPE)
+    p = xp.stack([xp.full(n, 10.0, dtype=DTYPE), rho, xp.full(n, 8 / 3, dtype=DTYPE)], axis=1)
+    u0 = xp.zeros((n, 3), dtype=DTYPE)
+    u0[:, 0] = 1.0
+    prob = dxode.ODEProblem(lorenz, u0[0], (0.0, 1.0), p[0])
+    eprob = dxode.EnsembleProblem(prob, u0=u0, p=p)
+    sim = dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=n, batch_size=n, **options(mode))
+    return sim.u[:, -1, :]
+
+
+def host(x: Any) -> np.ndarray:
+    """``x`` as a NumPy array (copied from the GPU for CuPy)."""
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """The fastest of ``repeats`` timed calls of ``fn`` and the last result."""
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), result
+
+
+def configurations(device: str) -> list[tuple[str, dxode.EnsembleKernel]]:
+    if device == "cuda":
+        return [("cuda", dxode.EnsembleKernel(device="cuda"))]
+    return [(f"cpu, {t} thread{'s' * (t > 1)}", dxode.EnsembleKernel(threads=t)) for t in (1, 2)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    xp = array_module(args.device)
+    where = "numba-cuda simulator" if args.device == "cuda" and on_simulator() else args.device
+    print(
+        f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} cores, {where}, Python "
+        f"{platform.python_version()}, NumPy {np.__version__}, dxode {dxode.__version__}"
+    )
+    print(
+        f"DiffEqGPU paper, EnsembleGPUKernel on a V100, N = {PAPER_N:,}: adaptive "
+        f"{PAPER_V100_S['adaptive'] * 1e3:g} ms, fixed {PAPER_V100_S['fixed'] * 1e3:g} ms"
+    )
+    print(
+        "| N | mode (rtol/atol) | device | first call (s) | end to end (s) | per trajectory (us) | "
+        "paper V100 at its N (s) | vs CPU kernel |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    reference = dxode.EnsembleKernel(threads=1)
+    all_equal = True
+    for mode in ("adaptive", "fixed"):
+        for name, alg in configurations(args.device):
+            start = time.perf_counter()
+            solve_end_to_end(2, mode, alg, xp)
+            first_call = time.perf_counter() - start
+            for n in args.sizes:
+                run = functools.partial(solve_end_to_end, n, mode, alg, xp)
+                seconds, final = best_of(run, args.repeats)
+                check = "-"
+                if args.device == "cuda":
+                    expected = host(solve_end_to_end(n, mode, reference, np))
+                    difference = float(np.max(np.abs(host(final) - expected)))
+                    equal = np.array_equal(host(final), expected)
+                    all_equal &= equal
+                    check = "bitwise equal" if equal else f"max difference {difference:.1e}"
+                cells = [
+                    f"{n:,}",
+                    f"adaptive {ADAPTIVE_RTOL:.3g}/{ADAPTIVE_TOL:g}"
+                    if mode == "adaptive"
+                    else f"fixed dt {FIXED_DT:g}",
+                    name,
+                    f"{first_call:.2f}",
+                    f"{seconds:.4f}",
+                    f"{seconds / n * 1e6:.2f}",
+                    f"{PAPER_V100_S[mode]:.4f}",
+                    check,
+                ]
+                print("| " + " | ".join(cells) + " |", flush=True)
+    if args.device == "cuda":
+        print("cuda kernel vs CPU kernel:", "bitwise equal" if all_equal else "DIFFERENT")
+    return 0 if all_equal else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

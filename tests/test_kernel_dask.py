@@ -1,0 +1,104 @@
+"""EnsembleDask running compiled-kernel batches (``EnsembleDask(kernel=EnsembleKernel())``) on
+real worker processes: the results are the local kernel's, bitwise, whatever the batch size,
+and a worker that dies mid-solve loses nothing."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+distributed = pytest.importorskip("distributed")
+
+import dxode  # noqa: E402
+from dxode import EnsembleDask, EnsembleKernel, EnsembleProblem  # noqa: E402
+from dxode.kernels.errors import KernelUnsupportedError  # noqa: E402
+
+from problems import lorenz  # noqa: E402
+
+N = 40
+SOLVE = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
+
+
+def _eprob(**kwargs):
+    prob = dxode.ODEProblem(lorenz, np.array([1.0, 0.0, 0.0]), (0.0, 3.0), (10.0, 28.0, 8 / 3))
+    return EnsembleProblem(prob, **kwargs)
+
+
+def _p():
+    rho = np.linspace(20.0, 30.0, N)
+    return np.column_stack([np.full(N, 10.0), rho, np.full(N, 8 / 3)])
+
+
+def _assert_same(sim, reference):
+    np.testing.assert_array_equal(np.asarray(sim.u), np.asarray(reference.u))
+    np.testing.assert_array_equal(sim.retcodes, reference.retcodes)
+    for name in ("nf", "naccept", "nreject"):
+        np.testing.assert_array_equal(getattr(sim.stats, name), getattr(reference.stats, name))
+
+
+@pytest.mark.parametrize("batch_size", [7, N])
+def test_kernel_batches_on_workers_equal_the_local_kernel_bitwise(client, batch_size):
+    eprob = _eprob(p=_p())
+    reference = dxode.solve(eprob, dxode.Tsit5(), EnsembleKernel(threads=1), **SOLVE)
+    alg = EnsembleDask(client, kernel=EnsembleKernel(threads=1))
+    sim = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=batch_size, **SOLVE)
+    _assert_same(sim, reference)
+    # The kernel, not the array path, solved the batches (which agree only to rounding).
+    array = dxode.solve(eprob, dxode.Tsit5(), EnsembleDask(client), batch_size=batch_size, **SOLVE)
+    assert not np.array_equal(np.asarray(array.u), np.asarray(sim.u))
+
+
+def _p_of(i):
+    return (10.0, 20.0 + i / 4, 8 / 3)
+
+
+def _dying_once_prob_func(marker):
+    """At trajectory 13, the first time only: the worker process dies on the spot."""
+
+    def prob_func(prob, i, repeat):
+        if i == 13 and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+        return prob.remake(p=_p_of(i))
+
+    return prob_func
+
+
+@pytest.mark.slow
+def test_a_worker_dying_mid_solve_loses_no_kernel_batch(client, tmp_path):
+    marker = str(tmp_path / "died")
+    reference = dxode.solve(
+        _eprob(prob_func=lambda prob, i, repeat: prob.remake(p=_p_of(i))),
+        dxode.Tsit5(),
+        EnsembleKernel(threads=1),
+        trajectories=N,
+        **SOLVE,
+    )
+    alg = EnsembleDask(client, kernel=EnsembleKernel(threads=1))
+    eprob = _eprob(prob_func=_dying_once_prob_func(marker))
+    sim = dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=N, batch_size=5, **SOLVE)
+    assert os.path.exists(marker)
+    _assert_same(sim, reference)
+
+
+def test_kernel_must_be_an_ensemble_kernel_and_excludes_backend():
+    with pytest.raises(TypeError, match="kernel must be an EnsembleKernel"):
+        EnsembleDask(kernel=dxode.EnsembleArray())
+    with pytest.raises(ValueError, match="give one of them, not both"):
+        EnsembleDask(backend="numpy", kernel=EnsembleKernel())
+
+
+def test_gradients_through_kernel_batches_are_refused_clearly():
+    from autograd import grad
+
+    def loss(p):
+        eprob = _eprob().prob.remake(p=p)
+        alg = EnsembleDask(kernel=EnsembleKernel())
+        sim = dxode.solve(EnsembleProblem(eprob), "tsit5", alg, trajectories=2, saveat=1.0)
+        return sim.u[0, -1, 0]
+
+    with pytest.raises(KernelUnsupportedError, match="gradients"):
+        grad(loss)(np.array([10.0, 28.0, 8 / 3]))
