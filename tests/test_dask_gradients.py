@@ -7,6 +7,8 @@ from __future__ import annotations
 import gc
 import os
 import re
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -143,3 +145,21 @@ def test_a_failed_gradient_releases_its_tasks(client):
     while backward_keys() - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not backward_keys() - before
+
+
+def test_a_differentiated_dask_solve_without_distributed_names_the_extra():
+    script = """
+import sys
+sys.modules["distributed"] = None
+import autograd, autograd.numpy as anp, numpy as np, dxode
+prob = dxode.ODEProblem(lambda u, p, t: -p * u, np.array([1.0]), (0.0, 1.0), 0.5)
+def loss(k):
+    eprob = dxode.EnsembleProblem(prob, p=k * anp.linspace(0.5, 1.5, 4))
+    return anp.sum(dxode.solve(eprob, dxode.Tsit5(), dxode.EnsembleDask(), saveat=[1.0]).u)
+try:
+    autograd.grad(loss)(1.0)
+except ImportError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert 'pip install "dxode[dask]"' in out.stdout, out.stdout + out.stderr

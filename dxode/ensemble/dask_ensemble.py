@@ -144,8 +144,7 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
     def _lasting_client(self) -> Any:
         if self.client is not None:
             return self.client
-        import distributed
-
+        distributed = _import_distributed()
         try:
             return distributed.default_client()
         except ValueError:
@@ -576,15 +575,20 @@ def _thread_count(client: Any) -> int:
     return os.cpu_count() or 1
 
 
-@contextlib.contextmanager
-def _client_for(client: Any) -> Iterator[Any]:
-    """The given client, the current default client, or an embedded LocalCluster's."""
+def _import_distributed() -> Any:
     try:
         import distributed
     except ImportError as exc:
         raise ImportError(
             'EnsembleDask needs Dask: pip install "dxode[dask]" (dask[array] and distributed)'
         ) from exc
+    return distributed
+
+
+@contextlib.contextmanager
+def _client_for(client: Any) -> Iterator[Any]:
+    """The given client, the current default client, or an embedded LocalCluster's."""
+    distributed = _import_distributed()
     if client is None:
         try:
             client = distributed.default_client()
