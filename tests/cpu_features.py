@@ -27,8 +27,10 @@ def avx512_dispatch_targets() -> list[str]:
 
 
 def avx2_environment() -> dict[str, str]:
-    """This process's environment, with NumPy's AVX-512 kernels and OpenBLAS's turned off."""
+    """This process's environment, with NumPy's AVX-512 kernels and OpenBLAS's turned off,
+    and numba compiling the kernels for an AVX2 CPU (Haswell)."""
     env = dict(os.environ)
     env["NPY_DISABLE_CPU_FEATURES"] = " ".join(avx512_dispatch_targets())
     env["OPENBLAS_CORETYPE"] = "Haswell"
+    env["NUMBA_CPU_NAME"] = "haswell"
     return env

@@ -14,7 +14,7 @@ distributed = pytest.importorskip("distributed")
 
 import dxode  # noqa: E402
 from dxode import EnsembleDask, EnsembleKernel, EnsembleProblem  # noqa: E402
-from dxode.kernels.errors import KernelUnsupportedError  # noqa: E402
+from dxode.kernels.errors import KernelCompileError, KernelUnsupportedError  # noqa: E402
 
 from problems import lorenz  # noqa: E402
 
@@ -46,9 +46,31 @@ def test_kernel_batches_on_workers_equal_the_local_kernel_bitwise(client, batch_
     alg = EnsembleDask(client, kernel=EnsembleKernel(threads=1))
     sim = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=batch_size, **SOLVE)
     _assert_same(sim, reference)
-    # The kernel, not the array path, solved the batches (which agree only to rounding).
-    array = dxode.solve(eprob, dxode.Tsit5(), EnsembleDask(client), batch_size=batch_size, **SOLVE)
-    assert not np.array_equal(np.asarray(array.u), np.asarray(sim.u))
+
+
+_NEGATIVE = "negative"
+
+
+def _uncompilable(u, p, t):
+    return [getattr(np, _NEGATIVE)(u[0])]  # getattr by name: numba cannot compile it
+
+
+def test_the_workers_run_the_kernel_not_the_array_path(client):
+    # Bitwise equality with the local kernel cannot tell which path ran: on CPUs where
+    # NumPy's power and the C library's agree (AVX2), the array path gives the same bits.
+    # An f only the array path can run tells: the workers compile, and refuse it.
+    prob = dxode.ODEProblem(_uncompilable, np.array([1.0]), (0.0, 1.0))
+    eprob = EnsembleProblem(prob, u0=np.ones((4, 1)))
+    plain = dxode.solve(eprob, dxode.Tsit5(), EnsembleDask(client), batch_size=2, **SOLVE)
+    assert plain.retcodes.tolist() == [dxode.ReturnCode.Success] * 4
+    with pytest.raises(KernelCompileError, match=r"test_kernel_dask\.py:\d+"):
+        dxode.solve(
+            eprob,
+            dxode.Tsit5(),
+            EnsembleDask(client, kernel=EnsembleKernel(threads=1)),
+            batch_size=2,
+            **SOLVE,
+        )
 
 
 def _p_of(i):
