@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from .._rhs import as_array
 from ..backends import to_host
+from ..integrator.lanes import expand
 from ..solvers import Step
 from .callbacks import CallbackSet, ContinuousCallback, DiscreteCallback, PresetTimeCallback
 from .roots import bracket_root
@@ -276,7 +277,7 @@ class EventHandler:
             changed = changed | fired
         if not bool(xp.any(changed)):
             return None
-        mask = _expand(xp, changed, u)
+        mask = expand(xp, changed, u)
         lanes.put(u=u, f=xp.where(mask, rhs(u, t), lanes["f"]))
         self._count(lanes, xp.astype(changed, xp.int64))
         for k, cb in self._continuous:
@@ -298,7 +299,7 @@ class EventHandler:
         stop: Array,
     ) -> tuple[Array, Array]:
         xp = self._xp
-        mask = _expand(xp, fired, u)
+        mask = expand(xp, fired, u)
         after = u
         if cb.affect is not None:
             after = xp.where(mask, self._affect(k, cb, u, t, params, fired), u)
@@ -441,10 +442,6 @@ class _Bracket(NamedTuple):
     def where(self, xp: Any, mask: Array, other: _Bracket) -> _Bracket:
         """``other`` on the lanes where ``mask`` holds, ``self`` elsewhere."""
         return _Bracket(*(xp.where(mask, o, x) for o, x in zip(other, self, strict=True)))
-
-
-def _expand(xp: Any, mask: Array, like: Array) -> Array:
-    return xp.reshape(mask, (1,) * (like.ndim - 1) + (mask.shape[0],))
 
 
 def _expand_sub(xp: Any, mask: Array, values: Array, fill: float) -> Array:
