@@ -35,7 +35,7 @@ class _Sensitivity:
         """One batch's forward pass: its saved states, statistics and record."""
         from .passes import finished, integrate_batch
 
-        _, result = integrate_batch(static, batch, inputs, self.records, 0)
+        _, result = integrate_batch(static, batch, self.records, 0)
         saved = _host(result.saved)
         return finished(saved, self._record(result, saved, batch, inputs), result, self)
 
@@ -130,7 +130,7 @@ class DiscreteAdjoint(_Sensitivity):
         from .passes import dense_steps, finished, integrate_batch, switch_for_stability
 
         every = self.checkpoint_every or 0
-        problem, result = integrate_batch(static, batch, inputs, self.records, every)
+        problem, result = integrate_batch(static, batch, self.records, every)
         saved = _host(result.saved)
         n_lanes = inputs.u0.shape[-1]
         # Fixed steps are not controlled: their derivative is that of the loss.

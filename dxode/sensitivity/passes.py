@@ -115,7 +115,7 @@ class BatchInputs:
 
 
 def integrate_batch(
-    static: Any, batch: BatchRHS, inputs: BatchInputs, record_steps: str, checkpoint_every: int
+    static: Any, batch: BatchRHS, record_steps: str, checkpoint_every: int
 ) -> tuple[LaneProblem, Any]:
     """The batch's lane problem, recording ``record_steps``, and the integrator's result."""
     problem = dataclasses.replace(
