@@ -3,7 +3,9 @@
 The problem of DiffEqGPU's paper and benchmark repository: Lorenz with ``sigma = 10``,
 ``beta = 8/3`` and ``rho = linspace(0, 21, N)`` across the trajectories, ``u0 = (1, 0, 0)``,
 ``t in [0, 1]``, float32, Tsit5 with a fixed step ``dt = 0.001`` (1,000 steps) and adaptive
-with ``rtol = atol = 1e-8``, only the final state kept. DiffEqGPU measured it on GPUs;
+with ``rtol = atol = 1e-8``, only the final state kept. That ``rtol`` is below float32's machine
+epsilon, which dxode refuses (an error estimate in float32 cannot resolve it), so the adaptive
+rows run both codes at ``rtol`` = float32's epsilon and ``atol = 1e-8``. DiffEqGPU measured it on GPUs;
 without one here this compares the two array-program codes on one CPU core (the GPU rows
 of the benchmarks page come from a GPU run when one is available).
 
@@ -34,6 +36,7 @@ import dxode
 DTYPE = np.float32
 FIXED_DT = 0.001
 ADAPTIVE_TOL = 1e-8
+ADAPTIVE_RTOL = float(np.finfo(DTYPE).eps)
 
 
 def lorenz(u: Any, p: Any, t: Any) -> list[Any]:
@@ -54,7 +57,7 @@ def dxode_solver(n: int, adaptive: bool) -> Callable[[], Any]:
     )
     eprob = dxode.EnsembleProblem(prob, p=parameters(n))
     options = (
-        {"rtol": ADAPTIVE_TOL, "atol": ADAPTIVE_TOL}
+        {"rtol": ADAPTIVE_RTOL, "atol": ADAPTIVE_TOL}
         if adaptive
         else {"dt": FIXED_DT, "adaptive": False}
     )
@@ -72,7 +75,7 @@ def diffrax_solver(n: int, adaptive: bool) -> tuple[Callable[[], Any], float]:
     term = diffrax.ODETerm(lambda t, u, p: jnp.stack(lorenz(u, p, t)))
     y0 = jnp.asarray([1.0, 0.0, 0.0], dtype=jnp.float32)
     controller = (
-        diffrax.PIDController(rtol=ADAPTIVE_TOL, atol=ADAPTIVE_TOL)
+        diffrax.PIDController(rtol=ADAPTIVE_RTOL, atol=ADAPTIVE_TOL)
         if adaptive
         else diffrax.ConstantStepSize()
     )
@@ -125,7 +128,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for n in args.sizes:
         for adaptive in (False, True):
-            mode = f"adaptive {ADAPTIVE_TOL:g}" if adaptive else f"fixed dt {FIXED_DT:g}"
+            mode = f"adaptive {ADAPTIVE_RTOL:.3g}/{ADAPTIVE_TOL:g}" if adaptive else f"fixed dt {FIXED_DT:g}"
             ours, u = best_of(dxode_solver(n, adaptive), args.repeats)
             theirs = compile_s = diff = None
             if not args.no_diffrax:
