@@ -124,3 +124,11 @@ def test_gradients_through_kernel_batches_are_refused_clearly():
 
     with pytest.raises(KernelUnsupportedError, match="gradients"):
         grad(loss)(np.array([10.0, 28.0, 8 / 3]))
+
+
+@pytest.mark.parametrize("device, cap", [("cpu", 100_000), ("cuda", 1_000_000)])
+def test_automatic_kernel_batches_are_capped_by_the_kernel_not_the_array_path(client, device, cap):
+    # The array path's 10^4 cap would cut a GPU's million-lane batches a hundredfold.
+    alg = EnsembleDask(client, kernel=EnsembleKernel(device=device))
+    assert alg.batch_size_for(10**8) == cap
+    assert EnsembleDask(client).batch_size_for(10**8) == 10_000

@@ -120,7 +120,11 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
         if self.batch_size is not None:
             return self.batch_size
         threads = _thread_count(self.client)
-        cap = batch_size_limit(self.backend)
+        cap = (
+            batch_size_limit(self.backend)
+            if self.kernel is None
+            else self.kernel.default_batch_size
+        )
         return max(1, min(cap, math.ceil(trajectories / (_BATCHES_PER_WORKER * threads))))
 
     def map_batches(
