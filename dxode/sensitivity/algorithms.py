@@ -158,7 +158,7 @@ class DiscreteAdjoint(_Sensitivity):
             rhs,
             record,
             leaves,
-            static.save_grid.astype(g.dtype),
+            None if static.save_grid is None else static.save_grid.astype(g.dtype),
             t0,
             retcode,
             backend.asarray(g),

@@ -1,0 +1,149 @@
+"""Differentiated solves with callbacks: integrate event to event, jump at each event.
+
+The forward pass first finds the events without gradients (``event_plan``). Then each
+segment between breakpoints is a differentiated solve without callbacks (the primitive of
+``differentiable``, with the requested sensitivity algorithm, here or on Dask), and each
+event a traced jump (``event_jumps``); autograd chains them. Every sensitivity algorithm
+differentiates the segments; the continuous adjoints need the segments' spans shared by all
+lanes (always so for a single problem; in ensembles when the lanes' events coincide).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .._retcode import ReturnCode
+from ..backends import get_backend
+from ..events.record import EventRecord
+from .differentiable import _leaves_with, _Pass, _Static, traced_solve
+from .event_jumps import EventJumps, Jump
+from .event_plan import SegmentPlan, find_events, plan_segments
+
+Array = Any
+_SUCCEEDED = (int(ReturnCode.Success), int(ReturnCode.Terminated))
+
+
+@dataclasses.dataclass
+class SegmentedSolve:
+    """The saved states ``(L, nsave, *shape)`` (traced), their times (``(nsave,)`` or per lane
+    ``(L, nsave)``), the statistics, and the events with traced times and states."""
+
+    saved: Array
+    t: np.ndarray
+    outcome: dict[str, np.ndarray]
+    events: EventRecord
+
+
+def solve_segmented(
+    static: _Static, callbacks: Any, u0_lanes: Array, diff_values: list[Any], scheduler: Any = None
+) -> SegmentedSolve:
+    """A differentiated solve of lanes ``u0_lanes`` ``(*shape, L)`` with ``callbacks``."""
+    import autograd.numpy as anp
+    from autograd.tracer import getval
+
+    if get_backend(static.backend).name != "numpy":
+        raise NotImplementedError(
+            "gradients through callbacks are computed on NumPy only; solve with NumPy arrays"
+        )
+    values = _leaves_with(static, [np.asarray(getval(v)) for v in diff_values])
+    u0_value = np.asarray(getval(u0_lanes))
+    log = find_events(static, callbacks, u0_value, values, _Pass(scheduler))
+    plan = plan_segments(log, static.t0, static.t1, static.save_grid, static.tstops)
+    _check_sensealg(static, plan)
+    jumps = EventJumps(static, callbacks, _leaves_with(static, diff_values), values)
+    first = jumps.at(u0_lanes, plan.points[:, 0], plan.fires[0])
+    marks, outcomes = [first], []
+    pre = [u0_lanes]
+    for j in range(plan.segments):
+        a, b = plan.points[:, j], plan.points[:, j + 1]
+        shared = bool(np.all(a == a[0]) and np.all(b == b[0]))
+        segment = dataclasses.replace(
+            static,
+            t0=a,
+            t1=b,
+            save_grid=np.array([a[0], b[0]]) if shared else None,
+            tstops=None,
+        )
+        saved, outcome = traced_solve(segment, marks[-1].start, diff_values, scheduler)
+        outcomes.append(outcome)
+        pre.append(anp.moveaxis(saved[:, -1], 0, -1))
+        marks.append(jumps.at(pre[-1], b, plan.fires[j + 1]))
+    saved, t = _saved(static, plan, pre, marks)
+    return SegmentedSolve(
+        saved, t, _outcome(log.retcode, outcomes), _events(static, callbacks, log, plan, marks)
+    )
+
+
+def _check_sensealg(static: _Static, plan: SegmentPlan) -> None:
+    shared = bool(np.all(plan.points == plan.points[:1]))
+    if static.sensealg.one_tspan and not shared:
+        raise NotImplementedError(
+            f"{static.sensealg!r} needs every trajectory's segments between events on one "
+            "shared time span, and these trajectories' events happen at different times; use "
+            "sensealg=DiscreteAdjoint() (explicit methods) or ForwardSensitivity()"
+        )
+
+
+def _saved(
+    static: _Static, plan: SegmentPlan, pre: list[Array], marks: list[Jump]
+) -> tuple[Array, np.ndarray]:
+    """The saved states: at the save times, the states before any event there (NaN after a
+    lane ended, and on lanes whose forward pass failed); without a save grid each lane's
+    start and its final state (after the events at its end)."""
+    import autograd.numpy as anp
+
+    n_lanes = plan.points.shape[0]
+    if plan.save_at is None:
+        states = anp.stack([pre[0], marks[-1].after[-1] if marks[-1].after else pre[-1]])
+        saved = anp.moveaxis(states, -1, 0)  # (L, 2, *shape)
+        t = plan.points[:, [0, -1]]
+        missing = np.zeros((n_lanes, 2), dtype=bool)
+        t = t[0] if np.all(t == t[:1]) else t
+    else:
+        stacked = anp.moveaxis(anp.stack(pre), -1, 1)  # (n + 1, L, *shape)
+        at = plan.save_at
+        saved = stacked[np.maximum(at, 0), np.arange(n_lanes)[:, None]]
+        missing = at < 0
+        t = static.save_grid
+    missing = missing | ~plan.ok[:, None]
+    if missing.any():
+        mask = np.reshape(missing, missing.shape + (1,) * (np.ndim(saved) - 2))
+        saved = anp.where(mask, np.nan, saved)
+    return saved, t
+
+
+def _outcome(retcode: np.ndarray, outcomes: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The statistics summed over the segments; the event pass's return code unless a
+    segment failed."""
+    out = {k: sum(o[k] for o in outcomes) for k in ("nf", "naccept", "nreject")}
+    code = retcode.copy()
+    for o in outcomes:
+        bad = ~np.isin(o["retcode"], _SUCCEEDED) & np.isin(code, _SUCCEEDED)
+        code[bad] = o["retcode"][bad]
+    out["retcode"] = code
+    return out
+
+
+def _events(
+    static: _Static, callbacks: Any, log: Any, plan: SegmentPlan, marks: list[Jump]
+) -> EventRecord:
+    """The events, with times and states traced (NaN where ``save_positions`` says not)."""
+    import autograd.numpy as anp
+
+    cbs = tuple(callbacks)
+    times, before, after = [], [], []
+    for e, (j, m) in enumerate(plan.event_rows):
+        i = int(log.lane[e])
+        keep_before, keep_after = cbs[int(log.callback[e])].save_positions
+        times.append(marks[j].t[i])
+        b, a = marks[j].before[m][..., i], marks[j].after[m][..., i]
+        before.append(b if keep_before else anp.full(np.shape(b), np.nan))
+        after.append(a if keep_after else anp.full(np.shape(a), np.nan))
+    if not times:
+        empty = np.zeros((0, *np.shape(marks[0].start)[:-1]), dtype=static.dtype)
+        t = np.zeros(0, dtype=static.dtype)
+        return EventRecord(t, log.callback, log.lane, empty, empty)
+    return EventRecord(anp.stack(times), log.callback, log.lane, anp.stack(before), anp.stack(after))
