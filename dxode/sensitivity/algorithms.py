@@ -232,7 +232,7 @@ class ForwardSensitivity(_Sensitivity):
             inputs.t0,
             inputs.t1,
             inputs.save_times,
-            inputs.stops.astype(dtype),
+            None if inputs.stops is None else inputs.stops.astype(dtype),
         )
         return finished(saved, record, result, self)
 
