@@ -242,4 +242,3 @@ def _solve_ensemble_traced(plan: EnsemblePlan, sensealg: Any) -> EnsembleSolutio
         ensemble_alg.backend_name(),
         plan.callback,
     )
-

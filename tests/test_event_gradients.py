@@ -30,18 +30,18 @@ G = 9.81
 TIGHT = {"rtol": 1e-10, "atol": 1e-10}
 
 
-def ball_height(h0, v0, e, T, g=G):
+def ball_height(h0, v0, e, time, g=G):
     """The closed-form height of a ball dropped from ``h0`` with upward speed ``v0``, bouncing
-    with restitution ``e``, at time ``T`` (written with autograd.numpy: its gradient is the
+    with restitution ``e``, at ``time`` (written with autograd.numpy: its gradient is the
     exact reference)."""
     speed = anp.sqrt(v0**2 + 2 * g * h0)  # at the first impact
     t = (v0 + speed) / g
-    if T < t:
-        return h0 + v0 * T - 0.5 * g * T**2
+    if time < t:
+        return h0 + v0 * time - 0.5 * g * time**2
     v = e * speed  # upward, just after the bounce
-    while t + 2 * v / g < T:
+    while t + 2 * v / g < time:
         t, v = t + 2 * v / g, e * v
-    tau = T - t
+    tau = time - t
     return v * tau - 0.5 * g * tau**2
 
 
@@ -65,8 +65,12 @@ def ball_loss(sensealg=None, T=0.6, dtype=np.float64, **options):
 
     def loss(theta):
         u0 = anp.array([theta[0], theta[1]])
-        prob = ODEProblem(fall, u0, (0.0, T), np.array([G, 0.0], dtype=dtype) + anp.array([0.0, 1.0]) * theta[2])
-        sol = dxode.solve(prob, saveat=[0.1, T], callback=BALL, sensealg=sensealg, **(options or TIGHT))
+        prob = ODEProblem(
+            fall, u0, (0.0, T), np.array([G, 0.0], dtype=dtype) + anp.array([0.0, 1.0]) * theta[2]
+        )
+        sol = dxode.solve(
+            prob, saveat=[0.1, T], callback=BALL, sensealg=sensealg, **(options or TIGHT)
+        )
         return sol.u[-1, 0]
 
     return loss
@@ -81,8 +85,13 @@ def exact_gradient(theta, T=0.6):
 
 @pytest.mark.parametrize(
     "sensealg",
-    [None, ForwardSensitivity(), InterpolatingAdjoint(), BacksolveAdjoint(),
-     DiscreteAdjoint(checkpoint_every=3)],
+    [
+        None,
+        ForwardSensitivity(),
+        InterpolatingAdjoint(),
+        BacksolveAdjoint(),
+        DiscreteAdjoint(checkpoint_every=3),
+    ],
     ids=repr,
 )
 def test_bouncing_ball_gradient_matches_the_closed_form(sensealg):
@@ -96,9 +105,7 @@ def test_bouncing_ball_gradient_matches_central_differences_with_several_bounces
     loss = ball_loss(T=T)
     gradient = autograd.grad(loss)(theta)
     step = 1e-5
-    central = [
-        (loss(theta + step * d) - loss(theta - step * d)) / (2 * step) for d in np.eye(3)
-    ]
+    central = [(loss(theta + step * d) - loss(theta - step * d)) / (2 * step) for d in np.eye(3)]
     np.testing.assert_allclose(gradient, central, rtol=1e-5)
     np.testing.assert_allclose(gradient, exact_gradient(theta, T), rtol=1e-7)
 
@@ -166,7 +173,9 @@ def dosed(u0, k, amount, T, at):
 def test_preset_time_dose_gradient():
     def loss(theta):
         prob = ODEProblem(decay, anp.array([theta[0]]), (0.0, 3.0), anp.array([theta[1], theta[2]]))
-        sol = dxode.solve(prob, saveat=[0.5, 3.0], callback=PresetTimeCallback([1.0], dose), **TIGHT)
+        sol = dxode.solve(
+            prob, saveat=[0.5, 3.0], callback=PresetTimeCallback([1.0], dose), **TIGHT
+        )
         return sol.u[-1, 0] + sol.u[0, 0]
 
     theta = np.array([2.0, 0.7, 1.5])
@@ -190,7 +199,9 @@ def test_discrete_callback_gradient_holds_its_firing_time_fixed():
     fired_at = []
 
     def loss(theta):
-        prob = ODEProblem(flow, anp.array([theta[0], 0.0]), (0.0, 3.0), anp.array([theta[1], theta[2]]))
+        prob = ODEProblem(
+            flow, anp.array([theta[0], 0.0]), (0.0, 3.0), anp.array([theta[1], theta[2]])
+        )
         sol = dxode.solve(prob, saveat=[3.0], callback=given, rtol=1e-9, atol=1e-9)
         fired_at.append(float(np.asarray(autograd.tracer.getval(sol.events.t))[0]))
         return sol.u[-1, 0]
@@ -209,7 +220,11 @@ def lanes_fall(u, p, t):
 
 
 LANES_BALL = BALL  # per-lane p: p[1] is (L,), and bounce's rows are (L,) each
-HEIGHTS, SPEEDS, RESTITUTION = np.array([1.0, 0.4, 1.6]), np.array([0.0, 1.0, -0.5]), np.array([0.8, 0.6, 0.9])
+HEIGHTS, SPEEDS, RESTITUTION = (
+    np.array([1.0, 0.4, 1.6]),
+    np.array([0.0, 1.0, -0.5]),
+    np.array([0.8, 0.6, 0.9]),
+)
 WEIGHTS = np.array([1.0, 2.0, 3.0])
 
 
@@ -223,8 +238,13 @@ def ensemble_loss(ensemble_alg, sensealg=None, T=1.2):
         prob = ODEProblem(lanes_fall, np.array([1.0, 0.0]), (0.0, T), np.array([G, 0.5]))
         eprob = EnsembleProblem(prob, u0=u0, p=p)
         sim = dxode.solve(
-            eprob, dxode.Tsit5(), ensemble_alg, saveat=[T], callback=LANES_BALL,
-            sensealg=sensealg, **TIGHT,
+            eprob,
+            dxode.Tsit5(),
+            ensemble_alg,
+            saveat=[T],
+            callback=LANES_BALL,
+            sensealg=sensealg,
+            **TIGHT,
         )
         return anp.sum(WEIGHTS * sim.u[:, -1, 0])
 
@@ -236,9 +256,7 @@ X = np.concatenate([HEIGHTS, SPEEDS, RESTITUTION])
 
 def ensemble_reference(T=1.2):
     def loss(x):
-        return sum(
-            w * ball_height(x[i], x[3 + i], x[6 + i], T) for i, w in enumerate(WEIGHTS)
-        )
+        return sum(w * ball_height(x[i], x[3 + i], x[6 + i], T) for i, w in enumerate(WEIGHTS))
 
     return autograd.grad(loss)(X)
 
@@ -266,8 +284,11 @@ def test_ensemble_preset_dose_with_a_continuous_adjoint():
         prob = ODEProblem(decay, np.array([1.0]), (0.0, 3.0), anp.array([theta[0], theta[1]]))
         eprob = EnsembleProblem(prob, u0=anp.reshape(theta[2:], (-1, 1)))
         sim = dxode.solve(
-            eprob, saveat=[3.0], callback=PresetTimeCallback([1.0, 2.0], lanes_dose),
-            sensealg=InterpolatingAdjoint(), **TIGHT,
+            eprob,
+            saveat=[3.0],
+            callback=PresetTimeCallback([1.0, 2.0], lanes_dose),
+            sensealg=InterpolatingAdjoint(),
+            **TIGHT,
         )
         return anp.sum(sim.u[:, -1, 0] ** 2)
 
@@ -281,7 +302,9 @@ def test_ensemble_preset_dose_with_a_continuous_adjoint():
             out = out + dosed(u1, k, amount, 2.0, 1.0) ** 2  # from t = 1: dose at 2, end 3
         return out
 
-    np.testing.assert_allclose(autograd.grad(loss)(theta), autograd.grad(reference)(theta), rtol=1e-7)
+    np.testing.assert_allclose(
+        autograd.grad(loss)(theta), autograd.grad(reference)(theta), rtol=1e-7
+    )
 
 
 def test_terminated_lanes_save_their_own_end_times():
@@ -296,3 +319,19 @@ def test_terminated_lanes_save_their_own_end_times():
 
     heights = np.array([1.0, 2.0])
     np.testing.assert_allclose(autograd.grad(loss)(heights), -np.sqrt(G / (2 * heights)), rtol=1e-7)
+
+
+def test_dask_ensemble_gradient_matches_the_local_one(client):
+    """On a LocalCluster of processes the event pass and every segment's forward and backward
+    passes run as keyed tasks, and give the local gradient."""
+    distributed = pytest.importorskip("distributed")
+    ensemble_alg = dxode.EnsembleDask(client, batch_size=2)
+    with distributed.get_task_stream(client=client) as stream:
+        gradient = autograd.grad(ensemble_loss(ensemble_alg))(X)
+    np.testing.assert_allclose(
+        gradient, autograd.grad(ensemble_loss(EnsembleArray()))(X), rtol=1e-12
+    )
+    np.testing.assert_allclose(gradient, ensemble_reference(), rtol=1e-7)
+    keys = [str(task["key"]) for task in stream.data]
+    for label in ("events", "forward", "backward"):
+        assert any(key.startswith(f"dxode-{label}-") for key in keys), keys

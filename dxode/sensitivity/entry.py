@@ -128,7 +128,9 @@ def solve_ensemble_traced(
             f"{sensealg!r} needs one tspan shared by all trajectories; use DiscreteAdjoint() "
             "or ForwardSensitivity() for per-trajectory tspans"
         )
-    grid = None if saveat is None and callbacks is not None else lane_save_grid(saveat, t0, t1)[:, 0]
+    grid = (
+        None if saveat is None and callbacks is not None else lane_save_grid(saveat, t0, t1)[:, 0]
+    )
     diff = [isbox(leaf) for leaf in p_leaves]
     static = _Static(
         f=prob.f,

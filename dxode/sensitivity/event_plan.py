@@ -36,7 +36,9 @@ class EventLog:
     retcode: np.ndarray  # (L,) int64
 
 
-def find_events(static: Any, callbacks: Any, u0: np.ndarray, leaves: list[Any], run: Any) -> EventLog:
+def find_events(
+    static: Any, callbacks: Any, u0: np.ndarray, leaves: list[Any], run: Any
+) -> EventLog:
     """Solve lanes ``u0`` ``(*shape, L)`` with ``callbacks`` and parameter leaf values
     ``leaves`` (no autograd boxes), batch by batch through ``run`` (``differentiable._Pass``)."""
     from .differentiable import _task_static
@@ -162,7 +164,9 @@ def _fires(log: EventLog, points: np.ndarray) -> tuple[list[np.ndarray], np.ndar
         j = int(np.nonzero(points[i] == float(log.t[e]))[0][0])
         rows[e] = (j, slot_count[j, i])
         slot_count[j, i] += 1
-    fires = [np.full((int(slot_count[j].max()), n_lanes), -1, dtype=np.int64) for j in range(n_points)]
+    fires = [
+        np.full((int(slot_count[j].max()), n_lanes), -1, dtype=np.int64) for j in range(n_points)
+    ]
     for e, (j, m) in enumerate(rows):
         fires[j][m, int(log.lane[e])] = log.callback[e]
     return fires, rows

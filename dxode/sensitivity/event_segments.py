@@ -146,4 +146,6 @@ def _events(
         empty = np.zeros((0, *np.shape(marks[0].start)[:-1]), dtype=static.dtype)
         t = np.zeros(0, dtype=static.dtype)
         return EventRecord(t, log.callback, log.lane, empty, empty)
-    return EventRecord(anp.stack(times), log.callback, log.lane, anp.stack(before), anp.stack(after))
+    return EventRecord(
+        anp.stack(times), log.callback, log.lane, anp.stack(before), anp.stack(after)
+    )
