@@ -157,6 +157,42 @@ def test_terminating_event_time_and_final_state_are_differentiable():
     np.testing.assert_allclose(autograd.grad(final)(theta), expected, rtol=1e-7)
 
 
+def growth(u, p, t):
+    return p[0] * (1.0 + t) + 0.0 * u
+
+
+def threshold(u, p, t):
+    return u[0] - p[1]
+
+
+def scale_by_time(u, p, t, fired):
+    return u * (1.0 + t)
+
+
+@pytest.mark.parametrize("sensealg", [None, ForwardSensitivity()], ids=repr)
+def test_time_dependent_affect_and_rhs(sensealg):
+    """``u' = a (1 + t)`` until ``u = c``, then ``u -> u (1 + t*)`` (above ``c``: no more events): the jump's ``a_t`` term and
+    ``a_u f⁻ - f⁺`` (nonzero here) both enter; the closed form is differentiated exactly."""
+
+    def loss(theta):
+        prob = ODEProblem(
+            growth, anp.array([theta[0]]), (0.0, 2.0), anp.array([theta[1], theta[2]])
+        )
+        cb = ContinuousCallback(threshold, scale_by_time, direction="up")
+        sol = dxode.solve(prob, saveat=[2.0], callback=cb, sensealg=sensealg, **TIGHT)
+        return sol.u[-1, 0] + sol.events.t[0]
+
+    def closed(theta):
+        u0, a, c = theta[0], theta[1], theta[2]
+        t_star = -1.0 + anp.sqrt(1.0 + 2.0 * (c - u0) / a)
+        end = c * (1.0 + t_star) + a * ((2.0 - t_star) + (4.0 - t_star**2) / 2.0)
+        return end + t_star
+
+    theta = np.array([0.2, 0.9, 1.0])
+    assert loss(theta) == pytest.approx(closed(theta), rel=1e-9)
+    np.testing.assert_allclose(autograd.grad(loss)(theta), autograd.grad(closed)(theta), rtol=1e-7)
+
+
 def decay(u, p, t):
     return -p[0] * u
 
