@@ -89,17 +89,21 @@ def _events_task(
 
 @dataclasses.dataclass
 class SegmentPlan:
-    """Every lane's breakpoints and what happens at them.
+    """Every lane's breakpoints, what happens at them, and where the save times fall.
 
     ``points[i]`` are lane ``i``'s ``n + 1`` breakpoints (float64, in the direction of time);
-    segment ``j`` runs from ``points[:, j]`` to ``points[:, j + 1]``. ``fires[j][m]`` is the
-    ``m``-th callback (``-1``: none) each lane applies at breakpoint ``j``, in firing order.
-    ``save_at[i, s]`` is the breakpoint of lane ``i``'s save ``s`` (``-1``: after the lane
-    ended, a NaN row); ``None`` when each lane saves only its start and end. ``event_rows``
-    lists each logged event as ``(breakpoint, slot)``, in the log's order.
+    segment ``j`` runs from ``points[:, j]`` to ``points[:, j + 1]``. ``grids[j]`` is the save
+    grid of segment ``j`` when all lanes share its span (its ends and the save times inside),
+    else ``None`` (each lane saves its ends). ``fires[j][m]`` is the ``m``-th callback
+    (``-1``: none) each lane applies at breakpoint ``j``, in firing order. The saved rows
+    of a lane are its start, then each segment's saves after its first; ``save_at[i, s]`` is
+    the row of lane ``i``'s save ``s`` (``-1``: after the lane ended, a NaN row), ``None``
+    when each lane saves only its start and end. ``event_rows`` lists each logged event as
+    ``(breakpoint, slot)``, in the log's order.
     """
 
     points: np.ndarray  # (L, n + 1)
+    grids: list[np.ndarray | None]  # n entries
     fires: list[np.ndarray]  # n + 1 entries of (slots, L) int64
     save_at: np.ndarray | None  # (L, nsave) int64
     event_rows: np.ndarray  # (k, 2) int64
@@ -118,12 +122,13 @@ def plan_segments(
     tstops: np.ndarray | None,
 ) -> SegmentPlan:
     """The segments of lanes on spans ``t0``, ``t1`` (``(L,)``) with the events of ``log``,
-    saving at ``save_grid`` (shared, or ``None`` for each lane's ends)."""
+    saving at ``save_grid`` (shared, or ``None`` for each lane's ends). Where every lane has
+    the same span and events (a single problem, preset times), save times fall inside the
+    segments; otherwise they end segments too."""
     n_lanes = t0.shape[0]
     direction = 1.0 if t1[0] > t0[0] else -1.0
     starts = np.searchsorted(log.lane, np.arange(n_lanes + 1))
-    ok = np.isin(log.retcode, _SUCCEEDED)
-    per_lane = []
+    events, ends = [], []
     for i in range(n_lanes):
         times = log.t[starts[i] : starts[i + 1]].astype(np.float64)
         end = times[-1] if log.retcode[i] == _TERMINATED and times.size else t1[i]
@@ -132,16 +137,51 @@ def plan_segments(
                 f"trajectory {i} was terminated at its start time; gradients through a "
                 "callback that terminates at t0 are not supported: start after the event"
             )
-        inner = [x for x in (save_grid, tstops) if x is not None]
-        fixed = np.concatenate(inner) if inner else np.zeros(0)
-        fixed = fixed[(direction * (fixed - t0[i]) > 0) & (direction * (end - fixed) > 0)]
-        points = direction * np.unique(direction * np.concatenate([[t0[i], end], times, fixed]))
-        per_lane.append(points)
+        events.append(times)
+        ends.append(end)
+    shared = all(
+        t0[i] == t0[0] and ends[i] == ends[0] and np.array_equal(events[i], events[0])
+        for i in range(n_lanes)
+    )
+    inner = [x for x in (tstops, None if shared else save_grid) if x is not None]
+    fixed = np.concatenate(inner) if inner else np.zeros(0)
+    per_lane = []
+    for i in range(n_lanes):
+        inside = fixed[(direction * (fixed - t0[i]) > 0) & (direction * (ends[i] - fixed) > 0)]
+        both = np.concatenate([[t0[i], ends[i]], events[i], inside])
+        per_lane.append(direction * np.unique(direction * both))
     n = max(p.shape[0] for p in per_lane) - 1
     points = np.stack([_split_longest(p, n) for p in per_lane])
+    grids = [_segment_grid(points[:, j], points[:, j + 1], save_grid, direction) for j in range(n)]
     fires, event_rows = _fires(log, points)
-    save_at = None if save_grid is None else _save_positions(points, save_grid)
-    return SegmentPlan(points, fires, save_at, event_rows, ok)
+    save_at = None if save_grid is None else _save_rows(points, grids, save_grid)
+    return SegmentPlan(points, grids, fires, save_at, event_rows, np.isin(log.retcode, _SUCCEEDED))
+
+
+def _segment_grid(
+    a: np.ndarray, b: np.ndarray, saves: np.ndarray | None, direction: float
+) -> np.ndarray | None:
+    """A segment's shared save grid (its ends and the save times strictly inside), or
+    ``None`` when the lanes' spans ``a`` to ``b`` differ."""
+    if not (np.all(a == a[0]) and np.all(b == b[0])):
+        return None
+    inside = np.zeros(0) if saves is None else saves
+    inside = inside[(direction * (inside - a[0]) > 0) & (direction * (b[0] - inside) > 0)]
+    return np.concatenate([[a[0]], inside, [b[0]]])
+
+
+def _save_rows(points: np.ndarray, grids: list[np.ndarray | None], saves: np.ndarray) -> np.ndarray:
+    """The saved row of every lane's save times (``-1``: after the lane ended)."""
+    n_lanes = points.shape[0]
+    at = np.full((n_lanes, saves.shape[0]), -1, dtype=np.int64)
+    for i in range(n_lanes):
+        rows = [points[i, :1]] + [
+            points[i, j + 1 : j + 2] if grid is None else grid[1:] for j, grid in enumerate(grids)
+        ]
+        hit = np.concatenate(rows)[None, :] == saves[:, None]
+        found = hit.any(axis=1)
+        at[i, found] = np.argmax(hit[found], axis=1)
+    return at
 
 
 def _split_longest(points: np.ndarray, n: int) -> np.ndarray:
@@ -170,14 +210,3 @@ def _fires(log: EventLog, points: np.ndarray) -> tuple[list[np.ndarray], np.ndar
     for e, (j, m) in enumerate(rows):
         fires[j][m, int(log.lane[e])] = log.callback[e]
     return fires, rows
-
-
-def _save_positions(points: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """The breakpoint of every lane's save times (``-1``: after the lane ended)."""
-    n_lanes = points.shape[0]
-    at = np.full((n_lanes, grid.shape[0]), -1, dtype=np.int64)
-    for i in range(n_lanes):
-        hit = points[i][None, :] == grid[:, None]
-        found = hit.any(axis=1)
-        at[i, found] = np.argmax(hit[found], axis=1)
-    return at

@@ -56,22 +56,15 @@ def solve_segmented(
     jumps = EventJumps(static, callbacks, _leaves_with(static, diff_values), values)
     first = jumps.at(u0_lanes, plan.points[:, 0], plan.fires[0])
     marks, outcomes = [first], []
-    pre = [u0_lanes]
+    rows = [anp.moveaxis(u0_lanes, -1, 0)[:, None]]  # (L, 1, *shape), then each segment's
     for j in range(plan.segments):
         a, b = plan.points[:, j], plan.points[:, j + 1]
-        shared = bool(np.all(a == a[0]) and np.all(b == b[0]))
-        segment = dataclasses.replace(
-            static,
-            t0=a,
-            t1=b,
-            save_grid=np.array([a[0], b[0]]) if shared else None,
-            tstops=None,
-        )
+        segment = dataclasses.replace(static, t0=a, t1=b, save_grid=plan.grids[j], tstops=None)
         saved, outcome = traced_solve(segment, marks[-1].start, diff_values, scheduler)
         outcomes.append(outcome)
-        pre.append(anp.moveaxis(saved[:, -1], 0, -1))
-        marks.append(jumps.at(pre[-1], b, plan.fires[j + 1]))
-    saved, t = _saved(static, plan, pre, marks)
+        rows.append(saved[:, 1:])
+        marks.append(jumps.at(anp.moveaxis(saved[:, -1], 0, -1), b, plan.fires[j + 1]))
+    saved, t = _saved(static, plan, rows, marks)
     return SegmentedSolve(
         saved, t, _outcome(log.retcode, outcomes), _events(static, callbacks, log, plan, marks)
     )
@@ -88,24 +81,25 @@ def _check_sensealg(static: _Static, plan: SegmentPlan) -> None:
 
 
 def _saved(
-    static: _Static, plan: SegmentPlan, pre: list[Array], marks: list[Jump]
+    static: _Static, plan: SegmentPlan, rows: list[Array], marks: list[Jump]
 ) -> tuple[Array, np.ndarray]:
-    """The saved states: at the save times, the states before any event there (NaN after a
-    lane ended, and on lanes whose forward pass failed); without a save grid each lane's
-    start and its final state (after the events at its end)."""
+    """The saved states from the segments' saved ``rows`` (``(L, k, *shape)`` blocks): at
+    the save times, the states before any event there (NaN after a lane ended, and on lanes
+    whose forward pass failed); without a save grid each lane's start and its final state
+    (after the events at its end)."""
     import autograd.numpy as anp
 
     n_lanes = plan.points.shape[0]
     if plan.save_at is None:
-        states = anp.stack([pre[0], marks[-1].after[-1] if marks[-1].after else pre[-1]])
-        saved = anp.moveaxis(states, -1, 0)  # (L, 2, *shape)
+        last = marks[-1].after[-1] if marks[-1].after else marks[-1].start
+        saved = anp.concatenate([rows[0], anp.moveaxis(last, -1, 0)[:, None]], axis=1)
         t = plan.points[:, [0, -1]]
         missing = np.zeros((n_lanes, 2), dtype=bool)
         t = t[0] if np.all(t == t[:1]) else t
     else:
-        stacked = anp.moveaxis(anp.stack(pre), -1, 1)  # (n + 1, L, *shape)
+        every = anp.concatenate(rows, axis=1)  # (L, rows, *shape)
         at = plan.save_at
-        saved = stacked[np.maximum(at, 0), np.arange(n_lanes)[:, None]]
+        saved = every[np.arange(n_lanes)[:, None], np.maximum(at, 0)]
         missing = at < 0
         t = static.save_grid
     missing = missing | ~plan.ok[:, None]
