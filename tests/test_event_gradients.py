@@ -358,6 +358,7 @@ def test_terminated_lanes_save_their_own_end_times():
     np.testing.assert_allclose(autograd.grad(loss)(heights), -np.sqrt(G / (2 * heights)), rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_dask_ensemble_gradient_matches_the_local_one(client):
     """On a LocalCluster of processes the event pass and every segment's forward and backward
     passes run as keyed tasks, and give the local gradient."""
@@ -401,3 +402,22 @@ def test_many_save_points_match_the_plain_solve_and_central_differences(lanes):
     step = 1e-6
     central = [(loss(theta + step * d) - loss(theta - step * d)) / (2 * step) for d in np.eye(2)]
     np.testing.assert_allclose(autograd.grad(loss)(theta), central, rtol=1e-6)
+
+
+def test_other_backends_refuse_event_gradients_clearly():
+    xps = pytest.importorskip("array_api_strict")
+
+    def xp_decay(u, p, t):
+        return -p[0] * u
+
+    def xp_decay_vjp(u, p, t, v):
+        return -p[0] * v, -u * v
+
+    def loss(k):
+        prob = ODEProblem(xp_decay, xps.asarray([1.0]), (0.0, 1.0), 1.0, vjp=xp_decay_vjp)
+        eprob = EnsembleProblem(prob, p=anp.reshape(k, (-1, 1)))
+        cb = PresetTimeCallback([0.5], lambda u, p, t, fired: u + 1.0)
+        return anp.sum(dxode.solve(eprob, saveat=[1.0], callback=cb).u)
+
+    with pytest.raises(NotImplementedError, match="through callbacks are computed on NumPy only"):
+        autograd.grad(loss)(np.array([0.5, 0.7]))
