@@ -421,3 +421,44 @@ def test_other_backends_refuse_event_gradients_clearly():
 
     with pytest.raises(NotImplementedError, match="through callbacks are computed on NumPy only"):
         autograd.grad(loss)(np.array([0.5, 0.7]))
+
+
+def test_a_failing_lane_gets_nan_rows_and_gradient():
+    """``u' = k u²`` from 1 blows up at ``t = 1 / k``: the lane with ``k = 1`` fails before
+    ``t = 2``; its rows and its gradient are NaN, the other lane's are right."""
+
+    def blow_up(u, p, t):
+        return p[0] * u**2
+
+    def loss(rates):
+        prob = ODEProblem(blow_up, np.array([1.0]), (0.0, 2.0), 1.0)
+        eprob = EnsembleProblem(prob, p=anp.reshape(rates, (-1, 1)))
+        bump = PresetTimeCallback([0.1], lambda u, p, t, fired: 1.01 * u)
+        sim = dxode.solve(eprob, saveat=[0.2, 2.0], callback=bump, **TIGHT)
+        assert sim.retcodes.tolist()[1] != 0
+        assert np.all(np.isnan(autograd.tracer.getval(sim.u)[1]))
+        return anp.sum(sim.u[:, 0, 0])
+
+    def first_save(k):  # u(0.1) = 1 / (1 - 0.1 k), bumped, then to t = 0.2
+        bumped = 1.01 / (1 - 0.1 * k)
+        return bumped / (1 - 0.1 * k * bumped)
+
+    gradient = autograd.grad(loss)(np.array([0.1, 1.0]))
+    assert np.isnan(gradient[1])
+    np.testing.assert_allclose(gradient[0], autograd.grad(first_save)(0.1), rtol=1e-7)
+
+
+def test_a_discrete_callback_listed_before_the_continuous_one():
+    """Callbacks apply in the set's order: a discrete callback listed first (firing at every
+    step end, the bounce's too) applies before the bounce, whose event time still counts."""
+    every_step = DiscreteCallback(lambda u, p, t: True, lambda u, p, t, fired: 1.0 * u)
+
+    def loss(theta):
+        prob = ODEProblem(fall, anp.array([theta[0], 0.0]), (0.0, 0.6), anp.array([G, theta[1]]))
+        sol = dxode.solve(prob, saveat=[0.6], callback=[every_step, BALL], **TIGHT)
+        return sol.u[-1, 0]
+
+    theta = np.array([1.0, 0.8])
+    np.testing.assert_allclose(
+        autograd.grad(loss)(theta), exact_gradient(np.array([1.0, 0.0, 0.8]))[[0, 2]], rtol=1e-7
+    )

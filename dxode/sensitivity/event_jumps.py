@@ -72,7 +72,7 @@ class EventJumps:
         t = t.astype(self._dtype)
         if fires.shape[0] == 0:
             return Jump(t, [], [], u_pre)
-        delta = self._shift(u_pre, t, fires[0])
+        delta = self._shift(u_pre, t, fires)
         moving = delta is not None
         t_event = t + delta if moving else t
         u = u_pre + self._f(u_pre, t) * delta if moving else u_pre
@@ -90,9 +90,10 @@ class EventJumps:
         start = u - self._f(u, t) * delta if moving else u
         return Jump(t_event, before, after, start)
 
-    def _shift(self, u_pre: Array, t: np.ndarray, first: np.ndarray) -> Array | None:
+    def _shift(self, u_pre: Array, t: np.ndarray, fires: np.ndarray) -> Array | None:
         """``δ`` ``(L,)`` (value zero) whose derivative is ``dt*/dθ`` on lanes where a
-        continuous callback fired first; ``None`` where none did."""
+        continuous callback fired (at most one per lane and breakpoint; its root was found on
+        the step before any affect, so ``g`` is taken at ``u_pre``); ``None`` if none did."""
         import autograd.numpy as anp
         from autograd import elementwise_grad
         from autograd.tracer import getval
@@ -100,11 +101,11 @@ class EventJumps:
         delta = None
         u_value = getval(u_pre)
         f_value = self._f(u_value, t)
-        for k in np.unique(first[first >= 0]):
+        for k in np.unique(fires[fires >= 0]):
             cb = self._callbacks[int(k)]
             if not isinstance(cb, ContinuousCallback):
                 continue
-            fired = first == k
+            fired = np.any(fires == k, axis=0)
 
             def along_f(eps: Array, cb: Any = cb) -> Array:
                 return self._condition(cb, u_value + eps * f_value, self._p_value, t + eps)
