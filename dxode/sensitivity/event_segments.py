@@ -124,22 +124,31 @@ def _outcome(retcode: np.ndarray, outcomes: list[dict[str, np.ndarray]]) -> dict
 def _events(
     static: _Static, callbacks: Any, log: Any, plan: SegmentPlan, marks: list[Jump]
 ) -> EventRecord:
-    """The events, with times and states traced (NaN where ``save_positions`` says not)."""
+    """The events, with times and states traced (NaN where ``save_positions`` says not),
+    gathered per breakpoint and slot, then put in the log's order."""
     import autograd.numpy as anp
 
-    cbs = tuple(callbacks)
-    times, before, after = [], [], []
-    for e, (j, m) in enumerate(plan.event_rows):
-        i = int(log.lane[e])
-        keep_before, keep_after = cbs[int(log.callback[e])].save_positions
-        times.append(marks[j].t[i])
-        b, a = marks[j].before[m][..., i], marks[j].after[m][..., i]
-        before.append(b if keep_before else anp.full(np.shape(b), np.nan))
-        after.append(a if keep_after else anp.full(np.shape(a), np.nan))
-    if not times:
+    if log.lane.shape[0] == 0:
         empty = np.zeros((0, *np.shape(marks[0].start)[:-1]), dtype=static.dtype)
-        t = np.zeros(0, dtype=static.dtype)
-        return EventRecord(t, log.callback, log.lane, empty, empty)
+        return EventRecord(np.zeros(0, dtype=static.dtype), log.callback, log.lane, empty, empty)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for e, (j, m) in enumerate(plan.event_rows.tolist()):
+        groups.setdefault((j, m), []).append(e)
+    order, times, before, after = [], [], [], []
+    for (j, m), rows in groups.items():
+        lanes = log.lane[rows]
+        order.extend(rows)
+        times.append(anp.reshape(marks[j].t, (-1,))[lanes])
+        before.append(marks[j].before[m][..., lanes])
+        after.append(marks[j].after[m][..., lanes])
+    back = np.argsort(np.asarray(order))
+    kept = np.array([cb.save_positions for cb in callbacks])[log.callback]  # (k, 2)
+
+    def states(parts: list[Array], keep: np.ndarray) -> Array:
+        rows = anp.moveaxis(anp.concatenate(parts, axis=-1), -1, 0)[back]
+        return anp.where(np.reshape(keep, (-1,) + (1,) * (np.ndim(rows) - 1)), rows, np.nan)
+
+    t = anp.concatenate(times)[back]
     return EventRecord(
-        anp.stack(times), log.callback, log.lane, anp.stack(before), anp.stack(after)
+        t, log.callback, log.lane, states(before, kept[:, 0]), states(after, kept[:, 1])
     )
