@@ -423,6 +423,27 @@ def test_other_backends_refuse_event_gradients_clearly():
         autograd.grad(loss)(np.array([0.5, 0.7]))
 
 
+def test_event_record_of_a_differentiated_ensemble_matches_the_plain_one():
+    """``sim.events`` of a differentiated solve: the plain solve's events (same order, times
+    and states to the tolerance), with traced values."""
+    heights = np.array([1.0, 0.3, 1.7])
+
+    def solved(h):
+        prob = ODEProblem(lanes_fall, np.array([1.0, 0.0]), (0.0, 2.0), np.array([G, 0.5]))
+        u0 = anp.stack([h, anp.zeros(3)], axis=1)
+        return dxode.solve(EnsembleProblem(prob, u0=u0), saveat=[2.0], callback=BALL, **TIGHT)
+
+    plain = solved(heights).events
+    traced = []
+    autograd.grad(lambda h: (traced.append(solved(h).events), anp.sum(traced[-1].t))[1])(heights)
+    events = traced[-1]
+    np.testing.assert_array_equal(events.trajectory, plain.trajectory)
+    np.testing.assert_array_equal(events.callback, plain.callback)
+    for name in ("t", "u_before", "u_after"):
+        got = autograd.tracer.getval(getattr(events, name))
+        np.testing.assert_allclose(got, getattr(plain, name), rtol=1e-8, atol=1e-9)
+
+
 def test_a_failing_lane_gets_nan_rows_and_gradient():
     """``u' = k u²`` from 1 blows up at ``t = 1 / k``: the lane with ``k = 1`` fails before
     ``t = 2``; its rows and its gradient are NaN, the other lane's are right."""
