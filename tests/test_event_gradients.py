@@ -483,3 +483,16 @@ def test_a_discrete_callback_listed_before_the_continuous_one():
     np.testing.assert_allclose(
         autograd.grad(loss)(theta), exact_gradient(np.array([1.0, 0.0, 0.8]))[[0, 2]], rtol=1e-7
     )
+
+
+def test_one_trajectory_of_a_differentiated_ensemble_keeps_its_traced_events():
+    def first_impact(heights):
+        prob = ODEProblem(lanes_fall, np.array([1.0, 0.0]), (0.0, 1.0), np.array([G, 0.5]))
+        u0 = anp.stack([heights, anp.zeros(2)], axis=1)
+        sim = dxode.solve(EnsembleProblem(prob, u0=u0), saveat=[1.0], callback=BALL, **TIGHT)
+        return sim[1].events.t[0]
+
+    heights = np.array([1.0, 1.2])
+    np.testing.assert_allclose(
+        autograd.grad(first_impact)(heights), [0.0, 1 / np.sqrt(2 * G * heights[1])], rtol=1e-7
+    )
