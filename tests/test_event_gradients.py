@@ -445,8 +445,8 @@ def test_event_record_of_a_differentiated_ensemble_matches_the_plain_one():
 
 
 def test_a_failing_lane_gets_nan_rows_and_gradient():
-    """``u' = k u²`` from 1 blows up at ``t = 1 / k``: the lane with ``k = 1`` fails (out of steps) before
-    ``t = 2``; its rows and its gradient are NaN, the other lane's are right."""
+    """``u' = k u²`` from 1 blows up at ``t = 1 / k``: the lane with ``k = 1`` fails (out of
+    steps) before ``t = 2``; its rows and its gradient are NaN, the other lane's are right."""
 
     def blow_up(u, p, t):
         return p[0] * u**2
