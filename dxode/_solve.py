@@ -82,7 +82,8 @@ def solve(
     callback : callback or CallbackSet, optional
         Events: ``ContinuousCallback``, ``DiscreteCallback``, ``PresetTimeCallback``, a
         ``CallbackSet`` or a list of them, applied per trajectory (see the events guide).
-        The events that fired are in ``sol.events``. Not differentiable.
+        The events that fired are in ``sol.events``. Differentiable (see the gradients
+        guide).
     ensemble_alg : EnsembleArray, EnsembleSerial, EnsembleKernel, EnsembleDask, or Client, optional
         Ensembles only: how batches are computed (default ``EnsembleArray()``, in this
         process); ``EnsembleKernel()`` compiles each trajectory's integration (numba, see the
@@ -195,11 +196,9 @@ def solve(
     opts.check_state(prob.u0)
     check_preset_times(callbacks, *sorted(prob.tspan))
     if is_traced(prob.u0, prob.p):
-        if callbacks is not None:
-            raise NotImplementedError(CALLBACK_GRADIENTS)
         if dense:
             raise NotImplementedError("dense output is not differentiable; use saveat")
-        return solve_single_traced(prob, opts, saveat, tstops, sensealg)
+        return solve_single_traced(prob, opts, saveat, tstops, sensealg, callbacks)
     return solve_problem(prob, opts, saveat=saveat, dense=dense, tstops=tstops, callbacks=callbacks)
 
 
@@ -223,8 +222,6 @@ def _check_keywords(options: dict[str, Any], sensealg: Any) -> None:
 
 def _solve_ensemble_traced(plan: EnsemblePlan, sensealg: Any) -> EnsembleSolution:
     """An ensemble solve that autograd differentiates, by dxode.sensitivity."""
-    if plan.callback is not None:
-        raise NotImplementedError(CALLBACK_GRADIENTS)
     ensemble_alg = plan.ensemble_alg
     if getattr(ensemble_alg, "lockstep", False):
         raise NotImplementedError(
@@ -243,10 +240,5 @@ def _solve_ensemble_traced(plan: EnsemblePlan, sensealg: Any) -> EnsembleSolutio
         ensemble_alg,
         sensealg,
         ensemble_alg.backend_name(),
+        plan.callback,
     )
-
-
-CALLBACK_GRADIENTS = (
-    "gradients through callbacks are not supported yet: solve without callback=... when u0 or "
-    "p is differentiated (or pass plain arrays to solve with callbacks)"
-)

@@ -140,6 +140,9 @@ def test_benchmarks_summary_quotes_the_single_solve_table():
 # Claims the docs once made and that are no longer true; they must not come back.
 RETRACTED_CLAIMS = {
     r"not available for stiff methods": "gradients work with the stiff methods",
+    r"(?i)callbacks are not differentiable|gradients through (events|callbacks) (raise|are not)": (
+        "gradients run through callbacks"
+    ),
 }
 
 

@@ -350,16 +350,20 @@ def test_ensemble_events_array_api(xp):
 # ---- errors ----------------------------------------------------------------------------------
 
 
-def test_gradients_through_callbacks_raise_clearly():
+def test_gradients_reach_the_event_time():
+    """Differentiable callbacks (tests/test_event_gradients.py has the rest): ``u' = k u``
+    from 1 ends at ``u = 2``, at ``t* = ln 2 / k``."""
     autograd = pytest.importorskip("autograd")
     cb = dxode.ContinuousCallback(above_two, terminate=True)
 
-    def loss(k):
+    def event_time(k):
         prob = dxode.ODEProblem(growth, np.array([1.0]), (0.0, 1.0), k)
-        return dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=[1.0]).u[0, 0]
+        sol = dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=[1.0], rtol=1e-10, atol=1e-12)
+        assert np.isnan(autograd.tracer.getval(sol.u[0, 0]))  # saved after the end: NaN
+        return sol.events.t[0]
 
-    with pytest.raises(NotImplementedError, match="callbacks"):
-        autograd.grad(loss)(np.array([1.0]))
+    k = np.array([1.0])
+    np.testing.assert_allclose(autograd.grad(event_time)(k), -math.log(2) / k**2, rtol=1e-7)
 
 
 def test_bad_callbacks_are_named():

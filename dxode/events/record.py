@@ -45,13 +45,23 @@ class EventRecord:
     def select(self, rows: np.ndarray) -> EventRecord:
         """The events at positions ``rows`` (a host integer array)."""
         xp = array_api_compat.array_namespace(self.t)
-        idx = rows if isinstance(self.t, np.ndarray) else xp.asarray(rows)
+        # NumPy, or autograd's wrapper of it (a differentiated solve's traced events).
+        if xp.__name__.split(".")[0] in ("numpy", "autograd"):
+
+            def take(x: Array) -> Array:
+                return x[rows]
+        else:
+            idx = xp.asarray(rows)
+
+            def take(x: Array) -> Array:
+                return xp.take(x, idx, axis=0)
+
         return EventRecord(
-            t=xp.take(self.t, idx, axis=0),
+            t=take(self.t),
             callback=self.callback[rows],
             trajectory=self.trajectory[rows],
-            u_before=xp.take(self.u_before, idx, axis=0),
-            u_after=xp.take(self.u_after, idx, axis=0),
+            u_before=take(self.u_before),
+            u_after=take(self.u_after),
         )
 
     def for_trajectory(self, i: int) -> EventRecord:

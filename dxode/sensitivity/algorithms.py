@@ -158,7 +158,7 @@ class DiscreteAdjoint(_Sensitivity):
             rhs,
             record,
             leaves,
-            static.save_grid.astype(g.dtype),
+            None if static.save_grid is None else static.save_grid.astype(g.dtype),
             t0,
             retcode,
             backend.asarray(g),
@@ -232,7 +232,7 @@ class ForwardSensitivity(_Sensitivity):
             inputs.t0,
             inputs.t1,
             inputs.save_times,
-            inputs.stops.astype(dtype),
+            None if inputs.stops is None else inputs.stops.astype(dtype),
         )
         return finished(saved, record, result, self)
 

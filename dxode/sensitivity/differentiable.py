@@ -38,7 +38,7 @@ class _Static:
     single_lane: bool
     t0: np.ndarray  # (L,)
     t1: np.ndarray
-    save_grid: np.ndarray  # (nsave,)
+    save_grid: np.ndarray | None  # (nsave,) shared; None: each lane saves its t0 and t1
     tstops: np.ndarray | None
     options: SolverOptions
     batch_size: int
@@ -177,7 +177,7 @@ def _stops(static: _Static) -> np.ndarray | None:
     where the discrete adjoint differentiates the dense output that fills them (methods whose
     interpolant needs no extra stages), so the steps are those of a solve without gradients."""
     parts = [] if static.tstops is None else [static.tstops]
-    if static.sensealg.steps_onto_save_times(static.options):
+    if static.save_grid is not None and static.sensealg.steps_onto_save_times(static.options):
         parts.append(static.save_grid)
     if not parts:
         return None
@@ -208,7 +208,10 @@ def _forward_batch(
     u0 = backend.asarray(u0)
     leaves = on_backend(backend, static, leaves)
     n = u0.shape[-1]
-    save_grid = np.repeat(to_host(static.save_grid)[:, None], n, axis=1)
+    if static.save_grid is None:  # each lane's own ends
+        save_grid = np.stack([np.asarray(t0), np.asarray(t1)])
+    else:
+        save_grid = np.repeat(to_host(static.save_grid)[:, None], n, axis=1)
     batch = BatchRHS.of(static, leaves, u0, t0, t1, save_grid, stops)
     inputs = BatchInputs(u0, t0, t1, batch.problem.save_times, stops)
     return static.sensealg.forward(static, batch, inputs)

@@ -46,7 +46,7 @@ def backward(
     rhs: TracedRHS,
     trials: list[Trial],
     leaves: list[Any],
-    save_grid: np.ndarray,
+    save_grid: np.ndarray | None,
     t0: np.ndarray,
     retcodes: np.ndarray,
     cotangent: Array,
@@ -62,8 +62,9 @@ def backward(
         The forward pass's iterations in order, with their stage inputs or checkpoints.
     leaves : list
         The batch's parameter leaf values (per-lane leaves have a trailing lane axis).
-    save_grid : (nsave,) host array
-        Save times shared by the lanes, in the direction of integration.
+    save_grid : (nsave,) host array or None
+        Save times shared by the lanes, in the direction of integration; ``None``: each lane
+        saves its own start and end (save index 0 is its ``t0``).
     t0 : (L,) host array
         Start times.
     retcodes : (L,) int host array
@@ -127,7 +128,7 @@ class _Sweep:
         rhs: TracedRHS,
         trials: list[Trial],
         leaves: list[Any],
-        save_grid: np.ndarray,
+        save_grid: np.ndarray | None,
         retcodes: np.ndarray,
         cotangent: Array,
     ) -> None:
@@ -427,8 +428,11 @@ def _pieces(x: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
     return [x[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def _save_index(grid: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """For each time, the index of the save point equal to it, or -1."""
+def _save_index(grid: np.ndarray | None, times: np.ndarray) -> np.ndarray:
+    """For each time, the index of the save point equal to it, or -1 (``grid`` ``None``:
+    every lane saves its start first)."""
+    if grid is None:
+        return np.zeros(times.shape, dtype=np.int64)
     if grid.shape[0] == 0:
         return np.full(times.shape, -1, dtype=np.int64)
     order = np.argsort(grid, kind="stable")

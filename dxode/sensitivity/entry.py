@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -21,12 +22,19 @@ from .differentiable import (
     default_sensealg,
     traced_solve,
 )
+from .event_segments import solve_segmented
 
 
 def solve_single_traced(
-    prob: ODEProblem, opts: SolverOptions, saveat: Any, tstops: Any, sensealg: Any = None
+    prob: ODEProblem,
+    opts: SolverOptions,
+    saveat: Any,
+    tstops: Any,
+    sensealg: Any = None,
+    callbacks: Any = None,
 ) -> ODESolution:
-    """``solve`` for a problem whose ``u0`` or ``p`` is being differentiated."""
+    """``solve`` for a problem whose ``u0`` or ``p`` is being differentiated (with
+    ``callbacks``, a ``CallbackSet``, or ``None``)."""
     import autograd.numpy as anp
     from autograd.tracer import getval, isbox
 
@@ -58,11 +66,16 @@ def solve_single_traced(
         tgrad=prob.tgrad,
         paramjac=prob.paramjac,
     )
-    saved, out = traced_solve(
-        static,
-        anp.expand_dims(prob.u0, -1),
-        [leaf for leaf, d in zip(leaves, diff, strict=True) if d],
-    )
+    u0_lanes = anp.expand_dims(prob.u0, -1)
+    diff_values = [leaf for leaf, d in zip(leaves, diff, strict=True) if d]
+    events = None
+    if callbacks is None:
+        saved, out = traced_solve(static, u0_lanes, diff_values)
+    else:
+        if saveat is None:
+            static = dataclasses.replace(static, save_grid=None)
+        run = solve_segmented(static, callbacks, u0_lanes, diff_values)
+        saved, out, grid, events = run.saved, run.outcome, run.t, run.events
     stats = SolverStats(int(out["nf"][0]), int(out["naccept"][0]), int(out["nreject"][0]))
     return ODESolution(
         grid.astype(static.dtype),
@@ -72,6 +85,7 @@ def solve_single_traced(
         prob,
         opts.alg,
         None,
+        events,
     )
 
 
@@ -87,8 +101,10 @@ def solve_ensemble_traced(
     scheduler: Any = None,
     sensealg: Any = None,
     backend: str | None = None,
+    callbacks: Any = None,
 ) -> EnsembleSolution:
-    """``solve`` for an ensemble whose trajectories depend on differentiated values."""
+    """``solve`` for an ensemble whose trajectories depend on differentiated values (with
+    ``callbacks``, a ``CallbackSet``, or ``None``)."""
     import autograd.numpy as anp
     from autograd.tracer import getval, isbox
 
@@ -105,14 +121,16 @@ def solve_ensemble_traced(
     u0, p_template, p_leaves, lane_leaf, spans = _traced_trajectories(eprob, n, seed)
     t0, t1 = spans[:, 0], spans[:, 1]
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
-    if not shared_span and saveat is None:
+    if not shared_span and saveat is None and callbacks is None:
         raise ValueError("gradients with per-trajectory tspans need a shared saveat array")
     if not shared_span and sensealg.one_tspan:
         raise NotImplementedError(
             f"{sensealg!r} needs one tspan shared by all trajectories; use DiscreteAdjoint() "
             "or ForwardSensitivity() for per-trajectory tspans"
         )
-    grid = lane_save_grid(saveat, t0, t1)[:, 0]
+    grid = (
+        None if saveat is None and callbacks is not None else lane_save_grid(saveat, t0, t1)[:, 0]
+    )
     diff = [isbox(leaf) for leaf in p_leaves]
     static = _Static(
         f=prob.f,
@@ -137,13 +155,15 @@ def solve_ensemble_traced(
         paramjac=prob.paramjac,
     )
     u0_lanes = anp.moveaxis(u0, 0, -1)
-    saved, out = traced_solve(
-        static,
-        u0_lanes,
-        [leaf for leaf, d in zip(p_leaves, diff, strict=True) if d],
-        scheduler,
-    )
+    diff_values = [leaf for leaf, d in zip(p_leaves, diff, strict=True) if d]
+    events = None
+    if callbacks is None:
+        saved, out = traced_solve(static, u0_lanes, diff_values, scheduler)
+    else:
+        run = solve_segmented(static, callbacks, u0_lanes, diff_values, scheduler)
+        saved, out, grid, events = run.saved, run.outcome, run.t, run.events
     return EnsembleSolution(
+        events=events,
         t=grid.astype(static.dtype),
         u=saved,
         retcodes=out["retcode"].astype(np.int64),

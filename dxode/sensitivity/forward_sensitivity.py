@@ -53,7 +53,7 @@ def forward(
     t0: np.ndarray,
     t1: np.ndarray,
     save_times: np.ndarray,
-    stops: np.ndarray,
+    stops: np.ndarray | None,
 ) -> tuple[np.ndarray, tuple, Any]:
     """Integrate the batch with its sensitivities: saved states, ``(S, directions)``, result."""
     shape, n_lanes = u0.shape[:-1], u0.shape[-1]
