@@ -173,19 +173,27 @@ class AutoSwitch(AbstractStepper):
         xp = backend.xp
         n_stiff = int(xp.sum(xp.astype(stiff, xp.int64)))
         if n_stiff in (0, stiff.shape[0]):
-            return self._attempt_with(backend, rhs_for(None), t, u, f0, h, n_stiff > 0)
+            part = self._attempt_with(backend, rhs_for(None), t, u, f0, h, n_stiff > 0)
+            return self._unpacked(xp, *part)
         parts, positions = [], []
         for use_stiff, mask in ((False, ~stiff), (True, stiff)):
             idx = xp.nonzero(mask)[0]
             take = [xp.take(x, idx, axis=-1) for x in (t, u, f0, h)]
             parts.append(self._attempt_with(backend, rhs_for(idx), *take, use_stiff))
             positions.append(idx)
-        return _merged(xp, parts, xp.argsort(xp.concat(positions)))
+        order = xp.argsort(xp.concat(positions))
+        block, lane_values = (
+            xp.take(xp.concat([p[i] for p in parts], axis=-1), order, axis=-1) for i in (0, 1)
+        )
+        return self._unpacked(xp, block, lane_values, parts[0][2] or parts[1][2])
 
     def _attempt_with(
         self, backend: Any, rhs: LaneRHS, t: Array, u: Array, f0: Array, h: Array, stiff: bool
-    ) -> StepResult:
-        """The trial step of lanes that all use one method, in the switcher's layout."""
+    ) -> tuple[Array, Array, bool]:
+        """The trial step of lanes that all use one method, packed as ``(block, lane_values,
+        can_fail)``: ``block`` stacks the stage rows (padded to ``rows``), the method's tag
+        row, ``u1``, ``error`` and ``f1`` (``(rows + 4, *shape, L)``); ``lane_values`` the
+        RHS evaluations, failures and stiffness estimates ``(3, L)``."""
         xp = backend.xp
         method = self.stiff if stiff else self.nonstiff
         result = method.step(backend, rhs, t, u, f0, h)
@@ -196,10 +204,35 @@ class AutoSwitch(AbstractStepper):
         else:
             f1, nf = result.f1, method.rhs_per_step
             rho = _stage_estimate(xp, result)
-        nf = xp.zeros(h.shape, dtype=xp.int64) + nf
-        stages = _tagged(xp, result.stages, self.rows, 1.0 if stiff else 0.0)
+        stages = result.stages
+        shape, dtype = stages.shape[1:], stages.dtype
+        device = getattr(stages, "device", None)
+        block = xp.concat(
+            [
+                stages,
+                xp.zeros((self.rows - stages.shape[0], *shape), dtype=dtype, device=device),
+                xp.full((1, *shape), 1.0 if stiff else 0.0, dtype=dtype, device=device),
+                xp.stack([result.u1, result.error, f1]),
+            ]
+        )
+        failed = result.failed
+        zero = xp.zeros_like(rho)
+        lane_values = xp.stack(
+            [zero + nf, zero if failed is None else xp.astype(failed, dtype), rho]
+        )
+        return block, lane_values, failed is not None
+
+    def _unpacked(self, xp: Any, block: Array, lane_values: Array, can_fail: bool) -> StepResult:
+        """The step result from ``_attempt_with``'s packing."""
+        rows = self.rows + 1
         return StepResult(
-            result.u1, result.error, stages, f1, nf_extra=nf, failed=result.failed, rho=rho
+            block[rows, ...],
+            block[rows + 1, ...],
+            block[:rows, ...],
+            block[rows + 2, ...],
+            nf_extra=xp.astype(lane_values[0, ...], xp.int64),
+            failed=lane_values[1, ...] > 0.5 if can_fail else None,
+            rho=lane_values[2, ...],
         )
 
     def decide(
@@ -290,36 +323,3 @@ def _stage_estimate(xp: Any, result: StepResult) -> Array:
     den = xp.sqrt(xp.sum(dy * dy, axis=axes))
     positive = den > 0
     return xp.where(positive, num / xp.where(positive, den, xp.ones_like(den)), xp.zeros_like(den))
-
-
-def _tagged(xp: Any, stages: Array, rows: int, tag: float) -> Array:
-    """``stages`` padded with zero rows to ``rows``, then one row holding ``tag``."""
-    shape = stages.shape[1:]
-    device = getattr(stages, "device", None)
-    pad = xp.zeros((rows - stages.shape[0], *shape), dtype=stages.dtype, device=device)
-    flag = xp.full((1, *shape), tag, dtype=stages.dtype, device=device)
-    return xp.concat([stages, pad, flag])
-
-
-def _merged(xp: Any, parts: list[StepResult], order: Array) -> StepResult:
-    """Two lane groups' results joined lanes-last and put back in lane order."""
-
-    def join(field: str) -> Array | None:
-        values = [getattr(p, field) for p in parts]
-        if all(v is None for v in values):
-            return None
-        values = [
-            xp.zeros(p.rho.shape, dtype=xp.bool) if v is None else v
-            for v, p in zip(values, parts, strict=True)
-        ]
-        return xp.take(xp.concat(values, axis=-1), order, axis=-1)
-
-    return StepResult(
-        join("u1"),
-        join("error"),
-        join("stages"),
-        join("f1"),
-        nf_extra=join("nf_extra"),
-        failed=join("failed"),
-        rho=join("rho"),
-    )
