@@ -145,7 +145,7 @@ class AutoSwitch(AbstractStepper):
         low, high = self.nonstiff.error_order, self.stiff.error_order
         if low == high:
             return low
-        return xp.where(stiff, float(high), float(low))
+        return low + (high - low) * xp.astype(stiff, xp.float64)
 
     def step(
         self, backend: Any, rhs: LaneRHS, t: Array, u: Array, f0: Array, h: Array
@@ -246,7 +246,8 @@ class AutoSwitch(AbstractStepper):
         """
         stiff, count = memory["stiff"], memory["stiff_count"]
         estimate = habs * rho / self.boundary
-        votes_stiff = estimate > xp.where(stiff, self.nonstiff_tol, self.stiff_tol)
+        limit = self.stiff_tol + (self.nonstiff_tol - self.stiff_tol) * xp.astype(stiff, rho.dtype)
+        votes_stiff = estimate > limit
         one = xp.ones_like(count)
         up = xp.where(count > 0, count + 1, one)
         down = xp.where(count < 0, count - 1, -one)
