@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import dxode
+
 from conftest import to_numpy
 from matrix import namespace
 
@@ -149,7 +150,10 @@ def test_hysteresis_needs_consecutive_votes_and_has_a_dead_band(start_stiff):
 
 def test_float32():
     sol = dxode.solve(
-        _prothero(1e4, np, "float32"), dxode.AutoSwitch(), saveat=[3.0, 5.0, 10.0], rtol=1e-4,
+        _prothero(1e4, np, "float32"),
+        dxode.AutoSwitch(),
+        saveat=[3.0, 5.0, 10.0],
+        rtol=1e-4,
         atol=1e-6,
     )
     assert sol.u.dtype == np.float32
@@ -198,7 +202,8 @@ def test_bad_method_pairs_and_settings_are_refused():
 
 
 @pytest.mark.parametrize(
-    ("stiff", "rtol"), [(dxode.Rosenbrock23(), 1e-4), (dxode.Rodas4(), 1e-5), (dxode.TRBDF2(), 1e-5)]
+    ("stiff", "rtol"),
+    [(dxode.Rosenbrock23(), 1e-4), (dxode.Rodas4(), 1e-5), (dxode.TRBDF2(), 1e-5)],
 )
 def test_other_stiff_methods_switch_too(stiff, rtol):
     # As accurate as the stiff method alone (TRBDF2's order drops on this problem).

@@ -56,9 +56,7 @@ def assemble(
         t=_times(done),
         u=u,
         retcodes=meta["retcode"],
-        stats=EnsembleStats(
-            meta["nf"], meta["naccept"], meta["nreject"], nswitch=meta["nswitch"]
-        ),
+        stats=EnsembleStats(meta["nf"], meta["naccept"], meta["nreject"], nswitch=meta["nswitch"]),
         eprob=eprob,
         alg=alg,
         dense=[b for b in done if b.dense is not None] or None,

@@ -325,7 +325,9 @@ class _Loop:
         if self.options.adaptive and bool(xp.any(switched)):
             fresh = self.options.controller.init(xp, habs)
             ctrl = lanes.group("ctrl")
-            lanes.put_group("ctrl", tuple(xp.where(switched, a, b) for a, b in zip(fresh, ctrl, strict=True)))
+            lanes.put_group(
+                "ctrl", tuple(xp.where(switched, a, b) for a, b in zip(fresh, ctrl, strict=True))
+            )
         return h_next
 
     def _advance(self, attempt: Attempt) -> None:

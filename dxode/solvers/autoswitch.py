@@ -236,7 +236,12 @@ class AutoSwitch(AbstractStepper):
         )
 
     def decide(
-        self, xp: Any, memory: dict[str, Array], rho: Array, habs: Array, accept: Array,
+        self,
+        xp: Any,
+        memory: dict[str, Array],
+        rho: Array,
+        habs: Array,
+        accept: Array,
         h_next: Array,
     ) -> tuple[dict[str, Array], Array, Array]:
         """Count every lane's stiffness vote and switch the lanes that reached their count.
@@ -258,7 +263,7 @@ class AutoSwitch(AbstractStepper):
         switched = to_stiff | to_nonstiff
         stable = self.stiff_tol * self.boundary / rho
         h_next = xp.where(to_nonstiff, xp.minimum(h_next, stable), h_next)
-        as_int = lambda mask: xp.astype(mask, xp.int64)  # noqa: E731
+        as_int = lambda mask: xp.astype(mask, xp.int64)
         return (
             {
                 "stiff": stiff ^ switched,
@@ -290,7 +295,9 @@ class AutoSwitch(AbstractStepper):
     def _interpolate_with(self, step: Step, theta: Array, stiff: bool) -> Array:
         method = self.stiff if stiff else self.nonstiff
         rows = method.dense_stages if stiff else method.tableau.stages
-        return method.interpolate(step._replace(stepper=method, stages=step.stages[:rows, ...]), theta)
+        return method.interpolate(
+            step._replace(stepper=method, stages=step.stages[:rows, ...]), theta
+        )
 
     def __repr__(self) -> str:
         return f"AutoSwitch(nonstiff={self.nonstiff!r}, stiff={self.stiff!r})"
@@ -299,7 +306,9 @@ class AutoSwitch(AbstractStepper):
 def _check_methods(nonstiff: Any, stiff: Any) -> None:
     """Clear errors for method pairs the switcher cannot run."""
     if not isinstance(nonstiff, ExplicitRungeKutta):
-        raise TypeError(f"nonstiff must be an explicit Runge–Kutta method such as Tsit5(), got {nonstiff!r}")
+        raise TypeError(
+            f"nonstiff must be an explicit Runge–Kutta method such as Tsit5(), got {nonstiff!r}"
+        )
     tab = nonstiff.tableau
     if not (tab.adaptive and tab.fsal and tab.c_extra is None and tab.c[-1] == tab.c[-2]):
         raise ValueError(
