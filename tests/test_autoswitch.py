@@ -126,7 +126,7 @@ def _decide(switch, memory, h_rho):
 @pytest.mark.parametrize("start_stiff", [False, True])
 def test_hysteresis_needs_consecutive_votes_and_has_a_dead_band(start_stiff):
     switch = dxode.AutoSwitch(stiff_steps=4, nonstiff_steps=3)
-    memory = switch.lane_memory(np, np.zeros(1))
+    memory = switch.lane_memory(np, np.zeros((2, 1)))
     memory["stiff"][:] = start_stiff
     # Votes that alternate never switch a lane, however long.
     for step in range(40):
@@ -199,6 +199,10 @@ def test_bad_method_pairs_and_settings_are_refused():
         dxode.AutoSwitch(nonstiff_tol=0.95)
     with pytest.raises(ValueError, match="stiff_steps"):
         dxode.AutoSwitch(stiff_steps=0)
+    # A state the stiff method cannot take is refused before the first step, not at a switch.
+    matrix_state = dxode.ODEProblem(lambda u, p, t: -u, np.ones((2, 2)), (0.0, 1.0))
+    with pytest.raises(ValueError, match="1-D state"):
+        dxode.solve(matrix_state, dxode.AutoSwitch())
 
 
 @pytest.mark.parametrize(

@@ -174,7 +174,7 @@ class _Loop:
         lanes.put_group("ctrl", options.controller.init(xp, t0) if options.adaptive else ())
         lanes.put_group("p", self.problem.params)
         if self.switching:
-            lanes.put(**self.stepper.lane_memory(xp, t0))
+            lanes.put(**self.stepper.lane_memory(xp, u0))
         return lanes
 
     def _observers(self) -> list[Observer]:

@@ -42,7 +42,7 @@ from typing import Any
 from .base import AbstractStepper, LaneRHS, StepResult
 from .explicit_rk import ExplicitRungeKutta
 from .step import Step
-from .stiff import StiffMethod
+from .stiff import StiffMethod, check_state
 
 Array = Any
 RHSFor = Callable[[Array | None], LaneRHS]
@@ -132,11 +132,12 @@ class AutoSwitch(AbstractStepper):
         configured.stiff = self.stiff.configure(rtol, atol)
         return configured
 
-    def lane_memory(self, xp: Any, like: Array) -> dict[str, Array]:
-        """Every lane's switching memory at the start (``like`` is an ``(L,)`` array): its
-        method (``stiff``, bool), signed count of consecutive votes, switches and attempts
-        with the stiff method."""
-        n = like.shape[0]
+    def lane_memory(self, xp: Any, u0: Array) -> dict[str, Array]:
+        """Every lane's switching memory at the start (``u0`` is the lanes' ``(n, L)`` state,
+        checked here, before any lane can switch): its method (``stiff``, bool), signed count
+        of consecutive votes, switches and attempts with the stiff method."""
+        check_state(self.stiff, u0)
+        n = u0.shape[-1]
         memory = {name: xp.zeros(n, dtype=xp.int64) for name in _NAMES[1:]}
         return {"stiff": xp.zeros(n, dtype=xp.bool), **memory}
 
