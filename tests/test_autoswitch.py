@@ -231,3 +231,12 @@ def test_gradients_and_kernels_name_the_fix():
         autograd.grad(loss)(1.0)
     with pytest.raises(Exception, match="array path"):
         dxode.solve(_prothero(0.0), dxode.AutoSwitch(), kernel=True)
+
+
+def test_events_are_located_with_the_interpolant_of_the_method_that_stepped():
+    # cos t crosses zero at pi/2 (Tsit5), 3 pi/2 (Rodas5P, inside the stiff window), 5 pi/2
+    # (Tsit5 again).
+    crossing = dxode.ContinuousCallback(lambda u, p, t: u[0], lambda u, p, t, fired: u)
+    sol = dxode.solve(_prothero(1e4), dxode.AutoSwitch(), callback=crossing, **TOL)
+    assert sol.stats.nswitch == 2
+    np.testing.assert_allclose(sol.events.t, np.pi * np.array([0.5, 1.5, 2.5]), atol=1e-6)
