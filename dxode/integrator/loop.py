@@ -287,7 +287,7 @@ class _Loop:
                 err = _shared_error(xp, err, None if self.all_active else lanes["active"])
             finite = xp.isfinite(err) if result.failed is None else xp.isfinite(err) | result.failed
             error_order = (
-                self.stepper.lane_error_order(xp, lanes["stiff"])
+                self.stepper.lane_error_order(xp, lanes["stiff"], habs)
                 if self.switching
                 else self.stepper.error_order
             )
@@ -320,7 +320,7 @@ class _Loop:
         """AutoSwitch: count the lanes' stiffness votes, switch the lanes that reached their
         count (their controller memory starts afresh); the next step sizes."""
         xp, lanes, stepper = self.xp, self.lanes, self.stepper
-        memory = {name: lanes[name] for name in ("stiff", "stiff_count", "nswitch", "nstiff")}
+        memory = {name: lanes[name] for name in stepper.memory_names}
         memory, switched, h_next = stepper.decide(xp, memory, result.rho, habs, accept, h_next)
         lanes.put(**memory)
         if self.options.adaptive and bool(xp.any(switched)):

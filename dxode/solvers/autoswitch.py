@@ -49,8 +49,6 @@ RHSFor = Callable[[Array | None], LaneRHS]
 """``rhs_for(idx)``: the lane RHS for the working set's lanes at positions ``idx`` (``None``:
 all of them)."""
 
-_NAMES = ("stiff", "stiff_count", "nswitch", "nstiff")
-
 
 class AutoSwitch(AbstractStepper):
     """Per-lane automatic switching between a nonstiff and a stiff method.
@@ -89,6 +87,7 @@ class AutoSwitch(AbstractStepper):
     variable_rhs_evals = True
     interpolation_rhs_evals = 0
     counters = ("nswitch", "nstiff")
+    memory_names = ("stiff", "stiff_count", "nswitch", "nstiff")
 
     def __init__(
         self,
@@ -138,15 +137,16 @@ class AutoSwitch(AbstractStepper):
         of consecutive votes, switches and attempts with the stiff method."""
         check_state(self.stiff, u0)
         n = u0.shape[-1]
-        memory = {name: xp.zeros(n, dtype=xp.int64) for name in _NAMES[1:]}
+        memory = {name: xp.zeros(n, dtype=xp.int64) for name in self.memory_names[1:]}
         return {"stiff": xp.zeros(n, dtype=xp.bool), **memory}
 
-    def lane_error_order(self, xp: Any, stiff: Array) -> Any:
-        """The error estimate's order of every lane's current method (an int when equal)."""
+    def lane_error_order(self, xp: Any, stiff: Array, like: Array) -> Any:
+        """The error estimate's order of every lane's current method: an int when both
+        methods' are equal, else an ``(L,)`` array of ``like``'s dtype."""
         low, high = self.nonstiff.error_order, self.stiff.error_order
         if low == high:
             return low
-        return low + (high - low) * xp.astype(stiff, xp.float64)
+        return low + (high - low) * xp.astype(stiff, like.dtype)
 
     def step(
         self, backend: Any, rhs: LaneRHS, t: Array, u: Array, f0: Array, h: Array
