@@ -51,6 +51,7 @@ def test_a_lane_that_turns_stiff_switches_and_switches_back():
     # Never stiff: exactly Tsit5's steps.
     tsit5 = dxode.solve(_prothero(0.0), dxode.Tsit5(), **TOL)
     np.testing.assert_array_equal(mild.u, tsit5.u)
+    assert mild.stats == tsit5.stats
 
 
 def test_saveat_across_switches_and_lanes_switch_on_their_own():
