@@ -96,7 +96,6 @@ def test_accuracy_against_a_tight_radau_reference():
     assert sol.stats.njac < rodas.stats.njac
 
 
-@pytest.mark.slow
 def test_mixed_van_der_pol_ensemble_switches_only_its_stiff_lanes():
     # mu log-uniform in [1, 1000], t in [0, 50], no Jacobian: stiff lanes switch to Rodas5P,
     # mild ones never leave Tsit5 (and take exactly its steps).
