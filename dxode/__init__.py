@@ -77,6 +77,9 @@ from .solvers import (
     AbstractStepper as AbstractStepper,
 )
 from .solvers import (
+    AutoSwitch as AutoSwitch,
+)
+from .solvers import (
     Euler as Euler,
 )
 from .solvers import (
@@ -112,6 +115,7 @@ __all__ = [
     "AbstractController",
     "AbstractEnsembleAlgorithm",
     "AbstractStepper",
+    "AutoSwitch",
     "BacksolveAdjoint",
     "BatchContext",
     "ButcherTableau",

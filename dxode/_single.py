@@ -89,10 +89,15 @@ def _saved_points(
 
 def _stats(opts: SolverOptions, result: Any) -> SolverStats:
     naccept, nreject = int(result.naccept[0]), int(result.nreject[0])
+    counters = {name: int(values[0]) for name, values in result.counters.items()}
+    # Jacobians and factorizations come from the attempts with a stiff method: every attempt,
+    # or with AutoSwitch those its stiff method made.
+    stiff_attempts = counters.get("nstiff", naccept + nreject)
     return SolverStats(
         nf=int(result.nf[0]),
         naccept=naccept,
         nreject=nreject,
-        njac=opts.alg.jacobians_per_step * (naccept + nreject),
-        nlu=opts.alg.factorizations_per_step * (naccept + nreject),
+        njac=opts.alg.jacobians_per_step * stiff_attempts,
+        nlu=opts.alg.factorizations_per_step * stiff_attempts,
+        nswitch=counters.get("nswitch", 0),
     )

@@ -29,6 +29,8 @@ class SolverStats:
         Jacobian evaluations (stiff methods; 0 for explicit ones).
     nlu : int
         LU factorizations (stiff methods; 0 for explicit ones).
+    nswitch : int
+        Switches between the nonstiff and the stiff method (``AutoSwitch``; 0 otherwise).
     """
 
     nf: int
@@ -36,6 +38,7 @@ class SolverStats:
     nreject: int
     njac: int = 0
     nlu: int = 0
+    nswitch: int = 0
 
 
 class ODESolution:

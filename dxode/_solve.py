@@ -70,7 +70,8 @@ def solve(
     alg : algorithm, optional
         ``Tsit5()`` (the default), ``DP5()``, ``BS3()``, ``Vern7()``, ``RK4()``, ``Euler()``;
         for stiff problems ``Rodas5P()``, ``Rodas4()``, ``Rosenbrock23()``, ``TRBDF2()``;
-        a class or a name such as ``"tsit5"``.
+        ``AutoSwitch()`` to switch each trajectory between ``Tsit5`` and ``Rodas5P`` by its
+        own stiffness; a class or a name such as ``"tsit5"``.
     saveat : float or array_like, optional
         Save at these times (or every ``saveat`` time units, ends included, at most 10^7
         points). By default every accepted step is saved.

@@ -25,6 +25,7 @@ RUNNABLE_PAGES = [
     "docs/index.md",
     "docs/usage/rhs.md",
     "docs/usage/choosing-a-solver.md",
+    "docs/usage/stiff.md",
     "docs/usage/saving.md",
     "docs/usage/gradients.md",
     "docs/usage/ensembles.md",

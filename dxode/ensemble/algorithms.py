@@ -146,13 +146,20 @@ def _copy_lane(into: BatchResult, pos: int, source: BatchResult, source_pos: int
         return
     for name in ("retcode", "nf", "naccept", "nreject"):
         getattr(into, name)[pos] = getattr(source, name)[source_pos]
+    if into.nswitch is not None and source.nswitch is not None:
+        into.nswitch[pos] = source.nswitch[source_pos]
 
 
 def _trajectory_solution(
     batch: BatchResult, pos: int, eprob: EnsembleProblem, spec: BatchSpec
 ) -> ODESolution:
     t = batch.t if batch.t.ndim == 1 else batch.t[pos, ...]
-    stats = SolverStats(int(batch.nf[pos]), int(batch.naccept[pos]), int(batch.nreject[pos]))
+    stats = SolverStats(
+        int(batch.nf[pos]),
+        int(batch.naccept[pos]),
+        int(batch.nreject[pos]),
+        nswitch=0 if batch.nswitch is None else int(batch.nswitch[pos]),
+    )
     events = batch.events
     return ODESolution(
         t,
@@ -232,6 +239,7 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
             nf=np.array([s.stats.nf for s in sols], dtype=np.int64),
             naccept=np.array([s.stats.naccept for s in sols], dtype=np.int64),
             nreject=np.array([s.stats.nreject for s in sols], dtype=np.int64),
+            nswitch=np.array([s.stats.nswitch for s in sols], dtype=np.int64),
             events=concat_records(
                 [
                     None if s.events is None else _renumbered(s.events, int(i))

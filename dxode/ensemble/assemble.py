@@ -37,7 +37,8 @@ def assemble(
         batch.events = None
         size = len(batch.indices)
         for key, column in meta.items():  # into one array each, batch by batch
-            column[solved : solved + size] = getattr(batch, key)
+            value = getattr(batch, key)
+            column[solved : solved + size] = 0 if value is None else value  # nswitch: 0
             setattr(batch, key, None)
         solved += size
         if eprob.output_func is None and batch.u is not None:
@@ -55,7 +56,7 @@ def assemble(
         t=_times(done),
         u=u,
         retcodes=meta["retcode"],
-        stats=EnsembleStats(meta["nf"], meta["naccept"], meta["nreject"]),
+        stats=EnsembleStats(meta["nf"], meta["naccept"], meta["nreject"], nswitch=meta["nswitch"]),
         eprob=eprob,
         alg=alg,
         dense=[b for b in done if b.dense is not None] or None,
@@ -106,7 +107,7 @@ def batch_summary(batch: BatchResult) -> dict[str, Any]:
     }
 
 
-_PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject")
+_PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject", "nswitch")
 
 
 def _times(done: list[BatchResult]) -> Any:

@@ -52,7 +52,8 @@ class BatchResult:
     ``retcode``, ``nf``, ``naccept``, ``nreject``, ``indices`` are NumPy ``(B,)`` arrays.
     ``values`` holds ``output_func``'s values (a list) when there is one; ``dense`` keeps what
     ``sim[i](t)`` needs when dense output was asked for; ``events`` the events callbacks
-    fired (trajectory indices in its ``trajectory`` column), when there are callbacks.
+    fired (trajectory indices in its ``trajectory`` column), when there are callbacks;
+    ``nswitch`` the switches between methods per trajectory (``AutoSwitch``; else ``None``).
     """
 
     indices: np.ndarray
@@ -65,6 +66,7 @@ class BatchResult:
     values: list[Any] | None = None
     dense: Any = None
     events: EventRecord | None = None
+    nswitch: np.ndarray | None = None
 
 
 @dataclasses.dataclass
@@ -120,6 +122,8 @@ def solve_batch(
         naccept=backend.to_host(result.naccept).astype(np.int64),
         nreject=backend.to_host(result.nreject).astype(np.int64),
     )
+    if "nswitch" in result.counters:
+        out.nswitch = backend.to_host(result.counters["nswitch"]).astype(np.int64)
     if result.events is not None:
         out.events = record_from_lanes(backend, result.events, indices)
     if spec.dense:

@@ -20,7 +20,8 @@ Array = Any
 
 @dataclasses.dataclass(frozen=True)
 class EnsembleStats:
-    """Work per trajectory: ``nf``, ``naccept``, ``nreject`` are ``(trajectories,)`` arrays.
+    """Work per trajectory: ``nf``, ``naccept``, ``nreject`` are ``(trajectories,)`` arrays;
+    ``nswitch`` too (switches between methods, nonzero only with ``AutoSwitch``), where kept.
 
     Reduced ensembles keep only totals (the arrays are then ``None``); those written to Zarr
     keep the arrays in the store and the totals here.
@@ -30,6 +31,7 @@ class EnsembleStats:
     naccept: Any
     nreject: Any
     totals: tuple[int, int, int] | None = None
+    nswitch: Any = None
 
     @property
     def total_nf(self) -> int:
@@ -156,8 +158,12 @@ class EnsembleSolution:
                 "or a reduction instead"
             )
         t = self.t if self.t.ndim == 1 else self.t[i, ...]
+        nswitch = self.stats.nswitch
         stats = SolverStats(
-            int(self.stats.nf[i]), int(self.stats.naccept[i]), int(self.stats.nreject[i])
+            int(self.stats.nf[i]),
+            int(self.stats.naccept[i]),
+            int(self.stats.nreject[i]),
+            nswitch=0 if nswitch is None else int(nswitch[i]),
         )
         dense = self._dense_output(i) if self._dense is not None else None
         return ODESolution(

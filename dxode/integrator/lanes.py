@@ -22,7 +22,8 @@ class LaneResult:
     stages`` and ``t_end``, the exact end time), enough for each step's dense output;
     ``trials`` every iteration's trial steps in order (see ``Trial``). ``events`` is the
     callbacks' event log (keys ``lane, t, callback, u_before, u_after``, lanes last), or
-    ``None``.
+    ``None``. ``counters`` holds the stepper's per-lane counters ``(L,)`` by name (AutoSwitch:
+    ``nswitch``, switches, and ``nstiff``, attempts with the stiff method).
     """
 
     retcode: Array
@@ -35,6 +36,7 @@ class LaneResult:
     steps: dict[str, Array] | None
     trials: list[Trial] | None = None
     events: dict[str, Array] | None = None
+    counters: dict[str, Array] = dataclasses.field(default_factory=dict)
 
 
 class Trial(NamedTuple):
@@ -103,7 +105,13 @@ class LaneRecords:
     """
 
     def __init__(
-        self, xp: Any, backend: Any, n_lanes: int, n_save: int, shape: tuple[int, ...]
+        self,
+        xp: Any,
+        backend: Any,
+        n_lanes: int,
+        n_save: int,
+        shape: tuple[int, ...],
+        counters: tuple[str, ...] = (),
     ) -> None:
         self._xp = xp
         self._backend = backend
@@ -114,6 +122,7 @@ class LaneRecords:
         self._steps: list[tuple[Array, ...]] = []
         self._trials: list[Trial] = []
         self._finals: list[tuple[Array, ...]] = []
+        self._counters = counters
         self._retired = 0
 
     def save(self, lane: Array, save_idx: Array, values: Array, mask: Array | None) -> None:
@@ -191,6 +200,7 @@ class LaneRecords:
                 naccept,
                 attempts - naccept,
                 nf,
+                *(take(lanes[name]) for name in self._counters),
             )
         )
         self._retired += int(idx.shape[0])
@@ -199,8 +209,8 @@ class LaneRecords:
         xp, backend, n = self._xp, self._backend, self._n_lanes
         if self._retired != n:  # pragma: no cover - an integrator bug, never a user error
             raise AssertionError(f"{n - self._retired} lanes were never retired")
-        lane, code, t, u, naccept, nreject, nf = (
-            xp.concat([chunk[i] for chunk in self._finals]) for i in range(7)
+        lane, code, t, u, naccept, nreject, nf, *counts = (
+            xp.concat([chunk[i] for chunk in self._finals]) for i in range(7 + len(self._counters))
         )
 
         def place(values: Array) -> Array:
@@ -232,6 +242,7 @@ class LaneRecords:
             nf=place(nf),
             saved=saved,
             steps=steps,
+            counters={name: place(c) for name, c in zip(self._counters, counts, strict=True)},
         )
 
 

@@ -25,7 +25,7 @@ from .._norms import initial_step, rms_norm
 from .._options import SolverOptions
 from .._retcode import ReturnCode
 from ..events.lanes import EventHandler, LaneEvents
-from ..solvers import LaneRHS, Step, StepResult
+from ..solvers import AutoSwitch, LaneRHS, Step, StepResult
 from .lanes import LaneRecords, LaneResult, WorkingSet, advance
 from .observers import Attempt, Events, Observer, Saving, StepRecorder, StopTimes, TrialRecorder
 
@@ -115,13 +115,16 @@ class _Loop:
             options.atol if isinstance(options.atol, float) else _lanes_last(xp, options.atol, u0)
         )
         self.stepper = options.alg.configure(options.rtol, self.atol)
+        self.switching = isinstance(self.stepper, AutoSwitch)
         self.rhs = problem.rhs_for(problem.params)
         f0 = problem.f0 if problem.f0 is not None else self.rhs(u0, t0)
         self.nf_start = 1
         self.lanes = self._working_set(t0, t1, self._initial_step(t0, t1, u0, f0), u0, f0)
         self.evals_per_step = self.stepper.rhs_per_step + (0 if self.stepper.fsal else 1)
         n_save = 0 if problem.save_times is None else problem.save_times.shape[0]
-        self.records = LaneRecords(xp, backend, u0.shape[-1], n_save, u0.shape[:-1])
+        self.records = LaneRecords(
+            xp, backend, u0.shape[-1], n_save, u0.shape[:-1], getattr(self.stepper, "counters", ())
+        )
         if self.stepper.variable_rhs_evals or (n_save and self.stepper.interpolation_rhs_evals):
             # Per-lane RHS evaluations beyond the fixed count per step (Jacobians, Newton
             # iterations, interpolation stages for saves).
@@ -170,6 +173,8 @@ class _Loop:
         options = self.options
         lanes.put_group("ctrl", options.controller.init(xp, t0) if options.adaptive else ())
         lanes.put_group("p", self.problem.params)
+        if self.switching:
+            lanes.put(**self.stepper.lane_memory(xp, u0))
         return lanes
 
     def _observers(self) -> list[Observer]:
@@ -241,7 +246,12 @@ class _Loop:
         habs = xp.where(hit, remaining, habs)
         hs = self.direction * habs
 
-        result = self.stepper.step(self.backend, self.rhs, t, u, lanes["f"], hs)
+        if self.switching:
+            # Retired lanes awaiting compaction step (by zero) with the cheaper method.
+            stiff = lanes["stiff"] if self.all_active else lanes["stiff"] & lanes["active"]
+            result = self.stepper.attempt(self.backend, self._rhs_of, t, u, lanes["f"], hs, stiff)
+        else:
+            result = self.stepper.step(self.backend, self.rhs, t, u, lanes["f"], hs)
         if self.stepper.variable_rhs_evals:
             lanes.put(nf_extra=lanes["nf_extra"] + result.nf_extra)
         t_new = xp.where(hit, target, t + hs)
@@ -276,12 +286,13 @@ class _Loop:
             if self.lockstep:
                 err = _shared_error(xp, err, None if self.all_active else lanes["active"])
             finite = xp.isfinite(err) if result.failed is None else xp.isfinite(err) | result.failed
+            error_order = (
+                self.stepper.lane_error_order(xp, lanes["stiff"], habs)
+                if self.switching
+                else self.stepper.error_order
+            )
             accept, h_next, ctrl = options.controller.adapt(
-                xp,
-                xp.where(finite, err, math.inf),
-                habs,
-                lanes.group("ctrl"),
-                self.stepper.error_order,
+                xp, xp.where(finite, err, math.inf), habs, lanes.group("ctrl"), error_order
             )
             lanes.put_group("ctrl", ctrl)
         else:
@@ -292,9 +303,33 @@ class _Loop:
             h_next = xp.full_like(habs, options.dt)
         if not self.all_active:
             accept = accept & lanes["active"]
+        if self.switching:
+            h_next = self._switch(result, habs, accept, h_next)
         if options.dtmax is not None:
             h_next = xp.minimum(h_next, options.dtmax)
         return accept, h_next, finite
+
+    def _rhs_of(self, idx: Array | None) -> LaneRHS:
+        """The lane RHS of the working set's lanes at positions ``idx`` (``None``: all)."""
+        if idx is None:
+            return self.rhs
+        params = tuple(self.xp.take(p, idx, axis=-1) for p in self.lanes.group("p"))
+        return self.problem.rhs_for(params)
+
+    def _switch(self, result: StepResult, habs: Array, accept: Array, h_next: Array) -> Array:
+        """AutoSwitch: count the lanes' stiffness votes, switch the lanes that reached their
+        count (their controller memory starts afresh); the next step sizes."""
+        xp, lanes, stepper = self.xp, self.lanes, self.stepper
+        memory = {name: lanes[name] for name in stepper.memory_names}
+        memory, switched, h_next = stepper.decide(xp, memory, result.rho, habs, accept, h_next)
+        lanes.put(**memory)
+        if self.options.adaptive and bool(xp.any(switched)):
+            fresh = self.options.controller.init(xp, habs)
+            ctrl = lanes.group("ctrl")
+            lanes.put_group(
+                "ctrl", tuple(xp.where(switched, a, b) for a, b in zip(fresh, ctrl, strict=True))
+            )
+        return h_next
 
     def _advance(self, attempt: Attempt) -> None:
         """Move the accepting lanes to their step's (possibly cut) end."""

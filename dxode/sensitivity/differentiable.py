@@ -17,7 +17,7 @@ from .. import _pytree
 from .._options import SolverOptions
 from ..backends import get_backend, to_host
 from ..ensemble.scheduling import map_batches_here
-from ..solvers import ExplicitRungeKutta
+from ..solvers import AutoSwitch, ExplicitRungeKutta
 from .algorithms import DiscreteAdjoint, InterpolatingAdjoint
 from .augmented_jacobians import is_stiff
 from .passes import BatchForward, BatchInputs, BatchRHS, on_backend, small_part
@@ -269,6 +269,12 @@ def check_differentiable(
 ) -> None:
     """Clear errors for combinations the sensitivity algorithms do not support."""
     alg = options.alg
+    if isinstance(alg, AutoSwitch):
+        raise NotImplementedError(
+            f"gradients do not go through {alg!r}'s switches between methods: choose one "
+            f"method, alg={alg.nonstiff!r} for a nonstiff problem or alg={alg.stiff!r} for a "
+            "stiff one"
+        )
     if is_stiff(alg):
         if sensealg.stiff_refusal:
             raise NotImplementedError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .autoswitch import AutoSwitch
 from .base import AbstractStepper, LaneRHS, StepResult
 from .bs3 import BS3
 from .dp5 import DP5
@@ -26,6 +27,7 @@ __all__ = [
     "RK4",
     "TRBDF2",
     "AbstractStepper",
+    "AutoSwitch",
     "Euler",
     "ExplicitRungeKutta",
     "LaneRHS",

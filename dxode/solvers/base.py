@@ -39,6 +39,9 @@ class StepResult(NamedTuple):
     inputs : tuple of (*shape, L) arrays, optional
         An explicit Runge–Kutta step's stage inputs ``y_i`` (``y_0 = u0``), the points where
         it evaluated ``f``: what a discrete adjoint pulls cotangents back through.
+    rho : (L,) array, optional
+        An estimate of the magnitude of the Jacobian's dominant eigenvalue per lane (stiff
+        methods with ``estimate_stiffness`` set; see ``dxode.solvers.autoswitch``).
     """
 
     u1: Array
@@ -48,6 +51,7 @@ class StepResult(NamedTuple):
     nf_extra: Any = 0
     failed: Array | None = None
     inputs: tuple[Array, ...] | None = None
+    rho: Array | None = None
 
 
 class AbstractStepper(abc.ABC):

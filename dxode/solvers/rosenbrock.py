@@ -135,6 +135,7 @@ class Rosenbrock(StiffMethod, AbstractStepper):
         super().__init_subclass__(**kwargs)
         if hasattr(cls, "tableau"):
             cls.rhs_per_step = cls.tableau.stages - 1
+            cls.dense_stages = cls.tableau.H.shape[0]
 
     def step(
         self, backend: Any, rhs: LaneRHS, t: Array, u: Array, f0: Array, h: Array
@@ -159,7 +160,9 @@ class Rosenbrock(StiffMethod, AbstractStepper):
         u1 = u + linear_combination(tab.b, ks)
         error = linear_combination(tab.e, ks)
         dense = xp.stack([linear_combination(row, ks) for row in tab.H])
-        return StepResult(u1=u1, error=error, stages=dense, f1=None, nf_extra=nf)
+        return StepResult(
+            u1=u1, error=error, stages=dense, f1=None, nf_extra=nf, rho=self.stiffness(xp, jac)
+        )
 
     def interpolate(self, step: Step, theta: Array) -> Array:
         stages = step.stages

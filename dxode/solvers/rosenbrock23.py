@@ -38,6 +38,7 @@ class Rosenbrock23(StiffMethod, AbstractStepper):
     error_order = 2
     fsal = True
     rhs_per_step = 2
+    dense_stages = 2
 
     def step(
         self, backend: Any, rhs: LaneRHS, t: Array, u: Array, f0: Array, h: Array
@@ -54,7 +55,14 @@ class Rosenbrock23(StiffMethod, AbstractStepper):
         f2 = rhs(u1, t + h)
         k3 = backend.lu_solve(factors, f2 - _E32 * (k2 - f1) - 2.0 * (k1 - f0) + dt_term)
         error = (h / 6.0) * (k1 - 2.0 * k2 + k3)
-        return StepResult(u1=u1, error=error, stages=xp.stack([k1, k2]), f1=f2, nf_extra=nf)
+        return StepResult(
+            u1=u1,
+            error=error,
+            stages=xp.stack([k1, k2]),
+            f1=f2,
+            nf_extra=nf,
+            rho=self.stiffness(xp, jac),
+        )
 
     def interpolate(self, step: Step, theta: Array) -> Array:
         scale = 1.0 / (1.0 - 2.0 * _D)

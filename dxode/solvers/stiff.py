@@ -38,6 +38,12 @@ def linear_combination(coefficients: Any, vectors: list[Array]) -> Array | None:
     return total
 
 
+def jacobian_norm(xp: Any, jac: Array) -> Array:
+    """``max_i sum_j |J_ij|`` per lane (``jac`` is ``(n, n, L)``): a bound on the magnitude of
+    every eigenvalue of ``J``."""
+    return xp.max(xp.sum(xp.abs(jac), axis=1), axis=0)
+
+
 class StiffMethod:
     """Mixin: the ``autodiff`` option and the derivatives of the lane RHS.
 
@@ -50,6 +56,8 @@ class StiffMethod:
     """
 
     variable_rhs_evals = True
+    estimate_stiffness = False  # report StepResult.rho (set on AutoSwitch's copy)
+    dense_stages: int  # rows of StepResult.stages
     jacobians_per_step = 1
     factorizations_per_step = 1
 
@@ -72,6 +80,10 @@ class StiffMethod:
             return jac, None, nf
         tgrad, nf_t = lane_tgrad(backend, rhs, u, t, f0)
         return jac, tgrad, nf + nf_t
+
+    def stiffness(self, xp: Any, jac: Array) -> Array | None:
+        """``StepResult.rho`` for a step with Jacobian ``jac``: its norm, when asked for."""
+        return jacobian_norm(xp, jac) if self.estimate_stiffness else None
 
     def __repr__(self) -> str:
         arg = "" if self.autodiff == "auto" else f"autodiff={self.autodiff!r}"

@@ -62,6 +62,7 @@ class TRBDF2(StiffMethod, AbstractStepper):
     order = 2
     error_order = 2
     fsal = False
+    dense_stages = 2
     rhs_per_step = 0  # every Newton iteration is counted per lane (StepResult.nf_extra)
 
     def __init__(
@@ -127,6 +128,7 @@ class TRBDF2(StiffMethod, AbstractStepper):
             f1=None,
             nf_extra=nf + tr.iterations + bdf.iterations,
             failed=~bdf.converged,
+            rho=self.stiffness(xp, jac),
         )
 
     def interpolate(self, step: Step, theta: Array) -> Array:
