@@ -241,7 +241,7 @@ def _solve_ensemble_traced(plan: EnsemblePlan, sensealg: Any) -> EnsembleSolutio
         plan.seed,
         ensemble_alg.lanes_for_gradients(plan.batch_size),
         ensemble_alg,
-        sensealg,
+        ensemble_alg.gradient_sensealg(sensealg),
         ensemble_alg.backend_name(),
     )
 

@@ -59,10 +59,12 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
     def default_batch_size(self) -> int:  # type: ignore[override]
         return 1_000_000 if self.device == "cuda" else 100_000
 
-    def lanes_for_gradients(self, batch_size: int) -> int:
-        raise KernelUnsupportedError(
-            "gradients are not computed by the compiled kernels yet; differentiate with "
-            "ensemble_alg=EnsembleArray() (the array path)"
+    def gradient_sensealg(self, sensealg: Any) -> Any:
+        """Forward sensitivities compiled with the kernel (see ``kernels.gradients``)."""
+        from .gradients import kernel_sensealg
+
+        return kernel_sensealg(
+            sensealg, device=self.device, block_size=self.block_size, threads=self.threads
         )
 
     def run_batch(
