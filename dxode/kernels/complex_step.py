@@ -118,13 +118,23 @@ class _ToComplex(ast.NodeTransformer):
             self.refused.append(f"np.{node.attr} (line {node.lineno})")
         return self.generic_visit(node)
 
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+        arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+        stored = [
+            n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        ]
+        self.local = {a.arg for a in arguments} | set(stored)
+        return self.generic_visit(node)
+
     def visit_Name(self, node: ast.Name) -> Any:
+        if node.id in getattr(self, "local", ()):
+            return node
         value = self.globals.get(node.id)
         if node.id in _NOT_ANALYTIC_BUILTINS and value is None:
             self.refused.append(f"{node.id} (line {node.lineno})")
-        elif getattr(value, "__module__", None) == "math" or value in vars(math).values():
+        elif callable(value) and getattr(value, "__module__", None) == "math":
             name = getattr(value, "__name__", node.id)
-            if callable(value) and name in _CMATH_TWINS:
+            if name in _CMATH_TWINS:
                 return ast.copy_location(
                     ast.Attribute(
                         value=ast.Name(id="_dxode_cmath", ctx=ast.Load()),
@@ -133,7 +143,7 @@ class _ToComplex(ast.NodeTransformer):
                     ),
                     node,
                 )
-            if callable(value):
+            else:
                 self.refused.append(f"{node.id} (math.{name}, line {node.lineno})")
         return node
 

@@ -15,6 +15,7 @@ the CPU and for CUDA alike.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,14 @@ from .complex_step import STEP, check_compiles, complex_copy
 from .rhs_source import ParamLayout, function_key, numba_ready, where_defined
 
 __all__ = ["augmented_rhs", "param_paths"]
+
+
+class _RowsToTuples(ast.NodeTransformer):
+    """List literals (a Jacobian's rows) become tuples: numba keeps tuples in registers."""
+
+    def visit_List(self, node: ast.List) -> Any:
+        self.generic_visit(node)
+        return ast.copy_location(ast.Tuple(elts=node.elts, ctx=ast.Load()), node)
 
 _MODULES: dict[str, Any] = {}
 
@@ -145,9 +154,9 @@ def augmented_rhs(
         module = _import(path, f"_dxode_sensitivity_{digest}")
         module.user_real = register_jitable(numba_ready(f))
         if jacobians:
-            module.user_jac = register_jitable(numba_ready(jac))  # type: ignore[arg-type]
+            module.user_jac = register_jitable(numba_ready(jac, _RowsToTuples()))  # type: ignore[arg-type]
             if params_needed:
-                module.user_pjac = register_jitable(numba_ready(paramjac))  # type: ignore[arg-type]
+                module.user_pjac = register_jitable(numba_ready(paramjac, _RowsToTuples()))  # type: ignore[arg-type]
         else:
             copy = complex_copy(f)
             if not as_array:
