@@ -177,7 +177,7 @@ def test_comparison_on_time_and_math_functions_are_differentiated():
 
 
 def _abs_jac(u, p, t):
-    x, v = u
+    _, v = u
     return [[0.0, 1.0], [-p[0], -2.0 * p[1] * abs(v)]]
 
 

@@ -34,6 +34,7 @@ class _RowsToTuples(ast.NodeTransformer):
         self.generic_visit(node)
         return ast.copy_location(ast.Tuple(elts=node.elts, ctx=ast.Load()), node)
 
+
 _MODULES: dict[str, Any] = {}
 
 
