@@ -84,14 +84,16 @@ U0S = np.array([[1.0, 0.0, 0.0], [0.5, 1.0, 2.0], [-1.0, 2.0, 20.0], [3.0, -2.0,
 SCALES = np.array([1.0, 0.95, 1.05, 1.1])
 
 
-def _lorenz_loss(p, ensemble_alg, shared, **problem):
+def _lorenz_loss(p, ensemble_alg, shared, batch_size=None, **problem):
     base = dxode.ODEProblem(lorenz, U0S[0], (0.0, 1.0), (10.0, 28.0, 8 / 3), **problem)
     if shared:  # one parameter vector for every trajectory: its cotangents are summed
         eprob = dxode.EnsembleProblem(base.remake(p=p), u0=U0S)
     else:  # per-trajectory parameters (4, 3)
         eprob = dxode.EnsembleProblem(base, u0=U0S, p=p)
     options = {"saveat": [0.25, 0.5, 1.0], "rtol": 1e-10, "atol": 1e-10}
-    sim = dxode.solve(eprob, dxode.Tsit5(), ensemble_alg, trajectories=4, **options)
+    sim = dxode.solve(
+        eprob, dxode.Tsit5(), ensemble_alg, trajectories=4, batch_size=batch_size, **options
+    )
     return anp.sum(sim.u**2)
 
 
@@ -239,3 +241,20 @@ def test_cuda_simulator_gradients_match_the_cpu_kernel():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("ok")
+
+
+@pytest.mark.slow
+def test_dask_workers_differentiate_kernel_batches(client):
+    """``EnsembleDask(kernel=...)``: each batch's sensitivities on its worker; per-lane
+    cotangents are the local kernel's bit for bit, shared ones their sums over batches."""
+    pytest.importorskip("distributed")
+    theta = np.array([10.0, 28.0, 8 / 3])
+    dask = dxode.EnsembleDask(client, kernel=dxode.EnsembleKernel(threads=1))
+    local = dxode.EnsembleKernel(threads=1)
+    for shared, p in ((False, theta * SCALES[:, None]), (True, theta)):
+        here = autograd.grad(lambda q, s=shared: _lorenz_loss(q, local, s))(p)
+        there = autograd.grad(lambda q, s=shared: _lorenz_loss(q, dask, s, batch_size=2))(p)
+        if shared:
+            np.testing.assert_allclose(there, here, rtol=1e-12)
+        else:
+            np.testing.assert_array_equal(there, here)
