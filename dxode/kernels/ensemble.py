@@ -24,6 +24,8 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
     The method's tableau, the step-size control, the return codes and statistics are the
     array path's (``EnsembleArray``), lane by lane; ``f`` is compiled once per method and
     option signature and reused (see the kernels guide for what ``f`` may contain).
+    Differentiable with autograd (forward sensitivities compiled with the kernel, the
+    derivatives of ``f`` by complex step or from its ``jac`` and ``paramjac``).
 
     Parameters
     ----------
