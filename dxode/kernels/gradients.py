@@ -9,8 +9,9 @@ problem's ``jac`` and ``paramjac``), never by autograd. The backward pass is
 
 The error norm and the initial step see the state only (CVODES's ``errconS = false``): the
 steps are those of the same solve without gradients, so ``sol.u`` is bitwise the undifferentiated
-kernel solve's, and ``S`` is the sensitivity of the continuous solution integrated on those
-steps (accurate to about the tolerance, like the state).
+kernel solve's. A Runge–Kutta method applied to ``[u, S]`` on fixed steps computes exactly the
+derivative of its own ``u`` (and the dense output is linear in the stages), so ``S`` is the
+derivative of the computed solution with the step sizes held fixed, as ``DiscreteAdjoint``'s.
 """
 
 from __future__ import annotations
