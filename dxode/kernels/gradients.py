@@ -65,7 +65,7 @@ class KernelForwardSensitivity(ForwardSensitivity):
         p = _pytree.rebuild(static.p_template, leaves)
         layout, params = lane_params(p, static.lane_leaf, lanes, u0.dtype)
         dirs = directions(static, leaves, n)
-        offsets = np.cumsum([0] + [max(size, 1) for size in _leaf_sizes(layout)])
+        offsets = np.cumsum([0, *layout.leaf_rows])
         rows = [None if pos is None else int(offsets[pos]) + j for pos, j in dirs]
         f_aug = _augmented(static, layout, params, n, rows, dtype_name(u0.dtype), self.device)
         z0 = np.zeros((n * (1 + len(dirs)), lanes), dtype=u0.dtype)
@@ -94,12 +94,6 @@ class KernelForwardSensitivity(ForwardSensitivity):
         from .cpu import run_cpu
 
         return run_cpu(batch, block=self.block_size, threads=self.threads)
-
-
-def _leaf_sizes(layout: Any) -> list[int]:
-    from .rhs_source import _flat_sizes
-
-    return [] if layout.is_none else _flat_sizes(layout.structure)
 
 
 def _augmented(

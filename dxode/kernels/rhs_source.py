@@ -200,7 +200,12 @@ class ParamLayout:
     @property
     def rows(self) -> int:
         """Rows of the parameter array."""
-        return sum(max(size, 1) for size in _flat_sizes(self.structure))
+        return sum(self.leaf_rows)
+
+    @property
+    def leaf_rows(self) -> list[int]:
+        """Rows of each leaf, in order (a number takes one, a 1-D leaf one per element)."""
+        return [] if self.is_none else [max(size, 1) for size in _flat_sizes(self.structure)]
 
     def expression(self, column: str) -> str:
         """Source text building one lane's ``p`` from rows ``P[k, column]``."""

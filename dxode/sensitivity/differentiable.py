@@ -206,7 +206,7 @@ def _forward_batch(
     it: saved states, statistics, and the record its backward pass needs."""
     n = np.shape(u0)[-1]
     save_grid = np.repeat(to_host(static.save_grid)[:, None], n, axis=1)
-    if getattr(static.sensealg, "compiled", False):  # a compiled kernel takes the lanes
+    if static.sensealg.compiled:  # a compiled kernel takes the lanes
         return static.sensealg.forward_lanes(static, u0, leaves, t0, t1, save_grid, stops)
     backend = get_backend(static.backend)
     u0 = backend.asarray(u0)
