@@ -258,3 +258,24 @@ def test_dask_workers_differentiate_kernel_batches(client):
             np.testing.assert_allclose(there, here, rtol=1e-12)
         else:
             np.testing.assert_array_equal(there, here)
+
+
+def _blowup(u, p, t):
+    (x,) = u
+    return [p[0] * x * x]  # x(t) = 1 / (1 - p t): infinite at t = 1 / p
+
+
+def test_a_failed_lane_gets_nan_gradients_the_others_exact_ones():
+    prob = dxode.ODEProblem(_blowup, np.array([1.0]), (0.0, 2.0), (0.1,))
+
+    def loss(p):
+        eprob = dxode.EnsembleProblem(prob, p=p)
+        options = {"saveat": [2.0], "rtol": 1e-10, "atol": 1e-10}
+        sim = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=3, **options)
+        return anp.sum(anp.where(np.isfinite(autograd.tracer.getval(sim.u)), sim.u, 0.0) ** 2)
+
+    p = np.array([[0.1], [0.2], [1.0]])  # the last lane blows up at t = 1
+    grad = autograd.grad(loss)(p)[:, 0]
+    exact = 4.0 / (1.0 - 2.0 * p[:2, 0]) ** 3  # d/dp x(2)^2 = 4 / (1 - 2p)^3
+    np.testing.assert_allclose(grad[:2], exact, rtol=1e-8)
+    assert np.isnan(grad[2])
