@@ -199,6 +199,11 @@ def test_adjoints_are_refused_on_the_kernel_path():
     prob = dxode.ODEProblem(damped, np.array([1.0, 0.5]), (0.0, 1.0), (1.6, 0.3))
     with pytest.raises(KernelUnsupportedError, match="ForwardSensitivity"):
         dxode.solve(prob, "tsit5", kernel=True, sensealg=dxode.DiscreteAdjoint())
+    # Nothing differentiated: ForwardSensitivity() is accepted and changes nothing.
+    plain = dxode.solve(prob, "tsit5", kernel=True, saveat=[0.5, 1.0])
+    forward = dxode.ForwardSensitivity()
+    checked = dxode.solve(prob, "tsit5", kernel=True, saveat=[0.5, 1.0], sensealg=forward)
+    assert np.array_equal(checked.u, plain.u)
 
 
 SIMULATOR_SCRIPT = textwrap.dedent(

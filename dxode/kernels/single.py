@@ -51,8 +51,12 @@ def solve_kernel(
 
     opts = SolverOptions.from_user(alg, **options)
     opts.check_state(prob.u0)
-    if sensealg is not None or is_traced(prob.u0, prob.p):
+    if is_traced(prob.u0, prob.p):
         return _solve_traced(prob, opts, saveat, tstops, sensealg)
+    if sensealg is not None:  # nothing to differentiate: only checked
+        from .gradients import kernel_sensealg
+
+        kernel_sensealg(sensealg)
     u0 = np.asarray(prob.u0)
     check_state(u0)
     t0, t1 = (float(t) for t in prob.tspan)
