@@ -285,3 +285,24 @@ def test_a_failed_lane_gets_nan_gradients_the_others_exact_ones():
     exact = 4.0 / (1.0 - 2.0 * p[:2, 0]) ** 3  # d/dp x(2)^2 = 4 / (1 - 2p)^3
     np.testing.assert_allclose(grad[:2], exact, rtol=1e-8)
     assert np.isnan(grad[2])
+
+
+def _decay_array(u, p, t):
+    return -p[0] * u  # needs u as an array: the kernel passes one (slower, but it works)
+
+
+def test_f_taking_u_as_an_array_gets_exact_gradients():
+    """``u(T) = u0 exp(-k T)``: loss ``Σ u(T)²`` has ``d/dk = -2 T loss`` and
+    ``d/du0_i = 2 u0_i exp(-2 k T)``."""
+    T, k = 1.5, 0.7
+    u0 = np.array([1.0, -2.0, 0.5])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(_decay_array, theta[:3], (0.0, T), (theta[3],))
+        sol = dxode.solve(prob, "tsit5", saveat=[T], rtol=1e-11, atol=1e-11, kernel=True)
+        return anp.sum(sol.u**2)
+
+    grad = autograd.grad(loss)(np.append(u0, k))
+    value = np.sum(u0**2) * np.exp(-2 * k * T)
+    np.testing.assert_allclose(grad[:3], 2 * u0 * np.exp(-2 * k * T), rtol=1e-8)
+    np.testing.assert_allclose(grad[3], -2 * T * value, rtol=1e-8)

@@ -162,14 +162,18 @@ def complex_copy(f: Callable[..., Any], what: str = "f") -> Callable[..., Any]:
     return copy
 
 
-def check_compiles(copy: Callable[..., Any], f: Callable[..., Any], n: int, p_example: Any) -> None:
-    """Type-check the complex copy for complex ``u`` (a tuple) and ``p`` (real and complex);
-    a ``KernelUnsupportedError`` with numba's reason where it does not compile (typically a
-    comparison of a value that depends on ``u`` or ``p``)."""
+def check_compiles(
+    copy: Callable[..., Any], f: Callable[..., Any], n: int, as_array: bool, p_example: Any
+) -> None:
+    """Type-check the complex copy for complex ``u`` (a tuple, or an array with ``as_array``)
+    and ``p`` (real and complex): a ``KernelUnsupportedError`` with numba's reason where it
+    does not compile (typically a comparison of a value that depends on ``u`` or ``p``)."""
     import numba
     from numba.core import types
 
-    u_type = types.UniTuple(types.complex128, n)
+    u_type = (
+        types.Array(types.complex128, 1, "C") if as_array else types.UniTuple(types.complex128, n)
+    )
     as_complex = _map_scalars(lambda x: complex(x), p_example)
     try:
         for p in (p_example, as_complex):

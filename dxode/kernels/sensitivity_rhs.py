@@ -160,8 +160,7 @@ def augmented_rhs(
                 module.user_pjac = register_jitable(numba_ready(paramjac, _RowsToTuples()))  # type: ignore[arg-type]
         else:
             copy = complex_copy(f)
-            if not as_array:
-                check_compiles(copy, f, n, p_example)
+            check_compiles(copy, f, n, as_array, p_example)
             module.user_cplx = register_jitable(copy)
         _MODULES[digest] = module
     return module.f_aug
