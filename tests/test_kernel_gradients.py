@@ -306,3 +306,22 @@ def test_f_taking_u_as_an_array_gets_exact_gradients():
     value = np.sum(u0**2) * np.exp(-2 * k * T)
     np.testing.assert_allclose(grad[:3], 2 * u0 * np.exp(-2 * k * T), rtol=1e-8)
     np.testing.assert_allclose(grad[3], -2 * T * value, rtol=1e-8)
+
+
+def test_parameter_rows_map_to_the_scalars_of_a_nested_p():
+    """Row r of the kernel's parameter array is the r-th scalar of p in leaf order; the
+    complex p steps exactly that one (checked in Python, no compile)."""
+    from dxode.kernels.rhs_source import ParamLayout
+    from dxode.kernels.sensitivity_rhs import _complex_params, param_paths
+
+    p = (np.array([1.0, 2.0]), 3.0, (4.0, np.array([5.0])))
+    layout = ParamLayout.of(p, [False] * 4)
+    paths = param_paths(layout.structure)
+    assert layout.leaf_rows == [2, 1, 1, 1]
+    lane_p = eval(layout.expression("0"), {"P": np.arange(1.0, 6.0)[:, None]})
+    assert [eval(path, {"p": lane_p}) for path in paths] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    for row in range(5):
+        stepped = eval(_complex_params(layout.structure, paths, row), {"p": lane_p, "H": 1.0})
+        flat = [eval(path, {"p": stepped}) for path in paths]
+        assert [z.imag for z in flat] == [1.0 if k == row else 0.0 for k in range(5)]
+        assert [z.real for z in flat] == [1.0, 2.0, 3.0, 4.0, 5.0]
