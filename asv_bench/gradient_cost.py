@@ -65,7 +65,7 @@ def lorenz_vjp(u, p, t, v):
 JACOBIANS = {"jac": lorenz_jac, "paramjac": lorenz_paramjac}
 
 
-def make_loss(sensealg=None, vjp=None, tol=TOL, n=N, t1=T1, derivatives=None):
+def make_loss(sensealg=None, vjp=None, tol=TOL, n=N, t1=T1, derivatives=None, ensemble_alg=None):
     def loss(theta):
         prob = dxode.ODEProblem(
             lorenz, U0, (0.0, t1), (10.0, 28.0, 8 / 3), vjp=vjp, **(derivatives or {})
@@ -73,6 +73,7 @@ def make_loss(sensealg=None, vjp=None, tol=TOL, n=N, t1=T1, derivatives=None):
         sim = dxode.solve(
             dxode.EnsembleProblem(prob, p=theta[None, :] * SCALE[:n]),
             dxode.Tsit5(),
+            ensemble_alg,
             trajectories=n,
             saveat=1.0,
             rtol=tol,
@@ -274,6 +275,11 @@ def main() -> None:
     parser.add_argument("--json", help="also write the table (for plot_benchmarks.py) here")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory table")
     parser.add_argument("--repeat", type=int, default=5, help="runs per timing (best counts)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        help="only the dxode rows whose label contains this (repeatable; no peers, no memory)",
+    )
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
     repeat = 1 if args.quick else args.repeat
@@ -300,10 +306,27 @@ def main() -> None:
             JACOBIANS,
         ),
     ]
+    # The kernel rows' forward is the kernel's own (compiled on a first, untimed call).
+    kernel = dxode.EnsembleKernel(threads=1)
+    cases += [
+        ("dxode EnsembleKernel, complex-step forward sensitivities", kernel, None, None),
+        ("dxode EnsembleKernel, hand jac + paramjac", kernel, None, JACOBIANS),
+    ]
     for label, alg, vjp, derivatives in cases:
-        loss = make_loss(alg, vjp, derivatives=derivatives)
+        if args.only and not any(part in label for part in args.only):
+            continue
+        on_kernel = isinstance(alg, dxode.EnsembleKernel)
+        if on_kernel:
+            loss = make_loss(derivatives=derivatives, ensemble_alg=alg)
+            plain_here = make_loss(ensemble_alg=alg)
+            autograd.grad(loss)(THETA)  # compile both kernels
+            plain_here(THETA)
+        else:
+            loss, plain_here = make_loss(alg, vjp, derivatives=derivatives), plain
         forward, elapsed, (_, g) = best_pair(
-            lambda: plain(THETA), lambda loss=loss: autograd.value_and_grad(loss)(THETA), repeat
+            lambda plain_here=plain_here: plain_here(THETA),
+            lambda loss=loss: autograd.value_and_grad(loss)(THETA),
+            repeat,
         )
         err = rel_error(g, reference)
         rows.append({"code": label, "forward": forward, "total": elapsed, "error": err})
@@ -314,6 +337,8 @@ def main() -> None:
     # BacksolveAdjoint is left out: integrating Lorenz backward over [0, 10] diverges (off by
     # ~200 % already over [0, 1.5], NaN from t = 4: tests/test_sensealgs.py shows it).
     print("| dxode BacksolveAdjoint | | | | diverges on this horizon (not run) |")
+    if args.only:
+        return
     for peer in (diffrax_rows, torchode_rows, torchdiffeq_rows):
         try:
             peer_rows = peer(reference, repeat)

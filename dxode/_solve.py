@@ -105,12 +105,15 @@ def solve(
         ``DiscreteAdjoint()`` (the default for explicit methods; ``checkpoint_every=k`` bounds
         its memory), ``InterpolatingAdjoint()`` (the default for stiff methods),
         ``BacksolveAdjoint()`` or ``ForwardSensitivity()`` (see the gradients guide for which
-        to use when). Ignored when nothing is differentiated.
+        to use when). Ignored when nothing is differentiated. The compiled kernels
+        (``kernel=True``, ``EnsembleKernel``) compute forward sensitivities only.
     kernel : bool
         Single problems: integrate with a compiled kernel (numba, ``dxode[kernel]``) instead
         of the array path: the same method and step control, much less overhead per step
         (see the kernels guide for what ``f`` may contain). Every step is saved without
         ``saveat``; no dense output. Ensembles use ``ensemble_alg=EnsembleKernel()``.
+        Differentiable with autograd: forward sensitivities compiled with the kernel, the
+        derivatives of ``f`` by complex step (or its ``jac`` and ``paramjac``).
 
     Other Parameters
     ----------------
@@ -239,7 +242,7 @@ def _solve_ensemble_traced(plan: EnsemblePlan, sensealg: Any) -> EnsembleSolutio
         plan.seed,
         ensemble_alg.lanes_for_gradients(plan.batch_size),
         ensemble_alg,
-        sensealg,
+        ensemble_alg.gradient_sensealg(sensealg),
         ensemble_alg.backend_name(),
         plan.callback,
     )

@@ -113,16 +113,24 @@ def test_kernel_must_be_an_ensemble_kernel_and_excludes_backend():
         EnsembleDask(backend="numpy", kernel=EnsembleKernel())
 
 
-def test_gradients_through_kernel_batches_are_refused_clearly():
+def test_adjoints_through_kernel_batches_are_refused_clearly():
+    # Kernel batches are differentiated by forward sensitivities (test_kernel_gradients.py).
     from autograd import grad
 
     def loss(p):
         eprob = _eprob().prob.remake(p=p)
         alg = EnsembleDask(kernel=EnsembleKernel())
-        sim = dxode.solve(EnsembleProblem(eprob), "tsit5", alg, trajectories=2, saveat=1.0)
+        sim = dxode.solve(
+            EnsembleProblem(eprob),
+            "tsit5",
+            alg,
+            trajectories=2,
+            saveat=1.0,
+            sensealg=dxode.DiscreteAdjoint(),
+        )
         return sim.u[0, -1, 0]
 
-    with pytest.raises(KernelUnsupportedError, match="gradients"):
+    with pytest.raises(KernelUnsupportedError, match="ForwardSensitivity"):
         grad(loss)(np.array([10.0, 28.0, 8 / 3]))
 
 

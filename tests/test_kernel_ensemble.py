@@ -139,15 +139,18 @@ def test_stiff_methods_and_dict_parameters_are_refused_clearly():
         dxode.solve(prob, "tsit5", kernel=True)
 
 
-def test_gradients_are_refused_clearly():
+def test_adjoints_are_refused_clearly():
+    # The kernels differentiate with forward sensitivities (test_kernel_gradients.py).
     from autograd import grad
 
     def loss(p):
         eprob = dxode.EnsembleProblem(PROB.remake(p=p))
-        sim = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=2, saveat=1.0)
+        alg = dxode.EnsembleKernel()
+        sensealg = dxode.InterpolatingAdjoint()
+        sim = dxode.solve(eprob, "tsit5", alg, trajectories=2, saveat=1.0, sensealg=sensealg)
         return sim.u[0, -1, 0]
 
-    with pytest.raises(KernelUnsupportedError, match="gradients"):
+    with pytest.raises(KernelUnsupportedError, match="ForwardSensitivity"):
         grad(loss)(np.array([10.0, 28.0, 8 / 3]))
 
 

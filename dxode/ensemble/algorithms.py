@@ -73,6 +73,11 @@ class AbstractEnsembleAlgorithm(abc.ABC):
         """Lanes per batch when the ensemble is differentiated (see the gradients guide)."""
         return batch_size
 
+    def gradient_sensealg(self, sensealg: Any) -> Any:
+        """The sensitivity algorithm that differentiates this ensemble (the user's, or
+        ``None`` for the default; compiled kernels have their own)."""
+        return sensealg
+
     def map_batches(
         self,
         func: Callable[..., Any],

@@ -177,6 +177,11 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
             return self.kernel.lanes_for_gradients(batch_size)
         return super().lanes_for_gradients(batch_size)
 
+    def gradient_sensealg(self, sensealg: Any) -> Any:
+        if self.kernel is not None:
+            return self.kernel.gradient_sensealg(sensealg)
+        return super().gradient_sensealg(sensealg)
+
     def run(self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec) -> Any:
         if spec.dense:
             raise ValueError("dense output is not kept by EnsembleDask; use EnsembleArray")

@@ -19,6 +19,10 @@ Modules, one job each:
     Run a batch of lanes on a device.
 ``ensemble`` / ``single``
     ``EnsembleKernel`` and ``solve(prob, alg, kernel=True)``.
+``complex_step`` / ``sensitivity_rhs`` / ``gradients``
+    Gradients: a complex copy of ``f`` (refusing what complex step cannot differentiate),
+    the forward-sensitivity RHS generated from it (or from ``jac``/``paramjac``), and the
+    sensitivity algorithm that integrates it with the kernel for autograd.
 
 numba is imported lazily: importing this package does not need it.
 """

@@ -61,6 +61,8 @@ class KernelBatch:
         Save times per lane (``None``: save nothing on a grid).
     tstops : (K,) array or None
     options : SolverOptions
+    error_components : int
+        The first components the error norm controls (``0``: all; see ``KernelLayout``).
     """
 
     f: Any
@@ -72,6 +74,7 @@ class KernelBatch:
     save_times: np.ndarray | None
     tstops: np.ndarray | None
     options: SolverOptions
+    error_components: int = 0
 
     @property
     def n_lanes(self) -> int:
@@ -113,6 +116,7 @@ class KernelBatch:
             record=record,
             param_rows=int(self.params.shape[0]),
             param_dtype=self.params.dtype.name,
+            error_components=self.error_components,
         )
         return compile_kernel(self.f, desc, layout)
 
@@ -132,7 +136,11 @@ class KernelBatch:
             if self.tstops is None
             else np.asarray(self.tstops, dtype=self.dtype)
         )
-        atol = np.broadcast_to(np.asarray(_host(opts.atol), dtype=self.dtype), (n,)).copy()
+        controlled = self.error_components or n
+        atol = np.ones(n, dtype=self.dtype)  # uncontrolled components: never read
+        atol[:controlled] = np.broadcast_to(
+            np.asarray(_host(opts.atol), dtype=self.dtype), (controlled,)
+        )
         scal = np.array(
             [opts.rtol, opts.dt or 0.0, opts.dtmin or 0.0, opts.dtmax or 0.0, direction],
             dtype=self.dtype,

@@ -66,6 +66,10 @@ class KernelLayout:
         Rows of the parameter array ``P``.
     param_dtype : str
         Its dtype.
+    error_components : int
+        The first components that enter the error norm and the initial step (``0``: all).
+        Forward sensitivities ride along uncontrolled, so their steps are those of the plain
+        solve (CVODES's ``errconS = false``).
     """
 
     n: int
@@ -79,6 +83,7 @@ class KernelLayout:
     record: bool = False
     param_rows: int = 0
     param_dtype: str = "float64"
+    error_components: int = 0
 
 
 class _Writer:
@@ -193,6 +198,11 @@ def _write_rhs(w: _Writer, layout: KernelLayout) -> None:
     w()
 
 
+def _controlled(layout: KernelLayout) -> int:
+    """Components in the error norm and the initial step."""
+    return layout.error_components or layout.n
+
+
 def _rms(values: list[str], n: int) -> str:
     return f"math.sqrt({_sum_of_squares(values)} / DT({n}))"
 
@@ -298,7 +308,7 @@ def _write_lane_starts(w: _Writer, desc: StepperDescription, layout: KernelLayou
     w("    h = DTV")
     w("else:")
     w.indent()
-    _write_initial_step(w, desc, n)
+    _write_initial_step(w, desc, n, _controlled(layout))
     w.dedent()
     w("if HAS_DTMAX:")
     w("    h = minimum(h, DTMAX)")
@@ -476,23 +486,25 @@ def _write_retire(w: _Writer, n: int, code: str, depth: int) -> None:
     w(f"{pad}nact -= 1")
 
 
-def _write_initial_step(w: _Writer, desc: StepperDescription, n: int) -> None:
-    """Hairer–Nørsett–Wanner's first step, as ``dxode._norms.initial_step`` computes it."""
-    M = range(n)
+def _write_initial_step(w: _Writer, desc: StepperDescription, n: int, nc: int) -> None:
+    """Hairer–Nørsett–Wanner's first step, as ``dxode._norms.initial_step`` computes it,
+    from the norms of the first ``nc`` of the ``n`` components."""
+    M = range(nc)
     for m in M:
         w(f"sc{m} = atol{m} + RTOL * abs(u{m})")
-    w(f"d0 = {_rms([f'(u{m} / sc{m})' for m in M], n)}")
-    w(f"d1 = {_rms([f'(f{m} / sc{m})' for m in M], n)}")
+    w(f"d0 = {_rms([f'(u{m} / sc{m})' for m in M], nc)}")
+    w(f"d1 = {_rms([f'(f{m} / sc{m})' for m in M], nc)}")
     w("span = abs(TE[j] - t)")
     w(f"if d0 < {_const(1e-5)} or d1 < {_const(1e-5)}:")
     w(f"    h0 = {_const(1e-6)}")
     w("else:")
     w(f"    h0 = {_const(0.01)} * d0 / d1")
     w("h0 = minimum(h0, span)")
-    for m in M:
+    for m in range(n):
         w(f"v{m} = u{m} + (D * h0) * f{m}")
-    w(f"{', '.join(f'w{m}' for m in M)}, = rhs({', '.join(f'v{m}' for m in M)}, p, t + D * h0)")
-    w(f"d2 = {_rms([f'((w{m} - f{m}) / sc{m})' for m in M], n)} / h0")
+    ws, vs = (", ".join(f"{x}{m}" for m in range(n)) for x in "wv")
+    w(f"{ws}, = rhs({vs}, p, t + D * h0)")
+    w(f"d2 = {_rms([f'((w{m} - f{m}) / sc{m})' for m in M], nc)} / h0")
     w("dmax = maximum(d1, d2)")
     w(f"if dmax <= {_const(1e-15)}:")
     w(f"    h1 = maximum({_const(1e-6)}, h0 * {_const(1e-3)})")
@@ -553,11 +565,12 @@ def _write_attempt(
         for i in range(s):
             w(f"{_w(layout, desc, 'k', i, m)} = k{i}_{m}")
     if desc.adaptive and layout.adaptive:
-        for m in M:
+        nc = _controlled(layout)
+        for m in range(nc):
             terms = [f"k{j}_{m}" for j in range(s)]
             w(f"e{m} = {_combine(None, 'hs', desc.b_error, terms)}")
             w(f"q{m} = e{m} / (RTOL * maximum(abs(u{m}), abs(v{m})) + atol{m})")
-        w(f"{_w(layout, desc, 'err')} = {_rms([f'q{m}' for m in M], n)}")
+        w(f"{_w(layout, desc, 'err')} = {_rms([f'q{m}' for m in range(nc)], nc)}")
     else:
         finite = " and ".join(f"math.isfinite(v{m})" for m in M)
         w(f"{_w(layout, desc, 'err')} = DT(1.0) if ({finite}) else DT(0.0)")

@@ -24,6 +24,8 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
     The method's tableau, the step-size control, the return codes and statistics are the
     array path's (``EnsembleArray``), lane by lane; ``f`` is compiled once per method and
     option signature and reused (see the kernels guide for what ``f`` may contain).
+    Differentiable with autograd (forward sensitivities compiled with the kernel, the
+    derivatives of ``f`` by complex step or from its ``jac`` and ``paramjac``).
 
     Parameters
     ----------
@@ -59,10 +61,12 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
     def default_batch_size(self) -> int:  # type: ignore[override]
         return 1_000_000 if self.device == "cuda" else 100_000
 
-    def lanes_for_gradients(self, batch_size: int) -> int:
-        raise KernelUnsupportedError(
-            "gradients are not computed by the compiled kernels yet; differentiate with "
-            "ensemble_alg=EnsembleArray() (the array path)"
+    def gradient_sensealg(self, sensealg: Any) -> Any:
+        """Forward sensitivities compiled with the kernel (see ``kernels.gradients``)."""
+        from .gradients import kernel_sensealg
+
+        return kernel_sensealg(
+            sensealg, device=self.device, block_size=self.block_size, threads=self.threads
         )
 
     def run_batch(

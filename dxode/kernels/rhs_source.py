@@ -125,9 +125,17 @@ class _ListReturnsToTuples(ast.NodeTransformer):
         return node
 
 
-def numba_ready(f: Callable[..., Any]) -> Callable[..., Any]:
+def numba_ready(
+    f: Callable[..., Any],
+    rewrite: ast.NodeTransformer | None = None,
+    names: dict[str, Any] | None = None,
+) -> Callable[..., Any]:
     """``f`` with list-literal returns turned into tuples (``f`` itself when its source is not
-    available or it is not a plain ``def``)."""
+    available or it is not a plain ``def``).
+
+    ``rewrite`` transforms the function's tree further (``complex_step``), and ``names``
+    are added to the globals the rewritten function sees.
+    """
     code = getattr(f, "__code__", None)
     if code is None or f.__name__ == "<lambda>":
         return f
@@ -139,6 +147,8 @@ def numba_ready(f: Callable[..., Any]) -> Callable[..., Any]:
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
         return f
     func = _ListReturnsToTuples().visit(tree.body[0])
+    if rewrite is not None:
+        func = rewrite.visit(func)
     freevars = code.co_freevars
     if freevars:  # rebuild the closure: an outer function takes the closed-over values
         outer = ast.FunctionDef(
@@ -159,6 +169,7 @@ def numba_ready(f: Callable[..., Any]) -> Callable[..., Any]:
     ast.fix_missing_locations(tree)
     ast.increment_lineno(tree, code.co_firstlineno - 1)
     namespace = dict(f.__globals__)
+    namespace.update(names or {})
     exec(compile(tree, code.co_filename, "exec"), namespace)
     if freevars:
         cells = [_cell_value(c) for c in f.__closure__ or ()]
@@ -189,7 +200,12 @@ class ParamLayout:
     @property
     def rows(self) -> int:
         """Rows of the parameter array."""
-        return sum(max(size, 1) for size in _flat_sizes(self.structure))
+        return sum(self.leaf_rows)
+
+    @property
+    def leaf_rows(self) -> list[int]:
+        """Rows of each leaf, in order (a number takes one, a 1-D leaf one per element)."""
+        return [] if self.is_none else [max(size, 1) for size in _flat_sizes(self.structure)]
 
     def expression(self, column: str) -> str:
         """Source text building one lane's ``p`` from rows ``P[k, column]``."""

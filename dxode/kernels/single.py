@@ -49,13 +49,14 @@ def solve_kernel(
         )
     from .._tracing import is_traced
 
-    if sensealg is not None or is_traced(prob.u0, prob.p):
-        raise KernelUnsupportedError(
-            f"gradients are not computed by the compiled kernels yet; differentiate with "
-            f"{ARRAY_PATH}"
-        )
     opts = SolverOptions.from_user(alg, **options)
     opts.check_state(prob.u0)
+    if is_traced(prob.u0, prob.p):
+        return _solve_traced(prob, opts, saveat, tstops, sensealg)
+    if sensealg is not None:  # nothing to differentiate: only checked
+        from .gradients import kernel_sensealg
+
+        kernel_sensealg(sensealg)
     u0 = np.asarray(prob.u0)
     check_state(u0)
     t0, t1 = (float(t) for t in prob.tspan)
@@ -83,3 +84,17 @@ def solve_kernel(
         nf=int(result.nf[0]), naccept=int(result.naccept[0]), nreject=int(result.nreject[0])
     )
     return ODESolution(t, u, ReturnCode(int(result.retcode[0])), stats, prob, opts.alg, None, None)
+
+
+def _solve_traced(
+    prob: ODEProblem, opts: SolverOptions, saveat: Any, tstops: Any, sensealg: Any
+) -> ODESolution:
+    """A differentiated kernel solve: forward sensitivities compiled with the kernel (see
+    ``gradients``). Without ``saveat`` the end points are saved, as on the array path."""
+    from autograd.tracer import getval
+
+    from ..sensitivity.entry import solve_single_traced
+    from .gradients import kernel_sensealg
+
+    check_state(np.asarray(getval(prob.u0)))
+    return solve_single_traced(prob, opts, saveat, tstops, kernel_sensealg(sensealg))

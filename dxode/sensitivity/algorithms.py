@@ -25,6 +25,9 @@ class _Sensitivity:
     one_tspan: ClassVar[bool] = False  # needs one tspan shared by all trajectories
     off_numpy: ClassVar[bool] = False  # runs on backends other than NumPy
     stiff_refusal: ClassVar[str] = ""  # why it cannot differentiate a stiff method
+    # Its forward pass takes a batch's lanes (``forward_lanes``: a compiled kernel), not the
+    # array path's batch (``forward``).
+    compiled: ClassVar[bool] = False
 
     def steps_onto_save_times(self, options: Any) -> bool:
         """Whether the forward pass steps exactly onto the save times (else it interpolates

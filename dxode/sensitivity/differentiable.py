@@ -204,14 +204,16 @@ def _forward_batch(
 ) -> BatchForward:
     """One batch's forward pass (here or as a Dask task), as its sensitivity algorithm runs
     it: saved states, statistics, and the record its backward pass needs."""
-    backend = get_backend(static.backend)
-    u0 = backend.asarray(u0)
-    leaves = on_backend(backend, static, leaves)
-    n = u0.shape[-1]
+    n = np.shape(u0)[-1]
     if static.save_grid is None:  # each lane's own ends
         save_grid = np.stack([np.asarray(t0), np.asarray(t1)])
     else:
         save_grid = np.repeat(to_host(static.save_grid)[:, None], n, axis=1)
+    if static.sensealg.compiled:  # a compiled kernel takes the lanes
+        return static.sensealg.forward_lanes(static, u0, leaves, t0, t1, save_grid, stops)
+    backend = get_backend(static.backend)
+    u0 = backend.asarray(u0)
+    leaves = on_backend(backend, static, leaves)
     batch = BatchRHS.of(static, leaves, u0, t0, t1, save_grid, stops)
     inputs = BatchInputs(u0, t0, t1, batch.problem.save_times, stops)
     return static.sensealg.forward(static, batch, inputs)

@@ -1,0 +1,193 @@
+"""A complex copy of the user's ``f`` for complex-step derivatives inside compiled kernels.
+
+For a real-analytic ``f``, ``Im f(u + i h v, p + i h w, t) / h`` is its directional
+derivative ``J_u v + J_p w`` with an error of order ``h²`` and no cancellation, so with
+``h = 2^-100`` it is exact to rounding. numba compiles complex arithmetic, and NumPy's
+functions (``np.exp``, ...) take complex numbers; ``math`` functions do not, so the copy
+calls their ``cmath`` twins instead.
+
+What complex step cannot differentiate, and what this module refuses with a
+``KernelUnsupportedError`` before compiling: ``abs``, ``min``, ``max``, ``round``, and
+``math``/NumPy functions that are not analytic or have no complex version (``fabs``,
+``floor``, ``atan2``, ``hypot``, ``np.abs``, ``np.maximum``, ``np.where``, ...).
+Comparisons of values that depend on ``u`` or ``p`` (``if x > 0:``) do not compile for
+complex numbers; ``compiler``-time errors say so (comparisons on ``t`` alone are fine).
+"""
+
+from __future__ import annotations
+
+import ast
+import cmath
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .errors import ARRAY_PATH, KernelUnsupportedError
+from .rhs_source import numba_ready, where_defined
+
+__all__ = ["NOT_ANALYTIC_HINT", "STEP", "complex_copy"]
+
+STEP = 2.0**-100  # the complex step h (a power of two: dividing by it is exact)
+
+# math functions with a cmath twin of the same name.
+_CMATH_TWINS = frozenset(
+    [
+        "exp",
+        "log",
+        "log10",
+        "sqrt",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asinh",
+        "acosh",
+        "atanh",
+    ]
+)
+_MATH_CONSTANTS = frozenset(["pi", "e", "tau", "inf", "nan"])
+_NOT_ANALYTIC_BUILTINS = frozenset(["abs", "min", "max", "round", "int"])
+_NOT_ANALYTIC_NUMPY = frozenset(
+    [
+        "abs",
+        "absolute",
+        "fabs",
+        "sign",
+        "maximum",
+        "minimum",
+        "fmax",
+        "fmin",
+        "floor",
+        "ceil",
+        "trunc",
+        "rint",
+        "round",
+        "around",
+        "clip",
+        "where",
+        "heaviside",
+        "mod",
+        "fmod",
+        "remainder",
+        "arctan2",
+        "hypot",
+        "copysign",
+    ]
+)
+
+NOT_ANALYTIC_HINT = (
+    "Complex-step derivatives need f to be real-analytic in u and p: no abs, min, max, "
+    "round, floor, atan2 or comparisons of u- or p-dependent values. Give the problem "
+    "jac= and paramjac= (compiled with f: their derivatives are used instead), or "
+    f"differentiate with {ARRAY_PATH}."
+)
+
+
+class _ToComplex(ast.NodeTransformer):
+    """``math.X`` becomes ``cmath.X``; non-analytic calls are collected as ``refused``."""
+
+    def __init__(self, globals_: dict[str, Any]) -> None:
+        self.globals = globals_
+        self.refused: list[str] = []
+
+    def _module(self, node: ast.AST) -> Any:
+        return self.globals.get(node.id) if isinstance(node, ast.Name) else None
+
+    def visit_Attribute(self, node: ast.Attribute) -> Any:
+        module = self._module(node.value)
+        if module is math:
+            if node.attr in _CMATH_TWINS:
+                return ast.copy_location(
+                    ast.Attribute(
+                        value=ast.Name(id="_dxode_cmath", ctx=ast.Load()),
+                        attr=node.attr,
+                        ctx=ast.Load(),
+                    ),
+                    node,
+                )
+            if node.attr not in _MATH_CONSTANTS:
+                self.refused.append(f"math.{node.attr} (line {node.lineno})")
+        elif module is np and node.attr in _NOT_ANALYTIC_NUMPY:
+            self.refused.append(f"np.{node.attr} (line {node.lineno})")
+        return self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+        arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+        stored = [
+            n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        ]
+        self.local = {a.arg for a in arguments} | set(stored)
+        return self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> Any:
+        if node.id in getattr(self, "local", ()):
+            return node
+        value = self.globals.get(node.id)
+        if node.id in _NOT_ANALYTIC_BUILTINS and value is None:
+            self.refused.append(f"{node.id} (line {node.lineno})")
+        elif callable(value) and getattr(value, "__module__", None) == "math":
+            name = getattr(value, "__name__", node.id)
+            if name in _CMATH_TWINS:
+                return ast.copy_location(
+                    ast.Attribute(
+                        value=ast.Name(id="_dxode_cmath", ctx=ast.Load()),
+                        attr=name,
+                        ctx=ast.Load(),
+                    ),
+                    node,
+                )
+            else:
+                self.refused.append(f"{node.id} (math.{name}, line {node.lineno})")
+        return node
+
+
+def complex_copy(f: Callable[..., Any], what: str = "f") -> Callable[..., Any]:
+    """``f`` made ready for numba (see ``rhs_source.numba_ready``) and for complex ``u`` and
+    ``p``: its ``math`` calls become ``cmath`` calls. Raises ``KernelUnsupportedError``
+    naming what complex step cannot differentiate."""
+    rewrite = _ToComplex(getattr(f, "__globals__", {}))
+    copy = numba_ready(f, rewrite, {"_dxode_cmath": cmath})
+    if rewrite.refused:
+        raise KernelUnsupportedError(
+            f"the kernel path differentiates {what} defined at {where_defined(f)} by complex "
+            f"step, which cannot differentiate {', '.join(rewrite.refused)}. {NOT_ANALYTIC_HINT}"
+        )
+    return copy
+
+
+def check_compiles(
+    copy: Callable[..., Any], f: Callable[..., Any], n: int, as_array: bool, p_example: Any
+) -> None:
+    """Type-check the complex copy for complex ``u`` (a tuple, or an array with ``as_array``)
+    and ``p`` (real and complex): a ``KernelUnsupportedError`` with numba's reason where it
+    does not compile (typically a comparison of a value that depends on ``u`` or ``p``)."""
+    import numba
+    from numba.core import types
+
+    u_type = (
+        types.Array(types.complex128, 1, "C") if as_array else types.UniTuple(types.complex128, n)
+    )
+    as_complex = _map_scalars(lambda x: complex(x), p_example)
+    try:
+        for p in (p_example, as_complex):
+            numba.njit(copy).compile((u_type, numba.typeof(p), types.float64))
+    except numba.core.errors.NumbaError as err:
+        reason = str(err).split("During: ")[0].strip()
+        raise KernelUnsupportedError(
+            f"the complex-step copy of f defined at {where_defined(f)} does not compile for "
+            f"complex u and p (comparisons of values that depend on u or p, as in "
+            f"'if x > 0:', do not). {NOT_ANALYTIC_HINT}\nnumba says: {reason}"
+        ) from None
+
+
+def _map_scalars(func: Callable[[Any], Any], tree: Any) -> Any:
+    if isinstance(tree, tuple):
+        return tuple(_map_scalars(func, x) for x in tree)
+    return None if tree is None else func(tree)

@@ -1,0 +1,132 @@
+"""Gradients through the compiled kernels: forward sensitivities integrated by the kernel.
+
+``KernelForwardSensitivity`` is the sensitivity algorithm of ``solve(..., kernel=True)`` and
+``EnsembleKernel`` when autograd differentiates them. Its forward pass integrates each
+batch's augmented state ``[u, S_1, ..., S_D]`` (``sensitivity_rhs``) with the compiled
+kernel; the derivatives of ``f`` are computed inside the compiled code (complex step, or the
+problem's ``jac`` and ``paramjac``), never by autograd. The backward pass is
+``ForwardSensitivity``'s: the saved ``S`` contracted with the cotangent of the saved states.
+
+The error norm and the initial step see the state only (CVODES's ``errconS = false``): the
+steps are those of the same solve without gradients, so ``sol.u`` is bitwise the undifferentiated
+kernel solve's. A Runge–Kutta method applied to ``[u, S]`` on fixed steps computes exactly the
+derivative of its own ``u`` (and the dense output is linear in the stages), so ``S`` is the
+derivative of the computed solution with the step sizes held fixed, as ``DiscreteAdjoint``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import _pytree
+from ..sensitivity.algorithms import ForwardSensitivity
+from .batch import KernelBatch, lane_params
+from .compiler import dtype_name, user_function_mode
+from .ensemble_batch import check_state
+from .errors import ARRAY_PATH, KernelUnsupportedError
+
+__all__ = ["KernelForwardSensitivity", "kernel_sensealg"]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelForwardSensitivity(ForwardSensitivity):
+    """Forward sensitivities integrated by the compiled kernel on ``device``."""
+
+    device: str = "cpu"
+    block_size: int = 32
+    threads: int | None = None
+
+    compiled: ClassVar[bool] = True  # its forward pass takes lanes, not array-path batches
+
+    def steps_onto_save_times(self, options: Any) -> bool:
+        return False  # saves come from the dense output, as without gradients
+
+    def forward_lanes(
+        self,
+        static: Any,
+        u0: np.ndarray,
+        leaves: list[Any],
+        t0: np.ndarray,
+        t1: np.ndarray,
+        save_grid: np.ndarray,
+        stops: np.ndarray | None,
+    ) -> Any:
+        """One batch's forward pass: states ``u0`` ``(n, L)``, the batch's parameter leaves,
+        spans ``(L,)``, save times ``(nsave, L)``; a ``BatchForward``."""
+        from ..sensitivity.forward_sensitivity import directions
+        from ..sensitivity.passes import BatchForward
+
+        u0 = np.asarray(u0)
+        check_state(u0[..., 0])
+        n, lanes = u0.shape
+        p = _pytree.rebuild(static.p_template, leaves)
+        layout, params = lane_params(p, static.lane_leaf, lanes, u0.dtype)
+        dirs = directions(static, leaves, n)
+        offsets = np.cumsum([0, *layout.leaf_rows])
+        rows = [None if pos is None else int(offsets[pos]) + j for pos, j in dirs]
+        f_aug = _augmented(static, layout, params, n, rows, dtype_name(u0.dtype), self.device)
+        z0 = np.zeros((n * (1 + len(dirs)), lanes), dtype=u0.dtype)
+        z0[:n] = u0
+        for d, (pos, j) in enumerate(dirs):
+            if pos is None:
+                z0[n * (1 + d) + j] = 1.0
+        batch = KernelBatch(f_aug, z0, params, layout, t0, t1, save_grid, stops, static.options, n)
+        result = self._run(batch)
+        saved = np.asarray(result.saved)  # (L, nsave, n (1 + D))
+        sens = saved[..., n:].reshape(lanes, saved.shape[1], len(dirs), n)
+        record = (sens, dirs, [np.shape(leaf) for leaf in leaves])
+        outcome = {
+            "retcode": np.asarray(result.retcode, dtype=np.int64),
+            "nf": np.asarray(result.nf, dtype=np.int64),
+            "naccept": np.asarray(result.naccept, dtype=np.int64),
+            "nreject": np.asarray(result.nreject, dtype=np.int64),
+        }
+        return BatchForward(np.ascontiguousarray(saved[..., :n]), record, outcome, self)
+
+    def _run(self, batch: KernelBatch) -> Any:
+        if self.device == "cuda":
+            from .cuda import run_cuda
+
+            return run_cuda(batch)
+        from .cpu import run_cpu
+
+        return run_cpu(batch, block=self.block_size, threads=self.threads)
+
+
+def _augmented(
+    static: Any,
+    layout: Any,
+    params: np.ndarray,
+    n: int,
+    rows: list[int | None],
+    dtype: str,
+    target: str,
+) -> Any:
+    """The augmented RHS for the batch (``f`` checked for complex step first)."""
+    from .sensitivity_rhs import augmented_rhs
+
+    example = eval(layout.expression("COL").replace("COL", "0"), {"P": params[:, :1]})
+    as_array = user_function_mode(static.f, n, dtype, example, target)
+    if as_array and target == "cuda":
+        raise KernelUnsupportedError(
+            f"gradients on CUDA take an f that reads u as a tuple of numbers (x, y = u), not "
+            f"as an array; rewrite f, or use device='cpu' or {ARRAY_PATH}"
+        )
+    return augmented_rhs(
+        static.f, n, layout, rows, as_array, dtype, example, static.jac, static.paramjac
+    )
+
+
+def kernel_sensealg(sensealg: Any, **device: Any) -> KernelForwardSensitivity:
+    """The kernel's sensitivity algorithm for the user's ``sensealg`` (``None`` or
+    ``ForwardSensitivity()``; adjoints are array-path only)."""
+    if sensealg is not None and type(sensealg) is not ForwardSensitivity:
+        raise KernelUnsupportedError(
+            f"the compiled kernels differentiate with forward sensitivities "
+            f"(sensealg=None or ForwardSensitivity()), not {sensealg!r}; use {ARRAY_PATH} "
+            f"for adjoints"
+        )
+    return KernelForwardSensitivity(**device)

@@ -1,0 +1,327 @@
+"""Gradients through the compiled kernels (``solve(kernel=True)``, ``EnsembleKernel``).
+
+The kernel's forward sensitivities (complex-step JVPs of ``f``, or the problem's ``jac`` and
+``paramjac``, compiled with the kernel) against the array path's gradients (autograd through
+the discrete adjoint, an independent implementation) and central differences.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from math import exp
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+autograd = pytest.importorskip("autograd")
+anp = pytest.importorskip("autograd.numpy")
+
+import dxode  # noqa: E402
+from dxode.demo.lorenz import lorenz, lorenz_jac, lorenz_paramjac  # noqa: E402
+from dxode.kernels.errors import KernelUnsupportedError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMES = np.linspace(0.0, 5.0, 11)
+
+
+def damped(u, p, t):
+    x, v = u
+    omega, zeta = p
+    return [v, -omega * omega * x - 2.0 * zeta * omega * v]
+
+
+def _oscillator_loss(theta, kernel, dtype=np.float64, rtol=1e-10):
+    u0 = theta[:2] if dtype == np.float64 else anp.array(theta[:2], dtype=dtype)
+    prob = dxode.ODEProblem(damped, u0, (0.0, 5.0), (theta[2], theta[3]))
+    sol = dxode.solve(prob, dxode.Tsit5(), saveat=TIMES, rtol=rtol, atol=rtol, kernel=kernel)
+    return anp.sum(sol.u**2)
+
+
+def _central_differences(func, x, eps=1e-6):
+    return np.array([(func(x + eps * e) - func(x - eps * e)) / (2 * eps) for e in np.eye(x.size)])
+
+
+def test_single_solve_gradient_matches_the_array_path_and_central_differences():
+    theta = np.array([1.0, 0.5, 1.6, 0.3])  # u0 (x, v) and p (omega, zeta)
+    kernel = autograd.grad(lambda th: _oscillator_loss(th, True))(theta)
+    array = autograd.grad(lambda th: _oscillator_loss(th, False))(theta)
+    differences = _central_differences(lambda th: _oscillator_loss(th, True), theta)
+    np.testing.assert_allclose(kernel, array, rtol=1e-7)
+    np.testing.assert_allclose(kernel, differences, rtol=1e-6)
+
+
+def test_differentiated_solve_steps_as_the_plain_kernel_solve():
+    """Sensitivities stay out of the error norm: ``sol.u`` and the statistics are those of the
+    solve without gradients, bit for bit."""
+    prob = dxode.ODEProblem(damped, np.array([1.0, 0.5]), (0.0, 5.0), (1.6, 0.3))
+    options = {"saveat": TIMES, "rtol": 1e-8, "atol": 1e-8, "kernel": True}
+    plain = dxode.solve(prob, dxode.Tsit5(), **options)
+    seen = {}
+
+    def loss(p):
+        sol = dxode.solve(prob.remake(p=(p[0], p[1])), dxode.Tsit5(), **options)
+        seen["u"], seen["stats"] = autograd.tracer.getval(sol.u), sol.stats
+        return anp.sum(sol.u)
+
+    autograd.grad(loss)(np.array([1.6, 0.3]))
+    assert np.array_equal(seen["u"], plain.u)
+    assert seen["stats"] == plain.stats
+
+
+def test_float32_gradient_agrees_with_float64():
+    theta = np.array([1.0, 0.5, 1.6, 0.3])
+    single = autograd.grad(lambda th: _oscillator_loss(th, True, np.float32, 1e-6))(theta)
+    double = autograd.grad(lambda th: _oscillator_loss(th, True))(theta)
+    np.testing.assert_allclose(single, double, rtol=1e-4)
+
+
+U0S = np.array([[1.0, 0.0, 0.0], [0.5, 1.0, 2.0], [-1.0, 2.0, 20.0], [3.0, -2.0, 10.0]])
+SCALES = np.array([1.0, 0.95, 1.05, 1.1])
+
+
+def _lorenz_loss(p, ensemble_alg, shared, batch_size=None, **problem):
+    base = dxode.ODEProblem(lorenz, U0S[0], (0.0, 1.0), (10.0, 28.0, 8 / 3), **problem)
+    if shared:  # one parameter vector for every trajectory: its cotangents are summed
+        eprob = dxode.EnsembleProblem(base.remake(p=p), u0=U0S)
+    else:  # per-trajectory parameters (4, 3)
+        eprob = dxode.EnsembleProblem(base, u0=U0S, p=p)
+    options = {"saveat": [0.25, 0.5, 1.0], "rtol": 1e-10, "atol": 1e-10}
+    sim = dxode.solve(
+        eprob, dxode.Tsit5(), ensemble_alg, trajectories=4, batch_size=batch_size, **options
+    )
+    return anp.sum(sim.u**2)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-p", "per-lane-p"])
+def test_ensemble_gradient_matches_the_array_path(shared):
+    theta = np.array([10.0, 28.0, 8 / 3])
+    p = theta if shared else theta * SCALES[:, None]
+    kernel = autograd.grad(lambda q: _lorenz_loss(q, dxode.EnsembleKernel(), shared))(p)
+    array = autograd.grad(lambda q: _lorenz_loss(q, dxode.EnsembleArray(), shared))(p)
+    assert kernel.shape == p.shape
+    np.testing.assert_allclose(kernel, array, rtol=1e-6)
+
+
+def test_user_jacobians_replace_complex_step():
+    """With ``jac`` and ``paramjac`` the kernel contracts them instead of stepping ``f``; the
+    steps are the same, so the gradients agree to rounding."""
+    p = np.array([10.0, 28.0, 8 / 3]) * SCALES[:, None]
+    alg = dxode.EnsembleKernel()
+    stepped = autograd.grad(lambda q: _lorenz_loss(q, alg, False))(p)
+    hand = autograd.grad(
+        lambda q: _lorenz_loss(q, alg, False, jac=lorenz_jac, paramjac=lorenz_paramjac)
+    )(p)
+    np.testing.assert_allclose(hand, stepped, rtol=1e-11)
+
+
+def _with_abs(u, p, t):
+    x, v = u
+    return [v, -p[0] * x - p[1] * v * abs(v)]
+
+
+def _with_branch(u, p, t):
+    x, v = u
+    if x > 0.0:
+        return [v, -p[0] * x]
+    return [v, -p[1] * x]
+
+
+def _time_switch(u, p, t):
+    x, v = u
+    k = p[0] if t < 1.0 else p[1]  # a comparison on t alone: complex step is fine
+    return [v, -k * x - 0.1 * math.sin(x) * exp(-x * t)]  # math.sin, and exp from math
+
+
+def _time_switch_traced(u, p, t):  # the same for autograd (which cannot trace math)
+    x, v = u
+    k = p[0] if t < 1.0 else p[1]
+    return [v, -k * x - 0.1 * anp.sin(x) * anp.exp(-x * t)]
+
+
+def _loss_wrt_p(f, kernel=True, **problem):
+    prob = dxode.ODEProblem(f, np.array([1.0, 0.0]), (0.0, 2.0), (1.0, 0.5), **problem)
+
+    def loss(p):
+        options = {"saveat": [2.0], "rtol": 1e-10, "atol": 1e-10, "kernel": kernel}
+        options["tstops"] = [1.0]  # where _time_switch jumps
+        sol = dxode.solve(prob.remake(p=(p[0], p[1])), "tsit5", **options)
+        return anp.sum(sol.u**2)
+
+    return loss
+
+
+def _grad_wrt_p(f, kernel=True, **problem):
+    return autograd.grad(_loss_wrt_p(f, kernel, **problem))(np.array([1.0, 0.5]))
+
+
+def test_non_analytic_f_is_refused_by_name():
+    with pytest.raises(KernelUnsupportedError, match=r"abs \(line") as err:
+        _grad_wrt_p(_with_abs)
+    assert "jac=" in str(err.value) and "kernel=False" in str(err.value)
+
+
+def test_comparison_on_the_state_is_refused():
+    with pytest.raises(KernelUnsupportedError, match="comparisons"):
+        _grad_wrt_p(_with_branch)
+
+
+def test_comparison_on_time_and_math_functions_are_differentiated():
+    """``math.sin`` runs as ``cmath.sin`` in the complex copy; the array path differentiates
+    the same f written with ``autograd.numpy``."""
+    kernel = _grad_wrt_p(_time_switch)
+    array = _grad_wrt_p(_time_switch_traced, kernel=False)
+    np.testing.assert_allclose(kernel, array, rtol=1e-7)
+
+
+def _abs_jac(u, p, t):
+    _, v = u
+    return [[0.0, 1.0], [-p[0], -2.0 * p[1] * abs(v)]]
+
+
+def _abs_paramjac(u, p, t):
+    x, v = u
+    return [[0.0, 0.0], [-x, -v * abs(v)]]
+
+
+def test_user_jacobians_differentiate_a_non_analytic_f():
+    kernel = _grad_wrt_p(_with_abs, jac=_abs_jac, paramjac=_abs_paramjac)
+    array = _grad_wrt_p(_with_abs, kernel=False)
+    np.testing.assert_allclose(kernel, array, rtol=1e-5)
+
+
+def test_adjoints_are_refused_on_the_kernel_path():
+    prob = dxode.ODEProblem(damped, np.array([1.0, 0.5]), (0.0, 1.0), (1.6, 0.3))
+    with pytest.raises(KernelUnsupportedError, match="ForwardSensitivity"):
+        dxode.solve(prob, "tsit5", kernel=True, sensealg=dxode.DiscreteAdjoint())
+    # Nothing differentiated: ForwardSensitivity() is accepted and changes nothing.
+    plain = dxode.solve(prob, "tsit5", kernel=True, saveat=[0.5, 1.0])
+    forward = dxode.ForwardSensitivity()
+    checked = dxode.solve(prob, "tsit5", kernel=True, saveat=[0.5, 1.0], sensealg=forward)
+    assert np.array_equal(checked.u, plain.u)
+
+
+SIMULATOR_SCRIPT = textwrap.dedent(
+    """
+    import autograd, autograd.numpy as anp, numpy as np
+    import dxode
+    from test_kernel_gradients import damped
+
+    prob = dxode.ODEProblem(damped, np.array([1.0, 0.5]), (0.0, 2.0), (1.6, 0.3))
+    u0s = np.array([[1.0, 0.5], [0.2, -0.3], [2.0, 0.0]])
+
+    def loss(p, device):
+        eprob = dxode.EnsembleProblem(prob, u0=u0s, p=p)
+        sim = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(device=device),
+                          saveat=[0.5, 2.0], rtol=1e-8, atol=1e-8)
+        return anp.sum(sim.u ** 2)
+
+    p = np.array([[1.6, 0.3], [1.2, 0.1], [2.0, 0.5]])
+    gpu = autograd.grad(lambda q: loss(q, "cuda"))(p)
+    cpu = autograd.grad(lambda q: loss(q, "cpu"))(p)
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-12)
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_cuda_simulator_gradients_match_the_cpu_kernel():
+    pytest.importorskip("numba.cuda")
+    env = {
+        **os.environ,
+        "NUMBA_ENABLE_CUDASIM": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SIMULATOR_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
+
+
+@pytest.mark.slow
+def test_dask_workers_differentiate_kernel_batches(client):
+    """``EnsembleDask(kernel=...)``: each batch's sensitivities on its worker; per-lane
+    cotangents are the local kernel's bit for bit, shared ones their sums over batches."""
+    pytest.importorskip("distributed")
+    theta = np.array([10.0, 28.0, 8 / 3])
+    dask = dxode.EnsembleDask(client, kernel=dxode.EnsembleKernel(threads=1))
+    local = dxode.EnsembleKernel(threads=1)
+    for shared, p in ((False, theta * SCALES[:, None]), (True, theta)):
+        here = autograd.grad(lambda q, s=shared: _lorenz_loss(q, local, s))(p)
+        there = autograd.grad(lambda q, s=shared: _lorenz_loss(q, dask, s, batch_size=2))(p)
+        if shared:
+            np.testing.assert_allclose(there, here, rtol=1e-12)
+        else:
+            np.testing.assert_array_equal(there, here)
+
+
+def _blowup(u, p, t):
+    (x,) = u
+    return [p[0] * x * x]  # x(t) = 1 / (1 - p t): infinite at t = 1 / p
+
+
+def test_a_failed_lane_gets_nan_gradients_the_others_exact_ones():
+    prob = dxode.ODEProblem(_blowup, np.array([1.0]), (0.0, 2.0), (0.1,))
+
+    def loss(p):
+        eprob = dxode.EnsembleProblem(prob, p=p)
+        options = {"saveat": [2.0], "rtol": 1e-10, "atol": 1e-10}
+        sim = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=3, **options)
+        return anp.sum(anp.where(np.isfinite(autograd.tracer.getval(sim.u)), sim.u, 0.0) ** 2)
+
+    p = np.array([[0.1], [0.2], [1.0]])  # the last lane blows up at t = 1
+    grad = autograd.grad(loss)(p)[:, 0]
+    exact = 4.0 / (1.0 - 2.0 * p[:2, 0]) ** 3  # d/dp x(2)^2 = 4 / (1 - 2p)^3
+    np.testing.assert_allclose(grad[:2], exact, rtol=1e-8)
+    assert np.isnan(grad[2])
+
+
+def _decay_array(u, p, t):
+    return -p[0] * u  # needs u as an array: the kernel passes one (slower, but it works)
+
+
+def test_f_taking_u_as_an_array_gets_exact_gradients():
+    """``u(T) = u0 exp(-k T)``: loss ``Σ u(T)²`` has ``d/dk = -2 T loss`` and
+    ``d/du0_i = 2 u0_i exp(-2 k T)``."""
+    T, k = 1.5, 0.7
+    u0 = np.array([1.0, -2.0, 0.5])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(_decay_array, theta[:3], (0.0, T), (theta[3],))
+        sol = dxode.solve(prob, "tsit5", saveat=[T], rtol=1e-11, atol=1e-11, kernel=True)
+        return anp.sum(sol.u**2)
+
+    grad = autograd.grad(loss)(np.append(u0, k))
+    value = np.sum(u0**2) * np.exp(-2 * k * T)
+    np.testing.assert_allclose(grad[:3], 2 * u0 * np.exp(-2 * k * T), rtol=1e-8)
+    np.testing.assert_allclose(grad[3], -2 * T * value, rtol=1e-8)
+
+
+def test_parameter_rows_map_to_the_scalars_of_a_nested_p():
+    """Row r of the kernel's parameter array is the r-th scalar of p in leaf order; the
+    complex p steps exactly that one (checked in Python, no compile)."""
+    from dxode.kernels.rhs_source import ParamLayout
+    from dxode.kernels.sensitivity_rhs import _complex_params, param_paths
+
+    p = (np.array([1.0, 2.0]), 3.0, (4.0, np.array([5.0])))
+    layout = ParamLayout.of(p, [False] * 4)
+    paths = param_paths(layout.structure)
+    assert layout.leaf_rows == [2, 1, 1, 1]
+    lane_p = eval(layout.expression("0"), {"P": np.arange(1.0, 6.0)[:, None]})
+    assert [eval(path, {"p": lane_p}) for path in paths] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    for row in range(5):
+        stepped = eval(_complex_params(layout.structure, paths, row), {"p": lane_p, "H": 1.0})
+        flat = [eval(path, {"p": stepped}) for path in paths]
+        assert [z.imag for z in flat] == [1.0 if k == row else 0.0 for k in range(5)]
+        assert [z.real for z in flat] == [1.0, 2.0, 3.0, 4.0, 5.0]
