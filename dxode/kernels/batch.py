@@ -19,6 +19,7 @@ from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_
 from .description import describe
 from .errors import ARRAY_PATH, KernelUnsupportedError
 from .rhs_source import ParamLayout
+from .rosenbrock_description import RosenbrockDescription, stiff_derivatives
 
 __all__ = ["KernelBatch", "KernelResult", "lane_params"]
 
@@ -61,6 +62,9 @@ class KernelBatch:
         Save times per lane (``None``: save nothing on a grid).
     tstops : (K,) array or None
     options : SolverOptions
+    jac, tgrad : callable or None
+        The problem's ``jac(u, p, t)`` and ``tgrad(u, p, t)`` (stiff methods), taking one
+        trajectory's ``u``.
     """
 
     f: Any
@@ -72,6 +76,8 @@ class KernelBatch:
     save_times: np.ndarray | None
     tstops: np.ndarray | None
     options: SolverOptions
+    jac: Any = None
+    tgrad: Any = None
 
     @property
     def n_lanes(self) -> int:
@@ -100,7 +106,12 @@ class KernelBatch:
         example = eval(
             self.param_layout.expression("COL").replace("COL", "0"), {"P": self.params[:, :1]}
         )
-        as_array = user_function_mode(self.f, self.u0.shape[0], dtype, example, target)
+        n = int(self.u0.shape[0])
+        as_array = user_function_mode(self.f, n, dtype, example, target)
+        derivatives: tuple[tuple[str, Any], ...] = ()
+        if isinstance(desc, RosenbrockDescription):
+            mode = lambda fn: user_function_mode(fn, n, dtype, example, target)
+            desc, derivatives = stiff_derivatives(desc, opts.alg, n, self.jac, self.tgrad, mode)
         layout = KernelLayout(
             n=int(self.u0.shape[0]),
             dtype=dtype,
@@ -114,7 +125,7 @@ class KernelBatch:
             param_rows=int(self.params.shape[0]),
             param_dtype=self.params.dtype.name,
         )
-        return compile_kernel(self.f, desc, layout)
+        return compile_kernel(self.f, desc, layout, derivatives)
 
     def arguments(self) -> tuple[np.ndarray, ...]:
         """The generated ``block``'s array arguments before the outputs (host arrays)."""
