@@ -107,11 +107,11 @@ class KernelBatch:
             self.param_layout.expression("COL").replace("COL", "0"), {"P": self.params[:, :1]}
         )
         n = int(self.u0.shape[0])
-        as_array = user_function_mode(self.f, n, dtype, example, target)
         derivatives: tuple[tuple[str, Any], ...] = ()
         if isinstance(desc, RosenbrockDescription):
             mode = lambda fn: user_function_mode(fn, n, dtype, example, target)
             desc, derivatives = stiff_derivatives(desc, opts.alg, n, self.jac, self.tgrad, mode)
+        as_array = user_function_mode(self.f, n, dtype, example, target)
         layout = KernelLayout(
             n=int(self.u0.shape[0]),
             dtype=dtype,
