@@ -10,6 +10,11 @@ compiles them; the published reference values are ``stiff_problems``'s.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +25,8 @@ import dxode
 from dxode.kernels.errors import KernelUnsupportedError
 
 pytest.importorskip("numba")
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def vdpol(u, p, t):
@@ -246,3 +253,45 @@ def test_autograd_and_implicit_methods_are_refused():
         dxode.solve(prob, dxode.Rodas5P(autodiff="autograd"), kernel=True)
     with pytest.raises(KernelUnsupportedError, match="TRBDF2"):
         dxode.solve(prob, dxode.TRBDF2(), kernel=True)
+
+
+CUDA_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np
+    import dxode
+    from test_kernel_stiff import _problem
+
+    prob = _problem("rober").remake(tspan=(0.0, 10.0))
+    p = np.array([[0.04 * (1 + i / 4), 3e7, 1e4] for i in range(3)])
+    spans = np.array([[0.0, 10.0 - i] for i in range(3)])
+    options = {"saveat": [0.0, 0.5, 5.0], "rtol": 1e-6, "atol": 1e-10}
+    for alg, jac in ((dxode.Rodas5P(), True), (dxode.Rosenbrock23(), False)):
+        base = prob if jac else prob.remake(jac=None)
+        eprob = dxode.EnsembleProblem(base, p=p, tspan=spans)
+        gpu = dxode.solve(eprob, alg, dxode.EnsembleKernel(device="cuda"), **options)
+        cpu = dxode.solve(eprob, alg, dxode.EnsembleKernel(), **options)
+        assert np.array_equal(np.asarray(gpu.u), np.asarray(cpu.u)), alg
+        stats = lambda sim: [(s.stats.naccept, s.stats.nreject, s.stats.nf) for s in sim]
+        assert stats(gpu) == stats(cpu), (stats(gpu), stats(cpu))
+        assert all(s.retcode == dxode.ReturnCode.Success for s in gpu)
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_cuda_kernel_under_the_simulator_matches_the_cpu_kernel():
+    """The CUDA kernel (thread-local LU) under numba-cuda's simulator agrees bitwise with the
+    CPU kernel; ``NUMBA_ENABLE_CUDASIM`` must be set before ``numba.cuda`` is imported, so the
+    check runs in a fresh interpreter."""
+    pytest.importorskip("numba.cuda")
+    env = {
+        **os.environ,
+        "NUMBA_ENABLE_CUDASIM": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CUDA_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
