@@ -182,9 +182,7 @@ def prothero_robinson_tgrad(u, p, t):
     return [-p[0] * (-math.cos(t)) - math.sin(t)]
 
 
-@pytest.mark.parametrize(
-    "method", [pytest.param("Rodas4", marks=pytest.mark.slow), "Rosenbrock23"]
-)
+@pytest.mark.parametrize("method", [pytest.param("Rodas4", marks=pytest.mark.slow), "Rosenbrock23"])
 def test_user_tgrad_and_one_state(method):
     """A non-autonomous stiff problem (``u = sin t`` exactly), with the user's ``tgrad`` and
     with a forward difference in ``t``, on one state.
@@ -196,9 +194,7 @@ def test_user_tgrad_and_one_state(method):
     alg = getattr(dxode, method)()
     options = {"rtol": 1e-5, "atol": 1e-7, "saveat": np.linspace(0.0, 2.0, 5)}
     for tgrad in (prothero_robinson_tgrad, None):
-        prob = dxode.ODEProblem(
-            prothero_robinson, np.array([0.0]), (0.0, 2.0), (1e4,), tgrad=tgrad
-        )
+        prob = dxode.ODEProblem(prothero_robinson, np.array([0.0]), (0.0, 2.0), (1e4,), tgrad=tgrad)
         kernel = dxode.solve(prob, alg, kernel=True, **options)
         array = dxode.solve(prob, alg, **options)
         exact = np.sin(options["saveat"])

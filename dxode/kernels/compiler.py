@@ -24,9 +24,9 @@ import numpy as np
 
 from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
-from .rosenbrock_description import RosenbrockDescription
 from .errors import ARRAY_PATH, KernelCompileError
 from .rhs_source import function_key, numba_ready, where_defined
+from .rosenbrock_description import RosenbrockDescription
 
 __all__ = ["CompiledKernel", "cache_dir", "compile_kernel", "user_function_mode"]
 

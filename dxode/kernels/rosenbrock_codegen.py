@@ -204,9 +204,7 @@ def _write_shift_and_factor(w: _Writer, n: int, diagonal: str, scale: str | None
     w("lu_factor(JM, PIV)")
 
 
-def _write_attempt_function(
-    w: _Writer, desc: RosenbrockDescription, layout: KernelLayout
-) -> None:
+def _write_attempt_function(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) -> None:
     """``attempt``: one trial step of each active lane of a block (see the module docstring)."""
     n, S = layout.n, desc.method_stages
     w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT):")
@@ -401,10 +399,7 @@ def _write_saves(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) 
         w(f"poly = {_row(layout, desc, 'k', last)}")
         for r in range(last - 1, -1, -1):
             w(f"poly = {_row(layout, desc, 'k', r)} + theta * poly")
-        w(
-            "SAVED[g, SI[j], m] = (DT(1.0) - theta) * u0m + theta * (u1m + (DT(1.0) - theta) "
-            "* poly)"
-        )
+        w("SAVED[g, SI[j], m] = (DT(1.0) - theta) * u0m + theta * (u1m + (DT(1.0) - theta) * poly)")
     else:
         scale = _const(1.0 / (1.0 - 2.0 * desc.gamma))
         w(f"w1 = theta * (DT(1.0) - theta) * {scale}")
