@@ -182,6 +182,8 @@ def _write_derivatives(w: _Writer, desc: RosenbrockDescription, n: int, dtype: s
         for i in range(n):
             for m in range(n):
                 w(f"JM[{i}, {m}] = DT(rj[{i}][{m}])")
+    if not desc.needs_tgrad:
+        return
     if desc.tgrad == "finite_difference":
         w(f"t_step = t + {root_eps} * maximum(abs(t), DT(1.0))")
         w("dt = t_step - t")
@@ -207,7 +209,7 @@ def _write_shift_and_factor(w: _Writer, n: int, diagonal: str, scale: str | None
 def _write_attempt_function(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) -> None:
     """``attempt``: one trial step of each active lane of a block (see the module docstring)."""
     n, S = layout.n, desc.method_stages
-    w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT):")
+    w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT, NFX):")
     w.indent()
     for name in ("UL", "F0", "Y", "G", "DF", "V", "F1"):
         w(f"{name} = {_alloc(layout, str(n))}")
@@ -229,19 +231,26 @@ def _write_attempt_function(w: _Writer, desc: RosenbrockDescription, layout: Ker
     else:
         _call_rhs(w, n, "UL[{m}]", "t", "F0")
     _write_derivatives(w, desc, n, layout.dtype)
+    w("conv = True")
     if desc.family == "rodas":
         _write_rodas_stages(w, desc, layout)
-    else:
+    elif desc.family == "rosenbrock23":
         _write_rosenbrock23_stages(w, desc, layout)
+    else:
+        _write_trbdf2_stages(w, desc, layout)
     w("ss = DT(0.0)")
-    w("finite = True")
+    w("finite = conv")
     w(f"for m in range({n}):")
     w("    q = G[m] / (RTOL * maximum(abs(UL[m]), abs(V[m])) + ATOL[m])")
     w("    ss = ss + q * q")
     w("    finite = finite and math.isfinite(V[m])")
     w(f"    {_row(layout, desc, 'u1')} = V[m]")
     if layout.adaptive:
-        w(f"{_w(layout, desc, 'err')} = math.sqrt(ss / DT({n}))")
+        # A stage whose Newton iteration failed: the largest finite error, which the
+        # controller treats as the array path treats its infinite one for failed lanes
+        # (reject, shrink the step the most, fail with DtLessThanMin rather than Unstable).
+        big = _const(float(np.finfo(layout.dtype).max))
+        w(f"{_w(layout, desc, 'err')} = math.sqrt(ss / DT({n})) if conv else {big}")
     else:  # fixed steps: codegen's control reads the error row as "u1 is finite"
         w(f"{_w(layout, desc, 'err')} = DT(1.0) if finite else DT(0.0)")
     w("landing = TG[j]")
@@ -323,6 +332,74 @@ def _write_rosenbrock23_stages(
     w(f"    {_row(layout, desc, 'k', 2)} = Y[m]")
 
 
+def _write_trbdf2_stages(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) -> None:
+    """``trbdf2.TRBDF2.step``: ``K[0], K[1], K[2]`` = ``h f`` at ``t``, ``t + gamma h``,
+    ``t + h``; ``V = u1``, ``G = error``, ``conv``; the Newton iterations added to ``NFX``."""
+    n = layout.n
+    gamma_tr, weight = desc.c[1], desc.b[0]
+    w(f"dh = {_const(desc.gamma)} * hs")
+    _write_shift_and_factor(w, n, "DT(1.0)", "dh")
+    eps = float(np.finfo(layout.dtype).eps)
+    w(f"kappa = maximum({_const(desc.kappa)}, {_const(10.0 * eps)} / RTOL)")
+    w(f"for m in range({n}):")
+    w("    K[0, m] = hs * F0[m]")
+    w(f"    F1[m] = UL[m] + {_const(desc.gamma)} * K[0, m]")
+    w(f"    G[m] = {_const(gamma_tr)} * K[0, m]")
+    w("lu_solve(JM, PIV, G)")
+    w(f"for m in range({n}):")
+    w("    V[m] = UL[m] + G[m]")
+    _write_newton(w, desc, n, f"t + {_const(gamma_tr)} * hs", "True")
+    w(f"for m in range({n}):")
+    w(f"    K[1, m] = (V[m] - F1[m]) / {_const(desc.gamma)}")
+    w(f"    F1[m] = (UL[m] + {_const(weight)} * K[0, m]) + {_const(weight)} * K[1, m]")
+    _write_newton(w, desc, n, "t + hs", "conv")
+    w(f"for m in range({n}):")
+    w(f"    K[2, m] = (V[m] - F1[m]) / {_const(desc.gamma)}")
+    w(f"    G[m] = {_lincomb(desc.e, [f'K[{i}, m]' for i in range(3)])}")
+    w(f"    {_row(layout, desc, 'k', 0)} = K[0, m]")
+    w(f"    {_row(layout, desc, 'k', 1)} = K[2, m]")
+    w("lu_solve(JM, PIV, G)")
+
+
+def _write_newton(w: _Writer, desc: RosenbrockDescription, n: int, time: str, run: str) -> None:
+    """``newton.solve_stage`` for one lane: ``V`` solves ``V = F1 + dh f(V)`` from its start
+    value; ``conv`` says whether it converged; iterations counted in ``NFX[j]``."""
+    w(f"tst = {time}")
+    w(f"active = {run}")
+    w("conv = False")
+    w("prev = DT(1.0)")
+    w(f"for itn in range({desc.max_iters}):")
+    w.indent()
+    w("if not active:")
+    w("    break")
+    _call_rhs(w, n, "V[{m}]", "tst", "G")
+    w(f"for m in range({n}):")
+    w("    G[m] = (F1[m] + dh * G[m]) - V[m]")
+    w("lu_solve(JM, PIV, G)")
+    w("ss = DT(0.0)")
+    w(f"for m in range({n}):")
+    w("    q = G[m] / (RTOL * abs(UL[m]) + ATOL[m])")
+    w("    ss = ss + q * q")
+    w("    V[m] = V[m] + G[m]")
+    w(f"norm = math.sqrt(ss / DT({n}))")
+    w("NFX[j] += 1")
+    w("if itn == 0:")
+    w("    done = norm <= kappa")
+    w("    bad = not math.isfinite(norm)")
+    w("else:")
+    w("    rate = norm / prev")
+    w("    contracting = rate < DT(1.0)")
+    w("    if not contracting:")
+    w("        rate = DT(0.0)")
+    w("    done = contracting and (rate / (DT(1.0) - rate) * norm <= kappa)")
+    w("    bad = not contracting")
+    w("if done:")
+    w("    conv = True")
+    w("active = active and not done and not bad")
+    w("prev = norm")
+    w.dedent()
+
+
 def _write_block(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) -> None:
     """The block function: ``codegen``'s loop around this method's attempt and saves."""
     n = layout.n
@@ -338,7 +415,7 @@ def _write_block(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) 
     w("    break")
     w("it += 1")
     _write_step_sizes(w, layout)
-    w("attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT)")
+    w("attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT, NFX)")
     w(f"for j in range({layout.block}):")
     w.indent()
     _write_control(w, desc, layout)  # type: ignore[arg-type]
@@ -400,6 +477,16 @@ def _write_saves(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) 
         for r in range(last - 1, -1, -1):
             w(f"poly = {_row(layout, desc, 'k', r)} + theta * poly")
         w("SAVED[g, SI[j], m] = (DT(1.0) - theta) * u0m + theta * (u1m + (DT(1.0) - theta) * poly)")
+    elif desc.family == "trbdf2":  # cubic Hermite through (u0, h f0) and (u1, h f1)
+        z0, z1 = _row(layout, desc, "k", 0), _row(layout, desc, "k", 1)
+        w(
+            f"slope = ((DT(1.0) - {_const(2.0)} * theta) * (u1m - u0m) + (theta - DT(1.0)) * "
+            f"{z0}) + theta * {z1}"
+        )
+        w(
+            "SAVED[g, SI[j], m] = ((DT(1.0) - theta) * u0m + theta * u1m) + theta * "
+            "(theta - DT(1.0)) * slope"
+        )
     else:
         scale = _const(1.0 / (1.0 - 2.0 * desc.gamma))
         w(f"w1 = theta * (DT(1.0) - theta) * {scale}")

@@ -1,8 +1,10 @@
-"""A Rosenbrock method as data, the input of ``rosenbrock_codegen``.
+"""A Rosenbrock method (or TRBDF2) as data, the input of ``rosenbrock_codegen``.
 
 Rodas4 and Rodas5P are described from their ``RosenbrockTableau`` (the array path's numbers),
-Rosenbrock23 from the constants of ``dxode.solvers.rosenbrock23``: the kernels use exactly the
-coefficients the array path uses. The description also says where each lane's Jacobian and
+Rosenbrock23 and TRBDF2 from the constants of ``dxode.solvers.rosenbrock23`` and
+``dxode.solvers.trbdf2``: the kernels use exactly the coefficients the array path uses.
+TRBDF2 is implicit, not a Rosenbrock method, but it shares their per-step work (one
+Jacobian, one factored ``W = I - gamma h J``), so it is described and generated with them. The description also says where each lane's Jacobian and
 ``df/dt`` come from (the user's ``jac``/``tgrad``, or differences of ``f`` in the kernel).
 """
 
@@ -12,8 +14,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ..solvers import Rosenbrock, Rosenbrock23
+from ..solvers import TRBDF2, Rosenbrock, Rosenbrock23
 from ..solvers import rosenbrock23 as _r23
+from ..solvers import trbdf2 as _trbdf2
 from .errors import ARRAY_PATH, KernelUnsupportedError
 
 __all__ = [
@@ -41,9 +44,10 @@ class RosenbrockDescription:
     name : str
         The method's class name (``"Rodas5P"``).
     family : str
-        ``"rodas"`` (a transformed-form ``RosenbrockTableau``) or ``"rosenbrock23"``.
+        ``"rodas"`` (a transformed-form ``RosenbrockTableau``), ``"rosenbrock23"`` or
+        ``"trbdf2"``.
     gamma : float
-        The diagonal coefficient (Rosenbrock23: its ``d = 1/(2 + sqrt 2)``).
+        The diagonal coefficient (Rosenbrock23: its ``d = 1/(2 + sqrt 2)``; TRBDF2: ``D``).
     a, C : tuple of tuple of float
         Row ``i`` holds ``a[i, :i]`` and ``C[i, :i]`` (empty for Rosenbrock23).
     c, d, b, e : tuple of float
@@ -59,6 +63,10 @@ class RosenbrockDescription:
         One of ``DERIVATIVE_SOURCES``: where ``J`` and ``df/dt`` come from.
     jac_evals : int
         RHS evaluations one Jacobian costs (``n`` by differences, 0 from the user's ``jac``).
+    kappa : float
+        TRBDF2's Newton stopping tolerance (0 for Rosenbrock methods).
+    max_iters : int
+        TRBDF2's Newton iterations per stage (0 for Rosenbrock methods).
     """
 
     name: str
@@ -78,11 +86,19 @@ class RosenbrockDescription:
     jac: str = "finite_difference"
     tgrad: str = "finite_difference"
     jac_evals: int = 0
+    kappa: float = 0.0
+    max_iters: int = 0
 
     @property
     def method_stages(self) -> int:
-        """The method's stages (linear solves per step)."""
+        """Rows of the attempt's stage array ``K``: the Rodas stages, Rosenbrock23's k1, k2
+        (and a spare), TRBDF2's ``h f`` at ``t``, ``t + gamma h`` and ``t + h``."""
         return len(self.b) if self.family == "rodas" else 3
+
+    @property
+    def needs_tgrad(self) -> bool:
+        """Whether a step uses ``df/dt`` (the Rosenbrock methods; not TRBDF2)."""
+        return self.family != "trbdf2"
 
     @property
     def stages(self) -> int:
@@ -101,9 +117,10 @@ class RosenbrockDescription:
     @property
     def rhs_per_attempt(self) -> int:
         """RHS evaluations per attempted step, counted as the array path counts them (the
-        stages, a fresh ``f`` for non-FSAL methods, the Jacobian's and ``df/dt``'s)."""
-        stages = 2 if self.family == "rosenbrock23" else self.method_stages
-        tgrad = 1 if self.tgrad == "finite_difference" else 0
+        stages, a fresh ``f`` for non-FSAL methods, the Jacobian's and ``df/dt``'s; TRBDF2's
+        Newton iterations are counted per lane on top)."""
+        stages = {"rodas": self.method_stages, "rosenbrock23": 2, "trbdf2": 1}[self.family]
+        tgrad = 1 if self.needs_tgrad and self.tgrad == "finite_difference" else 0
         return stages + self.jac_evals + tgrad
 
     def with_derivatives(self, n: int, jac: str, tgrad: str) -> RosenbrockDescription:
@@ -140,6 +157,7 @@ def stiff_derivatives(
         )
     bound: list[tuple[str, Callable[..., Any]]] = []
     sources = []
+    tgrad = tgrad if desc.needs_tgrad else None
     for name, fn in (("user_jac", jac if autodiff == "auto" else None), ("user_tgrad", tgrad)):
         if fn is None:
             sources.append("finite_difference")
@@ -166,6 +184,25 @@ def describe_rosenbrock(stepper: Any) -> RosenbrockDescription | None:
         return tuple(float(v) for v in values)
 
     name = type(stepper).__name__
+    if isinstance(stepper, TRBDF2):
+        return RosenbrockDescription(
+            name=name,
+            family="trbdf2",
+            gamma=float(_trbdf2.D),
+            a=(),
+            C=(),
+            c=(0.0, float(_trbdf2.GAMMA), 1.0),
+            d=(),
+            b=(float(_trbdf2.W),),
+            e=floats(_trbdf2.ERROR),
+            H=((), ()),
+            e32=0.0,
+            order=stepper.order,
+            error_order=stepper.error_order,
+            fsal=False,
+            kappa=stepper.kappa,
+            max_iters=stepper.max_iters,
+        )
     if isinstance(stepper, Rosenbrock23):
         return RosenbrockDescription(
             name=name,
