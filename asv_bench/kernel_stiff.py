@@ -5,7 +5,7 @@ Two comparisons, every code in the same process and run (one thread: run with
 
 1. **Van der Pol, mu = 1000** (``u0 = (2, 0)``, ``t in [0, 3000]``, ``rtol = 1e-6``,
    ``atol = 1e-8``, float64, the analytic Jacobian everywhere, 31 save points): dxode
-   ``solve(prob, Rodas5P(), kernel=True)`` (and Rodas4, Rosenbrock23), against SciPy
+   ``solve(prob, Rodas5P(), kernel=True)`` (and Rodas4, Rosenbrock23, TRBDF2), against SciPy
    ``solve_ivp`` with ``LSODA`` and ``Radau``. Accuracy: the worst relative error (2-norm)
    over the save points, and at ``t = 3000``, against SciPy Radau at ``rtol = 1e-12``,
    ``atol = 1e-14``.
@@ -109,7 +109,7 @@ def van_der_pol(repeats: int) -> None:
     prob = dxode.ODEProblem(vdp, np.array([2.0, 0.0]), VDP_SPAN, (MU,), jac=vdp_jac)
     rows = []
     opts = {"rtol": VDP_RTOL, "atol": VDP_ATOL, "saveat": VDP_SAVES}
-    for method in ("Rodas5P", "Rodas4", "Rosenbrock23"):
+    for method in ("Rodas5P", "Rodas4", "Rosenbrock23", "TRBDF2"):
         alg = getattr(dxode, method)()
         start = time.perf_counter()
         dxode.solve(prob, alg, kernel=True, **opts)

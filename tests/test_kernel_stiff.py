@@ -22,6 +22,7 @@ from stiff_problems import HIRES, OREGO, ROBER, VDPOL, scd
 from test_bari import EXPECTED
 
 import dxode
+from dxode.kernels.description import describe
 from dxode.kernels.errors import KernelUnsupportedError
 
 pytest.importorskip("numba")
@@ -117,6 +118,8 @@ CASES = [
     ("orego", "Rodas5P"),
     ("hires", "Rodas4"),
     ("rober", "Rodas5P"),
+    ("vdpol", "TRBDF2"),
+    ("orego", "TRBDF2"),
 ]
 
 
@@ -243,12 +246,12 @@ def test_states_past_the_limit_are_refused_with_a_pointer_to_the_array_path():
         dxode.solve(prob, dxode.Rodas5P(), kernel=True)
 
 
-def test_autograd_and_implicit_methods_are_refused():
+def test_autograd_and_unknown_methods_are_refused():
     prob = _problem("vdpol")
     with pytest.raises(KernelUnsupportedError, match="autodiff='autograd'"):
         dxode.solve(prob, dxode.Rodas5P(autodiff="autograd"), kernel=True)
-    with pytest.raises(KernelUnsupportedError, match="TRBDF2"):
-        dxode.solve(prob, dxode.TRBDF2(), kernel=True)
+    with pytest.raises(KernelUnsupportedError, match="Rodas5P and TRBDF2, not 'other'"):
+        describe("other")
 
 
 CUDA_SCRIPT = textwrap.dedent(
@@ -261,7 +264,8 @@ CUDA_SCRIPT = textwrap.dedent(
     p = np.array([[0.04 * (1 + i / 4), 3e7, 1e4] for i in range(3)])
     spans = np.array([[0.0, 10.0 - i] for i in range(3)])
     options = {"saveat": [0.0, 0.5, 5.0], "rtol": 1e-6, "atol": 1e-10}
-    for alg, jac in ((dxode.Rodas5P(), True), (dxode.Rosenbrock23(), False)):
+    cases = ((dxode.Rodas5P(), True), (dxode.Rosenbrock23(), False), (dxode.TRBDF2(), True))
+    for alg, jac in cases:
         base = prob if jac else prob.remake(jac=None)
         eprob = dxode.EnsembleProblem(base, p=p, tspan=spans)
         gpu = dxode.solve(eprob, alg, dxode.EnsembleKernel(device="cuda"), **options)

@@ -2,7 +2,8 @@
 
 Every explicit Runge–Kutta method of dxode is described from its ``ButcherTableau``, so the
 kernels use exactly the coefficients the array path uses. Rosenbrock methods have their own
-description (``rosenbrock_description``) and generator (``rosenbrock_codegen``).
+description (``rosenbrock_description``, which also describes TRBDF2) and generator
+(``rosenbrock_codegen``).
 """
 
 from __future__ import annotations
@@ -111,6 +112,6 @@ def describe(stepper: Any) -> StepperDescription | RosenbrockDescription:
         return rosenbrock
     raise KernelUnsupportedError(
         f"the compiled kernels run explicit Runge–Kutta methods (Tsit5, DP5, BS3, Vern7, RK4, "
-        f"Euler) and the Rosenbrock methods Rosenbrock23, Rodas4 and Rodas5P, not {stepper!r}; "
+        f"Euler), Rosenbrock23, Rodas4, Rodas5P and TRBDF2, not {stepper!r}; "
         f"for other methods use the array path (kernel=False, or EnsembleArray())"
     )

@@ -1,19 +1,21 @@
-"""Generate the per-lane integration of a Rosenbrock method, from a ``RosenbrockDescription``.
+"""Generate the per-lane integration of a Rosenbrock method (or TRBDF2), from a
+``RosenbrockDescription``.
 
 The block function, its drivers, the step-size control, the lane starts, the return codes and
 the statistics are ``codegen``'s (its helpers are reused, with this method's workspace laid
 out as theirs: ``desc.stages`` rows of per-step data, then ``u1``, the error, the end time).
 What differs is the attempt and the dense output:
 
-``attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT)``
+``attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT, NFX)``
     For each active lane of the block in turn: ``f`` at the step's start, the Jacobian (the
     user's ``jac``, or forward differences of ``f`` as ``dxode._jacobian`` takes them),
     ``df/dt`` (the user's ``tgrad``, or a forward difference), the shifted matrix
-    ``W = I/(h gamma) - J`` (Rosenbrock23: ``I - d h J``) factored by ``lu_factor`` (Gaussian
-    elimination with partial pivoting, in a lane-local ``(n, n)`` array), then the stages,
-    the solution, its error norm and the dense-output rows into the workspace ``W``. Lanes
-    are not vectorized across (pivoting branches on lane data); an inactive lane costs
-    nothing.
+    ``W = I/(h gamma) - J`` (Rosenbrock23, TRBDF2: ``I - d h J``) factored by ``lu_factor``
+    (Gaussian elimination with partial pivoting, in a lane-local ``(n, n)`` array), then the
+    stages (TRBDF2: two simplified Newton iterations, their RHS evaluations added to
+    ``NFX``), the solution, its error norm and the dense-output rows into the workspace
+    ``W``. Lanes are not vectorized across (pivoting branches on lane data); an inactive
+    lane costs nothing.
 ``lu_factor(A, PIV)`` / ``lu_solve(A, PIV, X)``
     One lane's factorization in place, and a solve in place.
 

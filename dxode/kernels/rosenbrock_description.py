@@ -4,8 +4,9 @@ Rodas4 and Rodas5P are described from their ``RosenbrockTableau`` (the array pat
 Rosenbrock23 and TRBDF2 from the constants of ``dxode.solvers.rosenbrock23`` and
 ``dxode.solvers.trbdf2``: the kernels use exactly the coefficients the array path uses.
 TRBDF2 is implicit, not a Rosenbrock method, but it shares their per-step work (one
-Jacobian, one factored ``W = I - gamma h J``), so it is described and generated with them. The description also says where each lane's Jacobian and
-``df/dt`` come from (the user's ``jac``/``tgrad``, or differences of ``f`` in the kernel).
+Jacobian, one factored ``W = I - gamma h J``), so it is described and generated with them.
+The description also says where each lane's Jacobian and ``df/dt`` come from (the user's
+``jac``/``tgrad``, or differences of ``f`` in the kernel).
 """
 
 from __future__ import annotations
