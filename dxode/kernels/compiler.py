@@ -158,6 +158,7 @@ def _build(
     module = _import(path, f"_dxode_kernel_{digest}")
     ready = numba_ready(f)
     helpers = getattr(module, "HELPERS", ("maximum", "minimum", "rhs"))
+    called = getattr(module, "CALLED", ())  # compiled on their own and called, not inlined
     if layout.target == "cuda":
         from numba import cuda
 
@@ -167,6 +168,8 @@ def _build(
             setattr(module, name, device(numba_ready(fn)))
         for name in helpers:
             setattr(module, name, device(getattr(module, name)))
+        for name in called:
+            setattr(module, name, cuda.jit(device=True)(getattr(module, name)))
         module.attempt = cuda.jit(device=True)(module.attempt)
         module.block = cuda.jit(device=True)(module.block)
         driver = cuda.jit(module.run_lanes)
@@ -179,6 +182,10 @@ def _build(
             setattr(module, name, inline(numba_ready(fn)))
         for name in helpers:
             setattr(module, name, inline(getattr(module, name)))
+        for name in called:
+            setattr(
+                module, name, numba.njit(nogil=True, error_model="numpy")(getattr(module, name))
+            )
         compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
         module.attempt = compiled(module.attempt)
         module.block = compiled(module.block)

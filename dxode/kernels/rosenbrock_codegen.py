@@ -52,10 +52,12 @@ from .codegen import (
 )
 from .rosenbrock_description import RosenbrockDescription
 
-__all__ = ["HELPERS", "generate"]
+__all__ = ["CALLED", "HELPERS", "generate"]
 
-# Generated helper functions compiled inline into ``attempt`` and ``block``.
-HELPERS = ("maximum", "minimum", "rhs", "lu_factor", "lu_solve")
+# Generated helper functions compiled inline into ``attempt`` and ``block``, and those
+# compiled once and called (inlining the LU's loops at every solve made compiling slow).
+HELPERS = ("maximum", "minimum", "rhs")
+CALLED = ("lu_factor", "lu_solve")
 
 
 def generate(desc: RosenbrockDescription, layout: KernelLayout) -> str:
@@ -79,6 +81,7 @@ def generate(desc: RosenbrockDescription, layout: KernelLayout) -> str:
     w("user_jac = None")
     w("user_tgrad = None")
     w(f"HELPERS = {HELPERS!r}")
+    w(f"CALLED = {CALLED!r}")
     w()
     _write_minmax(w)
     _write_rhs(w, layout)
