@@ -175,6 +175,53 @@ def test_finite_difference_jacobian_matches_the_array_paths():
     assert scd(np.asarray(kernel.u)[-1], VDPOL) >= EXPECTED[VDPOL, "Rodas5P"]
 
 
+@pytest.fixture
+def generic_lu(monkeypatch):
+    """The array path on NumPy with the generic elimination (partial pivoting, as the kernel
+    factors) instead of LAPACK's inverses: the same linear algebra on both paths."""
+    from dxode.backends import _base, get_backend
+
+    numpy_backend = type(get_backend("numpy"))
+    monkeypatch.setattr(numpy_backend, "lu_factor", _base.Backend.lu_factor)
+    monkeypatch.setattr(numpy_backend, "lu_solve", _base.Backend.lu_solve)
+
+
+SAME_ALGEBRA = [
+    "Rodas5P",
+    pytest.param("Rodas4", marks=pytest.mark.slow),
+    pytest.param("TRBDF2", marks=pytest.mark.slow),
+    "Rosenbrock23",
+]
+
+
+@pytest.mark.parametrize("method", SAME_ALGEBRA)
+def test_with_the_same_linear_algebra_the_kernel_is_the_array_path(generic_lu, method):
+    """With the same elimination on both paths the kernel takes the array path's steps and
+    reaches its values: what differs otherwise is LAPACK's inverse. The one difference left is
+    the controller's power (the C library's in the kernel, NumPy's on the array path, which
+    differ in the last bit on AVX-512; with NumPy's AVX-512 loops off, Rodas4's 74 steps here
+    were bitwise the array path's), as in ``test_kernel_agreement``."""
+    prob = _problem("vdpol").remake(tspan=(0.0, 0.5))
+    options = {"rtol": 1e-6, "atol": 1e-6, "saveat": np.linspace(0.0, 0.5, 6)}
+    kernel = dxode.solve(prob, getattr(dxode, method)(), kernel=True, **options)
+    array = dxode.solve(prob, getattr(dxode, method)(), **options)
+    stats = lambda sol: (sol.stats.naccept, sol.stats.nreject, sol.stats.nf, sol.stats.njac)
+    assert stats(kernel) == stats(array)
+    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-9)
+
+
+@pytest.mark.slow
+def test_every_step_is_saved_without_saveat(generic_lu):
+    """Without ``saveat`` a single solve records every accepted step, as the array path does
+    (the controller's power may move the step ends in their last bits, see above)."""
+    prob = _problem("vdpol").remake(tspan=(0.0, 0.5))
+    kernel = dxode.solve(prob, dxode.Rodas5P(), kernel=True, rtol=1e-6, atol=1e-6)
+    array = dxode.solve(prob, dxode.Rodas5P(), rtol=1e-6, atol=1e-6)
+    assert np.asarray(kernel.t).shape == np.asarray(array.t).shape
+    np.testing.assert_allclose(np.asarray(kernel.t), np.asarray(array.t), rtol=1e-7, atol=0)
+    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-7)
+
+
 def prothero_robinson(u, p, t):
     return [-p[0] * (u[0] - math.sin(t)) + math.cos(t)]
 
