@@ -1,9 +1,10 @@
 """Compiled whole-trajectory kernels: the integration of each trajectory compiled by numba.
 
 The array path (``dxode._integrator``) steps batches of lanes with array operations; this
-package compiles the same method (from its ``ButcherTableau``), the same step-size control and
-the user's unchanged ``f(u, p, t)`` into one loop per trajectory, on the CPU (lanes in SIMD
-blocks, blocks over threads) or on a CUDA GPU (one thread per trajectory).
+package compiles the same method (from its ``ButcherTableau``, or its Rosenbrock tableau), the
+same step-size control and the user's unchanged ``f(u, p, t)`` into one loop per trajectory,
+on the CPU (lanes in SIMD blocks, blocks over threads) or on a CUDA GPU (one thread per
+trajectory).
 
 Modules, one job each:
 
@@ -13,6 +14,8 @@ Modules, one job each:
     The user's ``f`` made ready for numba (list results become tuples), its parameter layout.
 ``codegen``
     Python source of the per-lane integration, generated from a description.
+``rosenbrock_description`` / ``rosenbrock_codegen``
+    The same for Rosenbrock23, Rodas4, Rodas5P and TRBDF2: per-lane Jacobians and LU.
 ``compiler``
     Compiles generated source once per signature (in memory and on disk), with clear errors.
 ``cpu`` / ``cuda``

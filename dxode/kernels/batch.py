@@ -19,6 +19,7 @@ from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_
 from .description import describe
 from .errors import ARRAY_PATH, KernelUnsupportedError
 from .rhs_source import ParamLayout
+from .rosenbrock_description import RosenbrockDescription, stiff_derivatives
 
 __all__ = ["KernelBatch", "KernelResult", "lane_params"]
 
@@ -63,6 +64,9 @@ class KernelBatch:
     options : SolverOptions
     error_components : int
         The first components the error norm controls (``0``: all; see ``KernelLayout``).
+    jac, tgrad : callable or None
+        The problem's ``jac(u, p, t)`` and ``tgrad(u, p, t)`` (stiff methods), taking one
+        trajectory's ``u``.
     """
 
     f: Any
@@ -75,6 +79,8 @@ class KernelBatch:
     tstops: np.ndarray | None
     options: SolverOptions
     error_components: int = 0
+    jac: Any = None
+    tgrad: Any = None
 
     @property
     def n_lanes(self) -> int:
@@ -103,7 +109,12 @@ class KernelBatch:
         example = eval(
             self.param_layout.expression("COL").replace("COL", "0"), {"P": self.params[:, :1]}
         )
-        as_array = user_function_mode(self.f, self.u0.shape[0], dtype, example, target)
+        n = int(self.u0.shape[0])
+        derivatives: tuple[tuple[str, Any], ...] = ()
+        if isinstance(desc, RosenbrockDescription):
+            mode = lambda fn: user_function_mode(fn, n, dtype, example, target)
+            desc, derivatives = stiff_derivatives(desc, opts.alg, n, self.jac, self.tgrad, mode)
+        as_array = user_function_mode(self.f, n, dtype, example, target)
         layout = KernelLayout(
             n=int(self.u0.shape[0]),
             dtype=dtype,
@@ -118,7 +129,7 @@ class KernelBatch:
             param_dtype=self.params.dtype.name,
             error_components=self.error_components,
         )
-        return compile_kernel(self.f, desc, layout)
+        return compile_kernel(self.f, desc, layout, derivatives)
 
     def arguments(self) -> tuple[np.ndarray, ...]:
         """The generated ``block``'s array arguments before the outputs (host arrays)."""

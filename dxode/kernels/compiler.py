@@ -26,6 +26,7 @@ from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError
 from .rhs_source import function_key, numba_ready, where_defined
+from .rosenbrock_description import RosenbrockDescription
 
 __all__ = ["CompiledKernel", "cache_dir", "compile_kernel", "user_function_mode"]
 
@@ -44,7 +45,7 @@ class CompiledKernel:
     generated module (its compiled ``attempt``, ``rhs``, ... for inspection and reuse).
     """
 
-    description: StepperDescription
+    description: StepperDescription | RosenbrockDescription
     layout: KernelLayout
     block: Any
     driver: Any
@@ -105,39 +106,70 @@ def user_function_mode(
 
 
 def compile_kernel(
-    f: Callable[..., Any], description: StepperDescription, layout: KernelLayout
+    f: Callable[..., Any],
+    description: Any,
+    layout: KernelLayout,
+    derivatives: tuple[tuple[str, Callable[..., Any]], ...] = (),
 ) -> CompiledKernel:
-    """The compiled kernel for ``f``, the method and the layout (built once, then reused)."""
+    """The compiled kernel for ``f``, the method and the layout (built once, then reused).
+
+    ``derivatives`` binds more user functions by the generated module's global names
+    (``(("user_jac", jac),)``): compiled like ``f``, part of the key like ``f``.
+    """
     import numba
 
-    key = (function_key(f), description, layout, numba.__version__)
+    extra = tuple((name, function_key(fn)) for name, fn in derivatives)
+    key = (function_key(f), description, layout, numba.__version__, extra)
     with _LOCK:
         kernel = _COMPILED.get(key)
         if kernel is None:
-            kernel = _COMPILED[key] = _build(f, description, layout, key[0])
+            kernel = _COMPILED[key] = _build(f, description, layout, key[0], derivatives)
     return kernel
 
 
+def _source(description: Any, layout: KernelLayout) -> str:
+    """The generated module for a description of either family."""
+    if isinstance(description, RosenbrockDescription):
+        from .rosenbrock_codegen import generate as generate_rosenbrock
+
+        return generate_rosenbrock(description, layout)
+    return generate(description, layout)
+
+
 def _build(
-    f: Callable[..., Any], description: StepperDescription, layout: KernelLayout, fkey: str
+    f: Callable[..., Any],
+    description: Any,
+    layout: KernelLayout,
+    fkey: str,
+    derivatives: tuple[tuple[str, Callable[..., Any]], ...] = (),
 ) -> CompiledKernel:
     import numba
 
+    users = "".join(
+        f"# user {name}: {where_defined(fn)} ({function_key(fn)})\n" for name, fn in derivatives
+    )
     source = (
-        generate(description, layout)
+        _source(description, layout)
         + f"# user f: {where_defined(f)} ({fkey}); numba {numba.__version__}\n"
+        + users
     )
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     path = _write_source(source, f"dxode_kernel_v{CODEGEN_VERSION}_{digest}.py")
     module = _import(path, f"_dxode_kernel_{digest}")
     ready = numba_ready(f)
+    helpers = getattr(module, "HELPERS", ("maximum", "minimum", "rhs"))
+    called = getattr(module, "CALLED", ())  # compiled on their own and called, not inlined
     if layout.target == "cuda":
         from numba import cuda
 
         device = lambda fn: cuda.jit(device=True, inline=True)(fn)
         module.user_f = device(ready)
-        for name in ("maximum", "minimum", "rhs"):
+        for name, fn in derivatives:
+            setattr(module, name, device(numba_ready(fn)))
+        for name in helpers:
             setattr(module, name, device(getattr(module, name)))
+        for name in called:
+            setattr(module, name, cuda.jit(device=True)(getattr(module, name)))
         module.attempt = cuda.jit(device=True)(module.attempt)
         module.block = cuda.jit(device=True)(module.block)
         driver = cuda.jit(module.run_lanes)
@@ -146,8 +178,14 @@ def _build(
         # ZeroDivisionError branch in the lane loop (it would stop the vectorizer).
         inline = numba.njit(inline="always", error_model="numpy")
         module.user_f = inline(ready)
-        for name in ("maximum", "minimum", "rhs"):
+        for name, fn in derivatives:
+            setattr(module, name, inline(numba_ready(fn)))
+        for name in helpers:
             setattr(module, name, inline(getattr(module, name)))
+        for name in called:
+            setattr(
+                module, name, numba.njit(nogil=True, error_model="numpy")(getattr(module, name))
+            )
         compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
         module.attempt = compiled(module.attempt)
         module.block = compiled(module.block)

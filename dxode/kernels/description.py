@@ -1,8 +1,9 @@
 """A stepper description: a method as data, the input of the kernel generator.
 
 Every explicit Runge–Kutta method of dxode is described from its ``ButcherTableau``, so the
-kernels use exactly the coefficients the array path uses. Other families (Rosenbrock methods,
-sensitivities) add their own description type and generator later.
+kernels use exactly the coefficients the array path uses. Rosenbrock methods have their own
+description (``rosenbrock_description``, which also describes TRBDF2) and generator
+(``rosenbrock_codegen``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from ..solvers import ExplicitRungeKutta
 from ..solvers.tableau import ButcherTableau
 from .errors import KernelUnsupportedError
+from .rosenbrock_description import RosenbrockDescription, describe_rosenbrock
 
 __all__ = ["StepperDescription", "describe"]
 
@@ -101,12 +103,15 @@ class StepperDescription:
         )
 
 
-def describe(stepper: Any) -> StepperDescription:
+def describe(stepper: Any) -> StepperDescription | RosenbrockDescription:
     """The description of an algorithm instance, or a clear error for methods kernels lack."""
     if isinstance(stepper, ExplicitRungeKutta):
         return StepperDescription.from_tableau(type(stepper).__name__, stepper.tableau)
+    rosenbrock = describe_rosenbrock(stepper)
+    if rosenbrock is not None:
+        return rosenbrock
     raise KernelUnsupportedError(
         f"the compiled kernels run explicit Runge–Kutta methods (Tsit5, DP5, BS3, Vern7, RK4, "
-        f"Euler), not {stepper!r}; for stiff problems use the array path "
-        f"(kernel=False, or EnsembleArray())"
+        f"Euler), Rosenbrock23, Rodas4, Rodas5P and TRBDF2, not {stepper!r}; "
+        f"for other methods use the array path (kernel=False, or EnsembleArray())"
     )

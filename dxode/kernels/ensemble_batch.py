@@ -30,7 +30,10 @@ def solve_kernel_batch(
     grid = lane_save_grid(spec.saveat, t0, t1)
     tstops = stop_times(spec.tstops, float(t0[0]), float(t1[0]))
     layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype)
-    batch = KernelBatch(eprob.prob.f, u0, params, layout, t0, t1, grid, tstops, spec.options)
+    prob = eprob.prob
+    batch = KernelBatch(
+        prob.f, u0, params, layout, t0, t1, grid, tstops, spec.options, prob.jac, prob.tgrad
+    )
     if alg.device == "cuda":
         from .cuda import run_cuda
 

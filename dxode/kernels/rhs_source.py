@@ -106,13 +106,12 @@ def _cell_value(cell: Any) -> Any:
 
 
 class _ListReturnsToTuples(ast.NodeTransformer):
-    """``return [a, b]`` becomes ``return (a, b)`` (not inside nested functions)."""
+    """``return [a, b]`` becomes ``return (a, b)``, and nested list literals in it become
+    tuples too (a ``jac``'s ``[[a, b], [c, d]]``); not inside nested functions."""
 
     def visit_Return(self, node: ast.Return) -> ast.Return:
-        if isinstance(node.value, ast.List):
-            node.value = ast.copy_location(
-                ast.Tuple(elts=node.value.elts, ctx=ast.Load()), node.value
-            )
+        if node.value is not None:
+            node.value = _lists_to_tuples(node.value)
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
@@ -123,6 +122,14 @@ class _ListReturnsToTuples(ast.NodeTransformer):
         node.decorator_list = []
         node.body = [self.visit(stmt) for stmt in node.body]
         return node
+
+
+def _lists_to_tuples(node: ast.expr) -> ast.expr:
+    """A list or tuple literal with every list literal in it (recursively) a tuple."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        elts = [_lists_to_tuples(e) for e in node.elts]
+        return ast.copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), node)
+    return node
 
 
 def numba_ready(

@@ -73,6 +73,8 @@ def solve_kernel(
         None if grid is None else grid[:, None],
         stops,
         opts,
+        jac=prob.jac,
+        tgrad=prob.tgrad,
     )
     result = run_cpu(batch, record=grid is None)
     if grid is None:
@@ -80,8 +82,14 @@ def solve_kernel(
         t, u = result.steps
     else:
         t, u = grid.astype(u0.dtype), result.saved[0]
+    naccept, nreject = int(result.naccept[0]), int(result.nreject[0])
+    attempts = naccept + nreject
     stats = SolverStats(
-        nf=int(result.nf[0]), naccept=int(result.naccept[0]), nreject=int(result.nreject[0])
+        nf=int(result.nf[0]),
+        naccept=naccept,
+        nreject=nreject,
+        njac=getattr(opts.alg, "jacobians_per_step", 0) * attempts,
+        nlu=getattr(opts.alg, "factorizations_per_step", 0) * attempts,
     )
     return ODESolution(t, u, ReturnCode(int(result.retcode[0])), stats, prob, opts.alg, None, None)
 
