@@ -36,6 +36,7 @@ from ..backends import to_host
 from ..backends._base import ordered_sum
 from ..integrator.lanes import Trial
 from ..integrator.replay import replay
+from . import bulk_linearization
 
 Array = Any
 
@@ -81,16 +82,31 @@ def backward(
         One entry per differentiable leaf: per-lane leaves ``(..., L)``; shared leaves summed.
     """
     sweep = _Sweep(backend, stepper, rhs, trials, leaves, save_grid, retcodes, cotangent)
+    in_bulk = bulk_linearization.applies(rhs, sweep.shape)
+    bulk = bulk_linearization.BulkSweep(sweep) if in_bulk else None
     with backend.ignore_fp_errors():  # rejected trials may hold overflowed stages
         if trials and trials[0].inputs is None:
-            _checkpointed_sweep(sweep, rhs_for)
+            _checkpointed_sweep(sweep, rhs_for, bulk)
         else:
-            for j in range(len(trials) - 1, -1, -1):
-                sweep.step_back(j, trials[j].inputs)
+            _sweep_stretch(sweep, bulk, 0, len(trials), [trial.inputs for trial in trials])
+        if bulk is not None:
+            bulk.finish()
     return sweep.finish(t0)
 
 
-def _checkpointed_sweep(sweep: _Sweep, rhs_for: Any) -> None:
+def _sweep_stretch(
+    sweep: _Sweep, bulk: Any, first: int, end: int, inputs: list[tuple[Array, ...]]
+) -> None:
+    """Pull back through iterations ``end - 1`` down to ``first`` with stage inputs ``inputs``:
+    one traced VJP per stage and step, or from a bulk linearization (``bulk``, if not None)."""
+    if bulk is not None:
+        bulk.run(first, end, inputs)
+        return
+    for j in range(end - 1, first - 1, -1):
+        sweep.step_back(j, inputs[j - first])
+
+
+def _checkpointed_sweep(sweep: _Sweep, rhs_for: Any, bulk: Any = None) -> None:
     """The sweep segment by segment, last to first: each segment's stage inputs are recomputed
     from its checkpoint with the recorded step sizes and acceptances (the forward pass's own
     arithmetic, so the same values to the last bit), then pulled back through."""
@@ -98,9 +114,7 @@ def _checkpointed_sweep(sweep: _Sweep, rhs_for: Any) -> None:
     starts = [j for j, trial in enumerate(trials) if trial.start is not None]
     ends = [*starts[1:], len(trials)]
     for first, end in zip(reversed(starts), reversed(ends), strict=True):
-        inputs = _replay_forward(sweep, rhs_for, first, end)
-        for j in range(end - 1, first - 1, -1):
-            sweep.step_back(j, inputs[j - first])
+        _sweep_stretch(sweep, bulk, first, end, _replay_forward(sweep, rhs_for, first, end))
 
 
 def _replay_forward(sweep: _Sweep, rhs_for: Any, first: int, end: int) -> list[tuple]:
@@ -224,8 +238,16 @@ class _Sweep:
         self.layout = lanes
         self._layout_leaves()
 
-    def step_back(self, j: int, inputs: tuple[Array, ...]) -> None:
-        """Pull the cotangents back through iteration ``j``'s accepted steps."""
+    def has_inside(self, j: int) -> bool:
+        """Whether a save point lies inside one of iteration ``j``'s steps (the dense output)."""
+        return any(
+            w is not None and not at_end.all() for _, _, w, at_end in self.rounds.get(j, ())
+        )
+
+    def step_back(self, j: int, inputs: tuple[Array, ...], vjp: Any = None) -> None:
+        """Pull the cotangents back through iteration ``j``'s accepted steps: with the RHS's
+        traced VJP at the stage ``inputs``, or with ``vjp`` at the stage handles ``inputs``
+        (a bulk linearization's, which gives the parameter cotangents later)."""
         xp, trial = self.xp, self.trials[j]
         if self.size(j) != self.layout.shape[0]:  # the forward pass compacted after iteration j
             self._relayout(self.lane[j])
@@ -237,13 +259,13 @@ class _Sweep:
         if idle:
             mask = self._device_mask(accept)
             h = xp.where(mask, h, xp.zeros_like(h))
-            if self.shared_diff:  # idle lanes pull zero through their own start state
+            if self.shared_diff and vjp is None:  # idle lanes pull zero through their start
                 inputs = (inputs[0], *(xp.where(mask, y, inputs[0]) for y in inputs[1:]))
         ends, inside = self._save_cotangents(j)
         u_bar, step_bars = _step_vjp(
             self.backend,
             self.coefficients,
-            self.stage_vjp,
+            self.stage_vjp if vjp is None else vjp,
             inputs,
             trial.t,
             h,
@@ -253,11 +275,14 @@ class _Sweep:
         )
         if idle:
             u_bar = xp.where(mask, u_bar, self.u_bar)
+        self.u_bar = u_bar
+        if not step_bars:  # a bulk linearization adds the parameter cotangents
+            return
+        if idle:
             step_bars = [
                 xp.where(mask, bar, xp.zeros_like(bar)) if self.rhs.lane_leaf[i] else bar
                 for bar, i in zip(step_bars, self.diff_idx, strict=True)
             ]
-        self.u_bar = u_bar
         self.leaf_bars = [a + b for a, b in zip(self.leaf_bars, step_bars, strict=True)]
 
     def _gather_saves(self, trials: list[Trial]) -> None:
@@ -304,6 +329,12 @@ class _Sweep:
                 g = xp.where(mask, zero, g)
             inside.append((idx, weights, g))
         return ends, inside
+
+    def add_leaf_cotangents(self, bars: list[Any]) -> None:
+        """Add cotangents of the differentiated leaves (per-lane ones over all lanes)."""
+        if self.layout.shape[0] != self.n_lanes:
+            self._relayout(np.arange(self.n_lanes))
+        self.leaf_bars = [a + b for a, b in zip(self.leaf_bars, bars, strict=True)]
 
     def finish(self, t0: np.ndarray) -> tuple[Array, list[Any]]:
         """Add the save points at ``t0``; NaN for failed lanes (and the leaves they share)."""
@@ -360,6 +391,12 @@ class _StageWeights:
         self.below = [column(a[i, :i]) for i in range(self.last + 1)]
         self._scratch: Array | None = None
 
+    def stages_pulled(self, inside: bool) -> list[int]:
+        """The stages a backward step pulls back through, first to last: those that feed the
+        end state, and with a save point inside the step those only the dense output uses."""
+        last = self.last if inside else self.last_used
+        return [i for i in range(last + 1) if inside or self.used[i]]
+
     def scratch(self, xp: Any, like: Array) -> Array:
         """A ``(last + 2, *like.shape)`` array for a step's cotangents, reused from step to
         step (a fresh one per step would cost a large allocation each time)."""
@@ -399,9 +436,10 @@ def _step_vjp(
     for idx, weights, g in inside:
         k_bars = backend.add_to_lanes(k_bars, idx, weights[: last + 1, ...] * g)
     leaf_bars: list[Any] = []
+    pulled = co.stages_pulled(bool(inside))
     for i in range(last, -1, -1):
         r = co.row[i]
-        if i <= q and not co.used[i] and not inside:
+        if i not in pulled:
             bars[r, ...] = 0.0
             continue
         row = bars[r, ...]

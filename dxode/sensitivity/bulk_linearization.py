@@ -1,0 +1,202 @@
+"""The discrete adjoint's stage VJPs from a bulk linearization of an autograd-traced ``f``.
+
+Tracing ``f`` with autograd costs a fixed overhead per call, which the per-step backward
+sweep pays once per stage and step (thousands of calls, each over a working set of lanes).
+After the forward pass every stage input ``y_i`` of every step is known, so the sweep
+linearizes ``f`` at all of them at once, a chunk of iterations at a time (all their steps ×
+stages × lanes stacked as one batch of columns):
+
+* one trace of ``f`` over the chunk's columns (``TracedRHS.pullback``);
+* the state Jacobians ``J = df/dy`` ``(n, n, K)`` of every column from ``n`` VJPs of that
+  trace with one-hot cotangents;
+* the recursion of the discrete adjoint (``discrete_adjoint._step_vjp``) then takes each
+  stage's ``ȳ_i = J_iᵀ k̄_i`` as a product with the stored Jacobians, and keeps ``k̄_i``;
+* the parameter cotangent is linear in the ``k̄_i``, so the chunk's share of it, summed over
+  its steps and stages, is ONE more VJP of the same trace, with all the ``k̄_i`` stacked.
+
+It is the same discrete adjoint, evaluated in another order: the cotangents agree with the
+per-step sweep to rounding. Memory per chunk: ``K n²`` Jacobian entries plus the trace, for
+``K`` columns within ``CHUNK_BYTES``; above ``MAX_STATE`` state components (``n`` VJPs per
+column instead of one, ``n²`` entries per column) the per-step sweep runs instead. Only
+autograd-traced RHSs over a lane axis take this path: a hand-written ``vjp`` or
+``jac`` + ``paramjac`` has no tracing overhead to save, and a single-trajectory ``f``
+(``single_lane``) cannot take columns of many steps at once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._traced_rhs import TracedRHS
+from ..backends._base import ordered_sum
+
+Array = Any
+
+MAX_STATE = 8  # state components above which the per-step sweep runs (J: n² per column)
+CHUNK_BYTES = 2**20  # budget per chunk for its Jacobians, stage inputs and cotangents (cache-sized)
+
+
+def applies(rhs: TracedRHS, shape: tuple[int, ...]) -> bool:
+    """Whether the backward sweep of a batch with states of ``shape`` (one lane) linearizes
+    ``rhs`` in bulk: autograd traces it (no ``vjp``, no ``jac`` + ``paramjac``), it takes a
+    lane axis, and the state has at most ``MAX_STATE`` components."""
+    n = math.prod(shape)
+    autograd_traced = rhs.vjp is None and not rhs.has_jacobians
+    return autograd_traced and not rhs.single_lane and 0 < n <= MAX_STATE
+
+
+class BulkSweep:
+    """Runs a discrete-adjoint sweep (``discrete_adjoint._Sweep``) over stretches of its
+    iterations, chunk by chunk, with the stage VJPs from each chunk's bulk linearization;
+    ``finish`` hands the summed parameter cotangents to the sweep."""
+
+    def __init__(self, sweep: Any) -> None:
+        self.sweep = sweep
+        self.xp = sweep.xp
+        self.n = math.prod(sweep.shape)
+        itemsize = self.xp.finfo(sweep.u_bar.dtype).bits // 8
+        self.chunk_columns = max(1, CHUNK_BYTES // (itemsize * (self.n * self.n + 4 * self.n)))
+        rhs = sweep.rhs
+        self.lane_diff = [rhs.lane_leaf[i] for i in sweep.diff_idx]
+        self.totals: list[Any] | None = None  # parameter cotangents, all lanes
+
+    def run(self, first: int, end: int, inputs: list[tuple[Array, ...]]) -> None:
+        """Pull the cotangents back through iterations ``end - 1`` down to ``first``, whose
+        stage inputs are ``inputs`` (in order)."""
+        plans = [self._plan(j) for j in range(first, end)]
+        bounds = [0]
+        columns = 0
+        for k, plan in enumerate(plans):
+            width = len(plan) * self.sweep.size(first + k)
+            if columns and columns + width > self.chunk_columns:
+                bounds.append(k)
+                columns = 0
+            columns += width
+        bounds.append(len(plans))
+        for a, b in zip(reversed(bounds[:-1]), reversed(bounds[1:]), strict=True):
+            self._chunk(first + a, first + b, plans[a:b], inputs[a:b])
+
+    def _plan(self, j: int) -> list[int]:
+        """The stages whose VJPs the backward step of iteration ``j`` takes (none if no lane
+        accepted)."""
+        sweep = self.sweep
+        if not sweep.accept[j].any():
+            return []
+        return sweep.coefficients.stages_pulled(sweep.has_inside(j))
+
+    def _chunk(self, first: int, end: int, plans: list, inputs: list) -> None:
+        """Linearize ``f`` at the stage inputs of iterations ``first .. end - 1``, pull the
+        cotangents back through them (last to first) and add their parameter cotangents."""
+        xp, sweep, n = self.xp, self.sweep, self.n
+        columns, handles = self._stack(first, plans, inputs)
+        if columns is None:  # no lane accepted at any of these iterations
+            for j in range(end - 1, first - 1, -1):
+                sweep.step_back(j, inputs[j - first])
+            return
+        y, t, lanes = columns
+        k = y.shape[-1]
+        leaves = sweep._leaves_at(lanes)
+        _, pull = sweep.rhs.pullback(xp.reshape(y, (*sweep.shape, k)), t, leaves, columns=True)
+        rows = []
+        for row in range(n):
+            one_hot = xp.zeros((n, k), dtype=y.dtype)
+            one_hot[row, :] = 1.0
+            y_bar, _ = pull(xp.reshape(one_hot, (*sweep.shape, k)))
+            rows.append(xp.reshape(xp.asarray(y_bar, dtype=y.dtype), (n, k)))
+        stage_vjp = _StageVJP(xp, xp.stack(rows), sweep.shape)  # J[row, col, column]
+        for j in range(end - 1, first - 1, -1):
+            sweep.step_back(j, handles[j - first], vjp=stage_vjp)
+        _, leaf_bars = pull(xp.reshape(stage_vjp.k_bars, (*sweep.shape, k)))
+        self._add(leaf_bars, first, plans)
+
+    def _stack(self, first: int, plans: list, inputs: list) -> tuple[Any, list]:
+        """The chunk's columns ``(y (n, K), t (K,), host lane numbers (K,))`` (``None`` if
+        empty) and, per iteration, the stage handles ``(a, b)`` (column ranges) that stand in
+        for its stage inputs. A lane that did not accept contributes its start state at the
+        step's start time (as in the per-step sweep), so overflowed rejected stages never
+        reach the cotangents."""
+        xp, sweep, n = self.xp, self.sweep, self.n
+        co = sweep.coefficients
+        ys, ts, lanes, handles = [], [], [], []
+        offset = 0
+        for k, plan in enumerate(plans):
+            j = first + k
+            stage = [None] * len(inputs[k])
+            handles.append(tuple(stage))
+            if not plan:
+                continue
+            trial, accept = sweep.trials[j], sweep.accept[j]
+            h, start = trial.h, inputs[k][0]
+            width = int(accept.shape[0])
+            mask = None if accept.all() else sweep._device_mask(accept)
+            if mask is not None:
+                h = xp.where(mask, h, xp.zeros_like(h))
+            times = trial.t + co.c * h
+            for i in plan:
+                y = inputs[k][i] if mask is None else xp.where(mask, inputs[k][i], start)
+                ys.append(xp.reshape(y, (n, width)))
+                ts.append(times[i, ...])
+                stage[i] = (offset, offset + width)
+                offset += width
+            lanes.append(np.tile(sweep.lane[j], len(plan)))
+            handles[k] = tuple(stage)
+        if not ys:
+            return None, handles
+        columns = (xp.concat(ys, axis=-1), xp.concat(ts), np.concatenate(lanes))
+        return columns, handles
+
+    def _add(self, leaf_bars: list[Any], first: int, plans: list) -> None:
+        """Add a chunk's parameter cotangents: shared leaves as summed by the VJP, per-lane
+        ones summed over each iteration's stages and added to its lanes."""
+        xp, sweep = self.xp, self.sweep
+        if self.totals is None:
+            self.totals = [
+                xp.zeros((*bar.shape[:-1], sweep.n_lanes), dtype=bar.dtype) if lane else 0.0
+                for bar, lane in zip(leaf_bars, self.lane_diff, strict=True)
+            ]
+        for m, (bar, lane) in enumerate(zip(leaf_bars, self.lane_diff, strict=True)):
+            if not lane:
+                self.totals[m] = self.totals[m] + bar
+                continue
+            leaf_rows = math.prod(bar.shape[:-1])
+            flat = xp.reshape(bar, (leaf_rows, bar.shape[-1]))
+            total = xp.reshape(self.totals[m], (leaf_rows, self.totals[m].shape[-1]))
+            offset = 0
+            for k, plan in enumerate(plans):
+                width = sweep.size(first + k)
+                if not plan:
+                    continue
+                span = flat[:, offset : offset + len(plan) * width]
+                per_stage = xp.moveaxis(xp.reshape(span, (leaf_rows, len(plan), width)), 1, 0)
+                lanes = sweep._device_index(sweep.lane[first + k])
+                total = sweep.backend.add_to_lanes(total, lanes, ordered_sum(xp, per_stage))
+                offset += len(plan) * width
+            self.totals[m] = xp.reshape(total, tuple(self.totals[m].shape))
+
+    def finish(self) -> None:
+        """Hand the summed parameter cotangents to the sweep."""
+        if self.totals is not None:
+            self.sweep.add_leaf_cotangents(self.totals)
+
+
+class _StageVJP:
+    """``vjp(handle, t, v, out=None) -> (Jᵀ v, [])`` for the stage whose columns are
+    ``handle = (a, b)`` of the chunk's Jacobians ``J`` ``(n, n, K)``; keeps ``v`` (the stage's
+    ``k̄``) in column ``a .. b`` of ``k_bars`` ``(n, K)`` for the parameter cotangents."""
+
+    def __init__(self, xp: Any, jac: Array, shape: tuple[int, ...]) -> None:
+        self.xp, self.jac, self.shape = xp, jac, shape
+        self.k_bars = xp.zeros(tuple(jac.shape[1:]), dtype=jac.dtype)
+
+    def __call__(
+        self, handle: tuple[int, int], t: Array, v: Array, out: Array | None = None
+    ) -> tuple[Array, list[Any]]:
+        xp = self.xp
+        a, b = handle
+        flat = xp.reshape(v, (self.k_bars.shape[0], b - a))
+        self.k_bars[:, a:b] = flat
+        y_bar = ordered_sum(xp, self.jac[:, :, a:b] * flat[:, None, :])
+        return xp.reshape(y_bar, tuple(v.shape)), []
