@@ -63,21 +63,27 @@ class BulkSweep:
         self.lane_diff = [rhs.lane_leaf[i] for i in sweep.diff_idx]
         self.totals: list[Any] | None = None  # parameter cotangents, all lanes
 
-    def run(self, first: int, end: int, inputs: list[tuple[Array, ...]]) -> None:
-        """Pull the cotangents back through iterations ``end - 1`` down to ``first``, whose
-        stage inputs are ``inputs`` (in order)."""
-        plans = [self._plan(j) for j in range(first, end)]
+    def run(self, inputs: Any) -> None:
+        """The whole sweep, last iteration to first, chunk by chunk; ``inputs(j)`` gives
+        iteration ``j``'s stage inputs and ``inputs.release(first)`` frees those of the
+        iterations from ``first`` on. The chunks depend on the record alone (not on where
+        the inputs come from), so a checkpointed sweep gives the same bits."""
+        sweep = self.sweep
+        plans = [self._plan(j) for j in range(len(sweep.trials))]
         bounds = [0]
         columns = 0
-        for k, plan in enumerate(plans):
-            width = len(plan) * self.sweep.size(first + k)
+        for j, plan in enumerate(plans):
+            width = len(plan) * sweep.size(j)
             if columns and columns + width > self.chunk_columns:
-                bounds.append(k)
+                bounds.append(j)
                 columns = 0
             columns += width
         bounds.append(len(plans))
-        for a, b in zip(reversed(bounds[:-1]), reversed(bounds[1:]), strict=True):
-            self._chunk(first + a, first + b, plans[a:b], inputs[a:b])
+        for first, end in zip(reversed(bounds[:-1]), reversed(bounds[1:]), strict=True):
+            self._chunk(first, end, plans[first:end], [inputs(j) for j in range(first, end)])
+            inputs.release(first)
+        if self.totals is not None:
+            sweep.add_leaf_cotangents(self.totals)
 
     def _plan(self, j: int) -> list[int]:
         """The stages whose VJPs the backward step of iteration ``j`` takes (none if no lane
@@ -174,7 +180,8 @@ class BulkSweep:
 
     def _add(self, leaf_bars: list[Any], first: int, plans: list) -> None:
         """Add a chunk's parameter cotangents: shared leaves as summed by the VJP, per-lane
-        ones summed over each iteration's stages and added to its lanes."""
+        ones summed over each iteration's stages and added to its lanes, last iteration
+        first."""
         xp, sweep = self.xp, self.sweep
         if self.totals is None:
             self.totals = [
@@ -188,22 +195,16 @@ class BulkSweep:
             leaf_rows = math.prod(bar.shape[:-1])
             flat = xp.reshape(bar, (leaf_rows, bar.shape[-1]))
             total = xp.reshape(self.totals[m], (leaf_rows, self.totals[m].shape[-1]))
-            offset = 0
-            for k, plan in enumerate(plans):
-                width = sweep.size(first + k)
+            ends = np.cumsum([len(plan) * sweep.size(first + k) for k, plan in enumerate(plans)])
+            for k in range(len(plans) - 1, -1, -1):  # last to first, as chunks: bits by record
+                plan, width = plans[k], sweep.size(first + k)
                 if not plan:
                     continue
-                span = flat[:, offset : offset + len(plan) * width]
+                span = flat[:, int(ends[k]) - len(plan) * width : int(ends[k])]
                 per_stage = xp.moveaxis(xp.reshape(span, (leaf_rows, len(plan), width)), 1, 0)
                 lanes = sweep._device_index(sweep.lane[first + k])
                 total = sweep.backend.add_to_lanes(total, lanes, ordered_sum(xp, per_stage))
-                offset += len(plan) * width
             self.totals[m] = xp.reshape(total, tuple(self.totals[m].shape))
-
-    def finish(self) -> None:
-        """Hand the summed parameter cotangents to the sweep."""
-        if self.totals is not None:
-            self.sweep.add_leaf_cotangents(self.totals)
 
 
 def _weighted(xp: Any, rows: list[Array], weights: Array) -> Array:

@@ -25,6 +25,7 @@ computed once on the host.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from typing import Any
 
@@ -82,31 +83,20 @@ def backward(
         One entry per differentiable leaf: per-lane leaves ``(..., L)``; shared leaves summed.
     """
     sweep = _Sweep(backend, stepper, rhs, trials, leaves, save_grid, retcodes, cotangent)
-    in_bulk = bulk_linearization.applies(rhs, sweep.shape)
-    bulk = bulk_linearization.BulkSweep(sweep) if in_bulk else None
+    checkpointed = bool(trials) and trials[0].inputs is None
     with backend.ignore_fp_errors():  # rejected trials may hold overflowed stages
-        if trials and trials[0].inputs is None:
-            _checkpointed_sweep(sweep, rhs_for, bulk)
+        if bulk_linearization.applies(rhs, sweep.shape):
+            inputs = _Replayed(sweep, rhs_for) if checkpointed else _Recorded(trials)
+            bulk_linearization.BulkSweep(sweep).run(inputs)
+        elif checkpointed:
+            _checkpointed_sweep(sweep, rhs_for)
         else:
-            _sweep_stretch(sweep, bulk, 0, len(trials), [trial.inputs for trial in trials])
-        if bulk is not None:
-            bulk.finish()
+            for j in range(len(trials) - 1, -1, -1):
+                sweep.step_back(j, trials[j].inputs)
     return sweep.finish(t0)
 
 
-def _sweep_stretch(
-    sweep: _Sweep, bulk: Any, first: int, end: int, inputs: list[tuple[Array, ...]]
-) -> None:
-    """Pull back through iterations ``end - 1`` down to ``first`` with stage inputs ``inputs``:
-    one traced VJP per stage and step, or from a bulk linearization (``bulk``, if not None)."""
-    if bulk is not None:
-        bulk.run(first, end, inputs)
-        return
-    for j in range(end - 1, first - 1, -1):
-        sweep.step_back(j, inputs[j - first])
-
-
-def _checkpointed_sweep(sweep: _Sweep, rhs_for: Any, bulk: Any = None) -> None:
+def _checkpointed_sweep(sweep: _Sweep, rhs_for: Any) -> None:
     """The sweep segment by segment, last to first: each segment's stage inputs are recomputed
     from its checkpoint with the recorded step sizes and acceptances (the forward pass's own
     arithmetic, so the same values to the last bit), then pulled back through."""
@@ -114,7 +104,45 @@ def _checkpointed_sweep(sweep: _Sweep, rhs_for: Any, bulk: Any = None) -> None:
     starts = [j for j, trial in enumerate(trials) if trial.start is not None]
     ends = [*starts[1:], len(trials)]
     for first, end in zip(reversed(starts), reversed(ends), strict=True):
-        _sweep_stretch(sweep, bulk, first, end, _replay_forward(sweep, rhs_for, first, end))
+        inputs = _replay_forward(sweep, rhs_for, first, end)
+        for j in range(end - 1, first - 1, -1):
+            sweep.step_back(j, inputs[j - first])
+
+
+class _Recorded:
+    """Iteration ``j``'s stage inputs, as the forward pass kept them (``inputs(j)``)."""
+
+    def __init__(self, trials: list[Trial]) -> None:
+        self.trials = trials
+
+    def __call__(self, j: int) -> tuple[Array, ...]:
+        return self.trials[j].inputs
+
+    def release(self, first: int) -> None:
+        """Nothing to free: the record holds them."""
+
+
+class _Replayed:
+    """Iteration ``j``'s stage inputs, recomputed segment by segment from the checkpoints
+    (``_replay_forward``); a segment stays until ``release`` says the sweep is past it."""
+
+    def __init__(self, sweep: _Sweep, rhs_for: Any) -> None:
+        self.sweep, self.rhs_for = sweep, rhs_for
+        trials = sweep.trials
+        self.starts = [j for j, trial in enumerate(trials) if trial.start is not None]
+        self.segments: dict[int, list[tuple]] = {}
+
+    def __call__(self, j: int) -> tuple[Array, ...]:
+        s = bisect.bisect_right(self.starts, j) - 1
+        first = self.starts[s]
+        if first not in self.segments:
+            end = self.starts[s + 1] if s + 1 < len(self.starts) else len(self.sweep.trials)
+            self.segments[first] = _replay_forward(self.sweep, self.rhs_for, first, end)
+        return self.segments[first][j - first]
+
+    def release(self, first: int) -> None:
+        """Free the segments that start at or after iteration ``first`` (swept)."""
+        self.segments = {a: seg for a, seg in self.segments.items() if a < first}
 
 
 def _replay_forward(sweep: _Sweep, rhs_for: Any, first: int, end: int) -> list[tuple]:
