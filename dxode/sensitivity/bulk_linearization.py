@@ -6,18 +6,26 @@ After the forward pass every stage input ``y_i`` of every step is known, so the 
 linearizes ``f`` at all of them at once, a chunk of iterations at a time (all their steps ×
 stages × lanes stacked as one batch of columns):
 
-* one trace of ``f`` over the chunk's columns (``TracedRHS.pullback``);
-* the state Jacobians ``J = df/dy`` ``(n, n, K)`` of every column from ``n`` VJPs of that
-  trace with one-hot cotangents;
+* one trace of ``f`` over ``n`` copies of the chunk's columns and one VJP of it, whose
+  cotangent is one-hot in row ``r`` on copy ``r``, give the state Jacobians ``J = df/dy``
+  ``(n, n, K)`` of every column and, for parameter leaves with a lane axis, the rows of
+  ``df/dp`` per column;
 * the recursion of the discrete adjoint (``discrete_adjoint._step_vjp``) then takes each
   stage's ``ȳ_i = J_iᵀ k̄_i`` as a product with the stored Jacobians, and keeps ``k̄_i``;
-* the parameter cotangent is linear in the ``k̄_i``, so the chunk's share of it, summed over
-  its steps and stages, is ONE more VJP of the same trace, with all the ``k̄_i`` stacked.
+* the parameter cotangent is linear in the ``k̄_i``: per-lane leaves get ``Σ_r k̄_ir df_r/dp``
+  per column, summed over each step's stages; leaves shared by the lanes get the chunk's
+  sum from ONE more VJP of ``f`` over the chunk, with all its ``k̄_i`` stacked.
+
+Autograd traces the columns as ``dxode._column_boxes.Columns``, whose indexing VJP does not
+go through ``np.add.at`` (ten times the arithmetic of ``f`` over this many columns).
 
 It is the same discrete adjoint, evaluated in another order: the cotangents agree with the
-per-step sweep to rounding. Memory per chunk: ``K n²`` Jacobian entries plus the trace, for
-``K`` columns within ``CHUNK_BYTES``; above ``MAX_STATE`` state components (``n`` VJPs per
-column instead of one, ``n²`` entries per column) the per-step sweep runs instead. Only
+per-step sweep to rounding. The chunks follow from the record alone, so a checkpointed
+sweep (which replays segments into them) keeps the bits of an uncheckpointed one. Memory per
+chunk: ``K n²`` Jacobian entries plus ``n`` copies of the columns and their trace, for
+``K`` columns within ``CHUNK_BYTES`` (at least one iteration). Above ``MAX_STATE`` state
+components (``n`` copies per column instead of one, ``n²`` entries) the per-step sweep
+runs instead. Only
 autograd-traced RHSs over a lane axis take this path: a hand-written ``vjp`` or
 ``jac`` + ``paramjac`` has no tracing overhead to save, and a single-trajectory ``f``
 (``single_lane``) cannot take columns of many steps at once.
@@ -49,9 +57,9 @@ def applies(rhs: TracedRHS, shape: tuple[int, ...]) -> bool:
 
 
 class BulkSweep:
-    """Runs a discrete-adjoint sweep (``discrete_adjoint._Sweep``) over stretches of its
-    iterations, chunk by chunk, with the stage VJPs from each chunk's bulk linearization;
-    ``finish`` hands the summed parameter cotangents to the sweep."""
+    """Runs a discrete-adjoint sweep (``discrete_adjoint._Sweep``) chunk by chunk, with the
+    stage VJPs from each chunk's bulk linearization, and hands it the summed parameter
+    cotangents at the end."""
 
     def __init__(self, sweep: Any) -> None:
         self.sweep = sweep
@@ -96,7 +104,7 @@ class BulkSweep:
     def _chunk(self, first: int, end: int, plans: list, inputs: list) -> None:
         """Linearize ``f`` at the stage inputs of iterations ``first .. end - 1``, pull the
         cotangents back through them (last to first) and add their parameter cotangents."""
-        xp, sweep, n = self.xp, self.sweep, self.n
+        xp, sweep = self.xp, self.sweep
         columns, handles = self._stack(first, plans, inputs)
         if columns is None:  # no lane accepted at any of these iterations
             for j in range(end - 1, first - 1, -1):
@@ -111,7 +119,7 @@ class BulkSweep:
         rows = iter(param_rows)
         leaf_bars = [_weighted(xp, next(rows), k_bars) if lane else None for lane in self.lane_diff]
         if not all(self.lane_diff):  # shared leaves: their cotangents summed by one VJP
-            shared = [i for i, lane in zip(sweep.diff_idx, self.lane_diff) if not lane]
+            shared = [i for i, lane in zip(sweep.diff_idx, self.lane_diff, strict=True) if not lane]
             state = xp.reshape(y, (*sweep.shape, y.shape[-1]))
             _, pull = sweep.rhs.pullback(state, t, sweep._leaves_at(lanes), shared, True)
             bars = iter(pull(xp.reshape(k_bars, tuple(state.shape)))[1])
@@ -125,7 +133,7 @@ class BulkSweep:
         one VJP whose cotangent is one-hot in row ``r`` on copy ``r``."""
         xp, sweep, n = self.xp, self.sweep, self.n
         k = y.shape[-1]
-        lane_wrt = [i for i, lane in zip(sweep.diff_idx, self.lane_diff) if lane]
+        lane_wrt = [i for i, lane in zip(sweep.diff_idx, self.lane_diff, strict=True) if lane]
         copies = xp.reshape(xp.concat([y] * n, axis=-1), (*sweep.shape, n * k))
         leaves = sweep._leaves_at(np.tile(lanes, n))
         _, pull = sweep.rhs.pullback(copies, xp.concat([t] * n), leaves, lane_wrt, True)

@@ -268,9 +268,7 @@ class _Sweep:
 
     def has_inside(self, j: int) -> bool:
         """Whether a save point lies inside one of iteration ``j``'s steps (the dense output)."""
-        return any(
-            w is not None and not at_end.all() for _, _, w, at_end in self.rounds.get(j, ())
-        )
+        return any(w is not None and not at_end.all() for _, _, w, at_end in self.rounds.get(j, ()))
 
     def step_back(self, j: int, inputs: tuple[Array, ...], vjp: Any = None) -> None:
         """Pull the cotangents back through iteration ``j``'s accepted steps: with the RHS's
