@@ -180,3 +180,23 @@ def test_a_single_trajectory_keeps_the_per_step_sweep(traces):
 
     autograd.grad(loss)(np.concatenate([U0, THETA]))
     assert traces and not any(traces)
+
+
+def test_matrix_state_and_lanes_that_end_at_different_times(monkeypatch):
+    """A ``(2, 2)`` state per lane, and spans that retire lanes early (the working set
+    shrinks between iterations of one chunk)."""
+
+    def f(u, p, t):
+        return -p[0] * u + p[1] * anp.sin(u[::-1, ...])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(f, np.array([[1.0, 0.5], [-0.3, 0.8]]), (0.0, 1.0), theta)
+        tspan = np.stack([np.zeros(4), np.array([0.4, 1.0, 0.7, 1.2])], axis=1)
+        eprob = dxode.EnsembleProblem(prob, tspan=tspan)
+        sim = dxode.solve(eprob, trajectories=4, saveat=[0.2, 0.4], rtol=1e-9, atol=1e-9)
+        return anp.sum(sim.u**2)
+
+    theta = np.array([0.6, 0.9])
+    bulk = autograd.grad(loss)(theta)
+    np.testing.assert_allclose(bulk, per_step(monkeypatch, loss, theta), rtol=1e-12)
+    np.testing.assert_allclose(bulk, central_difference(loss, theta, 1e-6), rtol=1e-6)
