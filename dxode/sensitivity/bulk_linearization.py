@@ -47,13 +47,15 @@ MAX_STATE = 8  # state components above which the per-step sweep runs (J: n² pe
 CHUNK_BYTES = 2 * 2**20  # per chunk: Jacobians, copies of the columns, trace (cache-sized)
 
 
-def applies(rhs: TracedRHS, shape: tuple[int, ...]) -> bool:
-    """Whether the backward sweep of a batch with states of ``shape`` (one lane) linearizes
-    ``rhs`` in bulk: autograd traces it (no ``vjp``, no ``jac`` + ``paramjac``), it takes a
-    lane axis, and the state has at most ``MAX_STATE`` components."""
+def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
+    """Whether the backward sweep of a batch with states of ``shape`` (one lane) and
+    ``dtype`` linearizes ``rhs`` in bulk: autograd traces it (no ``vjp``, no ``jac`` +
+    ``paramjac``; NumPy arrays of real floats), it takes a lane axis, and the state has at
+    most ``MAX_STATE`` components."""
     n = math.prod(shape)
-    autograd_traced = rhs.vjp is None and not rhs.has_jacobians
-    return autograd_traced and not rhs.single_lane and 0 < n <= MAX_STATE
+    autograd_traced = rhs.vjp is None and not rhs.has_jacobians and rhs.backend.name == "numpy"
+    real = autograd_traced and np.issubdtype(np.dtype(dtype), np.floating)
+    return real and not rhs.single_lane and 0 < n <= MAX_STATE
 
 
 class BulkSweep:
