@@ -14,7 +14,9 @@ the cotangent back through the stages:
 
 where a save point inside the step at ``θ_s`` is the dense output ``u_n + h Σ_i w_i(θ_s) k_i``
 and one at the step's end (``θ = 1``, the end state itself) enters ``ū_{n+1}``. A lane that did
-not accept at an iteration (rejected, retired or failed) keeps its cotangents.
+not accept at an iteration (rejected, retired or failed) keeps its cotangents. Where
+autograd would trace ``f`` for each of those VJPs, ``bulk_linearization`` evaluates them from
+Jacobians linearized at all recorded stage inputs at once (the same sweep, fewer traces).
 
 Step sizes are constants of the computed solution (not differentiated), so the result is the
 gradient of exactly what the forward pass computed. Every array operation goes through the
