@@ -200,3 +200,27 @@ def test_matrix_state_and_lanes_that_end_at_different_times(monkeypatch):
     bulk = autograd.grad(loss)(theta)
     np.testing.assert_allclose(bulk, per_step(monkeypatch, loss, theta), rtol=1e-12)
     np.testing.assert_allclose(bulk, central_difference(loss, theta, 1e-6), rtol=1e-6)
+
+
+def test_the_per_step_sweep_where_f_is_wide_and_lanes_many(monkeypatch, traces):
+    """A wide hidden layer over many lanes costs more as ``n + 1`` copies per column than
+    autograd's per-call overhead saves (``bulk_linearization.pays``): the per-step sweep runs;
+    with two lanes the bulk one does. Either way the same gradient to rounding."""
+    weights = np.random.default_rng(0).standard_normal((64, 2)) * 0.3
+
+    def f(u, p, t):
+        return anp.dot(weights.T, anp.tanh(anp.dot(weights, u))) * p[0] - p[1] * u
+
+    def loss(theta, lanes):
+        prob = dxode.ODEProblem(f, np.array([1.0, -0.5]), (0.0, 0.5), theta)
+        u0 = np.linspace(0.5, 1.5, lanes)[:, None] * np.array([1.0, -0.5])
+        sim = dxode.solve(dxode.EnsembleProblem(prob, u0=u0), trajectories=lanes, saveat=0.25)
+        return anp.sum(sim.u**2)
+
+    theta = np.array([0.4, 0.8])
+    for lanes, bulk in ((400, False), (2, True)):
+        traces.clear()
+        g = autograd.grad(loss)(theta, lanes)
+        assert traces and all(traces) == bulk and any(traces) == bulk
+        reference = per_step(monkeypatch, lambda th, n=lanes: loss(th, n), theta)
+        np.testing.assert_allclose(g, reference, rtol=1e-12)

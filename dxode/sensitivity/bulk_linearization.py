@@ -38,12 +38,18 @@ from typing import Any
 
 import numpy as np
 
+from .. import _pytree
 from .._traced_rhs import TracedRHS
 from ..backends._base import ordered_sum
+from . import rhs_cost
 
 Array = Any
 
 MAX_STATE = 8  # state components above which the per-step sweep runs (J: n² per column)
+# Elements of array work per lane that cost about as much as autograd's overhead for one
+# traced operation (2-core CPU, 2026-11-23: Lorenz, an MLP and a dense tanh system, 1 to
+# 1,000 lanes, put the break-even point between 3,000 and 4,500).
+CALL_ELEMENTS = 4000
 CHUNK_BYTES = 2 * 2**20  # per chunk: Jacobians, copies of the columns, trace (cache-sized)
 
 
@@ -56,6 +62,31 @@ def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
     autograd_traced = rhs.vjp is None and not rhs.has_jacobians and rhs.backend.name == "numpy"
     real = autograd_traced and np.issubdtype(np.dtype(dtype), np.floating)
     return real and not rhs.single_lane and 0 < n <= MAX_STATE
+
+
+def pays(sweep: Any) -> bool:
+    """Whether the bulk linearization should cost less than the per-step sweep for this
+    batch: its extra arithmetic, ``f``'s ``n`` copies per column (and one more pass where
+    parameters are shared by the lanes) plus the ``n²`` Jacobian products, against autograd's
+    overhead per traced operation saved, from ``f``'s operation and element counts
+    (``rhs_cost.probe`` at the first iteration's start; shapes only, so the same choice on
+    every run, checkpointed or not)."""
+    rhs, trials = sweep.rhs, sweep.trials
+    if not trials:
+        return False
+    first = trials[0]
+    y = first.inputs[0] if first.inputs is not None else first.start[0]
+    p = _pytree.rebuild(rhs.p_template, sweep._leaves_at(sweep.lane[0]))
+    try:
+        calls, elements = rhs_cost.probe(lambda u: rhs.f(u, p, first.t), y)
+    except Exception:  # f that cannot take the counting array: the per-step sweep
+        return False
+    n = math.prod(sweep.shape)
+    shared = any(not rhs.lane_leaf[i] for i in sweep.diff_idx)
+    lanes = float(np.mean([sweep.size(j) for j in range(len(trials))]))
+    per_lane = elements / y.shape[-1]
+    extra = ((n + shared - 1) * per_lane + n * n) * lanes
+    return extra <= calls * CALL_ELEMENTS
 
 
 class BulkSweep:
