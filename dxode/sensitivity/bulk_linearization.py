@@ -25,10 +25,11 @@ sweep (which replays segments into them) keeps the bits of an uncheckpointed one
 chunk: ``K n²`` Jacobian entries plus ``n`` copies of the columns and their trace, for
 ``K`` columns within ``CHUNK_BYTES`` (at least one iteration). Above ``MAX_STATE`` state
 components (``n`` copies per column instead of one, ``n²`` entries) the per-step sweep
-runs instead. Only
-autograd-traced RHSs over a lane axis take this path: a hand-written ``vjp`` or
-``jac`` + ``paramjac`` has no tracing overhead to save, and a single-trajectory ``f``
-(``single_lane``) cannot take columns of many steps at once.
+runs instead, and so it does where ``pays`` finds the extra arithmetic (``f``'s work per
+lane, counted) larger than the overhead saved. Only autograd-traced RHSs over a lane axis
+take this path: a hand-written ``vjp`` or ``jac`` + ``paramjac`` has no tracing overhead to
+save, and a single-trajectory ``f`` (``single_lane``) cannot take columns of many steps at
+once.
 """
 
 from __future__ import annotations
