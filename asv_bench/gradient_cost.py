@@ -8,8 +8,9 @@ and skipped with the reason when missing) it prints the forward time, (forward +
 time, their ratio and the gradient's relative error against a tight reference: dxode's
 ForwardSensitivity at rtol = atol = 1e-10 (with the hand-written jac and paramjac). Then the
 peak memory (tracemalloc) of the discrete adjoint against the number of steps, with and
-without checkpoints. Each code's forward and forward + gradient run alternately, best of
-``--repeat`` (5) each::
+without checkpoints. The autograd-traced discrete adjoint runs twice: as shipped (its stage
+VJPs from a bulk linearization) and with one traced VJP per stage and step (as before).
+Each code's forward and forward + gradient run alternately, best of ``--repeat`` (5) each::
 
     python asv_bench/gradient_cost.py [--quick] [--repeat N]
 """
@@ -37,6 +38,7 @@ import numpy as np
 
 import dxode
 from dxode.demo.lorenz import lorenz_jac, lorenz_paramjac
+from dxode.sensitivity import bulk_linearization
 
 N = 1000
 T1 = 10.0
@@ -63,6 +65,8 @@ def lorenz_vjp(u, p, t, v):
 
 
 JACOBIANS = {"jac": lorenz_jac, "paramjac": lorenz_paramjac}
+PER_STEP = "dxode DiscreteAdjoint, autograd-traced RHS, per-step traced VJPs"
+BULK_MAX_STATE = bulk_linearization.MAX_STATE
 
 
 def make_loss(sensealg=None, vjp=None, tol=TOL, n=N, t1=T1, derivatives=None, ensemble_alg=None):
@@ -294,6 +298,7 @@ def main() -> None:
     checkpointed = dxode.DiscreteAdjoint(checkpoint_every=30)
     cases = [
         ("dxode DiscreteAdjoint, autograd-traced RHS", dxode.DiscreteAdjoint(), None, None),
+        (PER_STEP, dxode.DiscreteAdjoint(), None, None),
         ("dxode DiscreteAdjoint, hand VJP", dxode.DiscreteAdjoint(), lorenz_vjp, None),
         ("dxode DiscreteAdjoint, hand jac + paramjac", dxode.DiscreteAdjoint(), None, JACOBIANS),
         ("dxode DiscreteAdjoint(checkpoint_every=30), hand VJP", checkpointed, lorenz_vjp, None),
@@ -323,11 +328,15 @@ def main() -> None:
             plain_here(THETA)
         else:
             loss, plain_here = make_loss(alg, vjp, derivatives=derivatives), plain
+        # The per-step row: one traced VJP per stage and step, as before the bulk
+        # linearization (dxode.sensitivity.bulk_linearization), for comparison in one run.
+        bulk_linearization.MAX_STATE = 0 if label == PER_STEP else BULK_MAX_STATE
         forward, elapsed, (_, g) = best_pair(
             lambda plain_here=plain_here: plain_here(THETA),
             lambda loss=loss: autograd.value_and_grad(loss)(THETA),
             repeat,
         )
+        bulk_linearization.MAX_STATE = BULK_MAX_STATE
         err = rel_error(g, reference)
         rows.append({"code": label, "forward": forward, "total": elapsed, "error": err})
         print(

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _pytree
+from . import _column_boxes, _pytree
 from ._derivatives import Derivatives, user_matrix
 from ._rhs import as_array
 from .backends import get_backend
@@ -69,13 +69,20 @@ class TracedRHS:
             self.backend = get_backend("numpy")
 
     def pullback(
-        self, y: Array, t: Array, leaves: list[Any], wrt: list[int] | None = None
+        self,
+        y: Array,
+        t: Array,
+        leaves: list[Any],
+        wrt: list[int] | None = None,
+        columns: bool = False,
     ) -> tuple[Array, Callable[[Array], tuple[Array, list[Any]]]]:
         """``f(y, p, t)`` and its VJP ``v -> (y_bar, [leaf cotangents of the diff leaves])``.
 
         ``y`` is ``(*shape, L)`` (``L = 1`` for a single trajectory); ``leaves`` are this
         working set's parameter leaves; ``wrt`` the positions of the leaves to differentiate
-        (default: the differentiated ones).
+        (default: the differentiated ones). ``columns``: autograd traces the state and the
+        per-lane leaves as ``dxode._column_boxes.Columns`` (the same numbers, faster over
+        very many lanes; the VJP may then be called many times).
         """
         diff_idx = self.diff_positions() if wrt is None else wrt
         if self.vjp is not None:
@@ -84,8 +91,11 @@ class TracedRHS:
             return self._jacobian_pullback(y, t, leaves, diff_idx)
         import autograd
 
+        if columns:
+            y, leaves = _columns(y, leaves, self.lane_leaf)
+
         def call(y_: Array, *diff_values: Any) -> Array:
-            return self._evaluate(y_, t, substituted(leaves, diff_idx, diff_values))
+            return self._evaluate(y_, t, substituted(leaves, diff_idx, diff_values), columns)
 
         argnums = tuple(range(1 + len(diff_idx)))
         try:
@@ -104,6 +114,8 @@ class TracedRHS:
 
         def pull(v: Array) -> tuple[Array, list[Any]]:
             grads = vjp(v)
+            if columns:
+                grads = [np.asarray(g) if isinstance(g, np.ndarray) else g for g in grads]
             return grads[0], list(grads[1:])
 
         return value, pull
@@ -174,14 +186,15 @@ class TracedRHS:
             raise TypeError(_PLAIN_NUMPY)
         return value, value_dot
 
-    def _evaluate(self, y: Array, t: Array, leaves: list[Any]) -> Array:
+    def _evaluate(self, y: Array, t: Array, leaves: list[Any], columns: bool = False) -> Array:
         import autograd.numpy as anp
 
         p = _pytree.rebuild(self.p_template, leaves)
         if self.single_lane:  # one trajectory: f sees the state without the lane axis
             state = y[..., 0]
             return anp.expand_dims(_as_traced_array(self.f(state, p, t[0]), state), -1)
-        return _as_traced_array(self.f(y, p, t), y)
+        stack = _column_boxes.stack_rows if columns else anp.stack
+        return _as_traced_array(self.f(y, p, t), y, stack)
 
     def _plain_value(self, y: Array, t: Array, p: Any) -> Array:
         """``f(y, p, t)`` evaluated plainly (nothing traced), lanes last."""
@@ -242,8 +255,18 @@ class TracedRHS:
         return value, lambda v: self._call_user_vjp(y, t, p, v, wrt)
 
 
-def _as_traced_array(value: Any, state: Any) -> Any:
-    """An RHS output as one array: a list of rows stacked with autograd's own ``stack``.
+def _columns(y: Array, leaves: list[Any], lane_leaf: list[bool]) -> tuple[Array, list[Any]]:
+    """The state and the per-lane array leaves as ``Columns`` (see ``dxode._column_boxes``)."""
+    as_columns = _column_boxes.as_columns
+    return as_columns(y), [
+        as_columns(leaf) if lane and isinstance(leaf, np.ndarray) else leaf
+        for leaf, lane in zip(leaves, lane_leaf, strict=True)
+    ]
+
+
+def _as_traced_array(value: Any, state: Any, stack: Any = None) -> Any:
+    """An RHS output as one array: a list of rows stacked with ``stack`` (autograd's own
+    ``stack`` by default).
 
     As on the plain path (``Backend.stack_rows``), each row is broadcast to the state's row
     shape, so a constant row such as ``-9.81`` fills a whole row of lanes, and a Python number
@@ -262,7 +285,7 @@ def _as_traced_array(value: Any, state: Any) -> Any:
         else anp.broadcast_to(row, shape)
         for row in value
     ]
-    return anp.stack(rows)
+    return (stack or anp.stack)(rows)
 
 
 def leaf_size(leaf: Any, per_lane: bool) -> int:

@@ -91,7 +91,13 @@ class DiscreteAdjoint(_Sensitivity):
 
     The gradient is exact for the numbers the forward pass computed with the step sizes held
     fixed, whatever the tolerance, and costs one backward sweep with one RHS vector-Jacobian
-    product per stage. Where an adaptive step went beyond the method's stability interval (a
+    product per stage. When autograd traces ``f`` over a lane axis (an ensemble) and the state
+    has at most 8 components, those products come from a bulk linearization where a count of
+    ``f``'s array work says it pays: ``f`` is traced once per chunk of iterations at all their
+    recorded stage inputs, not once per stage and step
+    (``dxode.sensitivity.bulk_linearization``; the same gradient to rounding).
+
+    Where an adaptive step went beyond the method's stability interval (a
     stiff problem: steps limited by stability, not accuracy), that derivative can be far
     from the gradient of the loss, so ``solve`` raises a ``ValueError`` naming the fixes; the
     default ``sensealg=None`` switches to ``InterpolatingAdjoint`` instead.

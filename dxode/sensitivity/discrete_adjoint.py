@@ -14,7 +14,9 @@ the cotangent back through the stages:
 
 where a save point inside the step at ``θ_s`` is the dense output ``u_n + h Σ_i w_i(θ_s) k_i``
 and one at the step's end (``θ = 1``, the end state itself) enters ``ū_{n+1}``. A lane that did
-not accept at an iteration (rejected, retired or failed) keeps its cotangents.
+not accept at an iteration (rejected, retired or failed) keeps its cotangents. Where
+autograd would trace ``f`` for each of those VJPs, ``bulk_linearization`` evaluates them from
+Jacobians linearized at all recorded stage inputs at once (the same sweep, fewer traces).
 
 Step sizes are constants of the computed solution (not differentiated), so the result is the
 gradient of exactly what the forward pass computed. Every array operation goes through the
@@ -25,6 +27,7 @@ computed once on the host.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from typing import Any
 
@@ -36,6 +39,7 @@ from ..backends import to_host
 from ..backends._base import ordered_sum
 from ..integrator.lanes import Trial
 from ..integrator.replay import replay
+from . import bulk_linearization
 
 Array = Any
 
@@ -82,8 +86,13 @@ def backward(
         One entry per differentiable leaf: per-lane leaves ``(..., L)``; shared leaves summed.
     """
     sweep = _Sweep(backend, stepper, rhs, trials, leaves, save_grid, retcodes, cotangent)
+    checkpointed = bool(trials) and trials[0].inputs is None
     with backend.ignore_fp_errors():  # rejected trials may hold overflowed stages
-        if trials and trials[0].inputs is None:
+        bulk = bulk_linearization.applies(rhs, sweep.shape, cotangent.dtype)
+        if bulk and bulk_linearization.pays(sweep):
+            inputs = _Replayed(sweep, rhs_for) if checkpointed else _Recorded(trials)
+            bulk_linearization.BulkSweep(sweep).run(inputs)
+        elif checkpointed:
             _checkpointed_sweep(sweep, rhs_for)
         else:
             for j in range(len(trials) - 1, -1, -1):
@@ -102,6 +111,42 @@ def _checkpointed_sweep(sweep: _Sweep, rhs_for: Any) -> None:
         inputs = _replay_forward(sweep, rhs_for, first, end)
         for j in range(end - 1, first - 1, -1):
             sweep.step_back(j, inputs[j - first])
+
+
+class _Recorded:
+    """Iteration ``j``'s stage inputs, as the forward pass kept them (``inputs(j)``)."""
+
+    def __init__(self, trials: list[Trial]) -> None:
+        self.trials = trials
+
+    def __call__(self, j: int) -> tuple[Array, ...]:
+        return self.trials[j].inputs
+
+    def release(self, first: int) -> None:
+        """Nothing to free: the record holds them."""
+
+
+class _Replayed:
+    """Iteration ``j``'s stage inputs, recomputed segment by segment from the checkpoints
+    (``_replay_forward``); a segment stays until ``release`` says the sweep is past it."""
+
+    def __init__(self, sweep: _Sweep, rhs_for: Any) -> None:
+        self.sweep, self.rhs_for = sweep, rhs_for
+        trials = sweep.trials
+        self.starts = [j for j, trial in enumerate(trials) if trial.start is not None]
+        self.segments: dict[int, list[tuple]] = {}
+
+    def __call__(self, j: int) -> tuple[Array, ...]:
+        s = bisect.bisect_right(self.starts, j) - 1
+        first = self.starts[s]
+        if first not in self.segments:
+            end = self.starts[s + 1] if s + 1 < len(self.starts) else len(self.sweep.trials)
+            self.segments[first] = _replay_forward(self.sweep, self.rhs_for, first, end)
+        return self.segments[first][j - first]
+
+    def release(self, first: int) -> None:
+        """Free the segments that start at or after iteration ``first`` (swept)."""
+        self.segments = {a: seg for a, seg in self.segments.items() if a < first}
 
 
 def _replay_forward(sweep: _Sweep, rhs_for: Any, first: int, end: int) -> list[tuple]:
@@ -225,8 +270,14 @@ class _Sweep:
         self.layout = lanes
         self._layout_leaves()
 
-    def step_back(self, j: int, inputs: tuple[Array, ...]) -> None:
-        """Pull the cotangents back through iteration ``j``'s accepted steps."""
+    def has_inside(self, j: int) -> bool:
+        """Whether a save point lies inside one of iteration ``j``'s steps (the dense output)."""
+        return any(w is not None and not at_end.all() for _, _, w, at_end in self.rounds.get(j, ()))
+
+    def step_back(self, j: int, inputs: tuple[Array, ...], vjp: Any = None) -> None:
+        """Pull the cotangents back through iteration ``j``'s accepted steps: with the RHS's
+        traced VJP at the stage ``inputs``, or with ``vjp`` at the stage handles ``inputs``
+        (a bulk linearization's, which gives the parameter cotangents later)."""
         xp, trial = self.xp, self.trials[j]
         if self.size(j) != self.layout.shape[0]:  # the forward pass compacted after iteration j
             self._relayout(self.lane[j])
@@ -238,13 +289,13 @@ class _Sweep:
         if idle:
             mask = self._device_mask(accept)
             h = xp.where(mask, h, xp.zeros_like(h))
-            if self.shared_diff:  # idle lanes pull zero through their own start state
+            if self.shared_diff and vjp is None:  # idle lanes pull zero through their start
                 inputs = (inputs[0], *(xp.where(mask, y, inputs[0]) for y in inputs[1:]))
         ends, inside = self._save_cotangents(j)
         u_bar, step_bars = _step_vjp(
             self.backend,
             self.coefficients,
-            self.stage_vjp,
+            self.stage_vjp if vjp is None else vjp,
             inputs,
             trial.t,
             h,
@@ -254,11 +305,14 @@ class _Sweep:
         )
         if idle:
             u_bar = xp.where(mask, u_bar, self.u_bar)
+        self.u_bar = u_bar
+        if not step_bars:  # a bulk linearization adds the parameter cotangents
+            return
+        if idle:
             step_bars = [
                 xp.where(mask, bar, xp.zeros_like(bar)) if self.rhs.lane_leaf[i] else bar
                 for bar, i in zip(step_bars, self.diff_idx, strict=True)
             ]
-        self.u_bar = u_bar
         self.leaf_bars = [a + b for a, b in zip(self.leaf_bars, step_bars, strict=True)]
 
     def _gather_saves(self, trials: list[Trial]) -> None:
@@ -305,6 +359,12 @@ class _Sweep:
                 g = xp.where(mask, zero, g)
             inside.append((idx, weights, g))
         return ends, inside
+
+    def add_leaf_cotangents(self, bars: list[Any]) -> None:
+        """Add cotangents of the differentiated leaves (per-lane ones over all lanes)."""
+        if self.layout.shape[0] != self.n_lanes:
+            self._relayout(np.arange(self.n_lanes))
+        self.leaf_bars = [a + b for a, b in zip(self.leaf_bars, bars, strict=True)]
 
     def finish(self, t0: np.ndarray) -> tuple[Array, list[Any]]:
         """Add the save points at ``t0``; NaN for failed lanes (and the leaves they share)."""
@@ -361,6 +421,12 @@ class _StageWeights:
         self.below = [column(a[i, :i]) for i in range(self.last + 1)]
         self._scratch: Array | None = None
 
+    def stages_pulled(self, inside: bool) -> list[int]:
+        """The stages a backward step pulls back through, first to last: those that feed the
+        end state, and with a save point inside the step those only the dense output uses."""
+        last = self.last if inside else self.last_used
+        return [i for i in range(last + 1) if inside or self.used[i]]
+
     def scratch(self, xp: Any, like: Array) -> Array:
         """A ``(last + 2, *like.shape)`` array for a step's cotangents, reused from step to
         step (a fresh one per step would cost a large allocation each time)."""
@@ -400,9 +466,10 @@ def _step_vjp(
     for idx, weights, g in inside:
         k_bars = backend.add_to_lanes(k_bars, idx, weights[: last + 1, ...] * g)
     leaf_bars: list[Any] = []
+    pulled = co.stages_pulled(bool(inside))
     for i in range(last, -1, -1):
         r = co.row[i]
-        if i <= q and not co.used[i] and not inside:
+        if i not in pulled:
             bars[r, ...] = 0.0
             continue
         row = bars[r, ...]

@@ -1,0 +1,279 @@
+"""The discrete adjoint's stage VJPs from a bulk linearization of an autograd-traced ``f``.
+
+Tracing ``f`` with autograd costs a fixed overhead per call, which the per-step backward
+sweep pays once per stage and step (thousands of calls, each over a working set of lanes).
+After the forward pass every stage input ``y_i`` of every step is known, so the sweep
+linearizes ``f`` at all of them at once, a chunk of iterations at a time (all their steps ×
+stages × lanes stacked as one batch of columns):
+
+* one trace of ``f`` over ``n`` copies of the chunk's columns and one VJP of it, whose
+  cotangent is one-hot in row ``r`` on copy ``r``, give the state Jacobians ``J = df/dy``
+  ``(n, n, K)`` of every column and, for parameter leaves with a lane axis, the rows of
+  ``df/dp`` per column;
+* the recursion of the discrete adjoint (``discrete_adjoint._step_vjp``) then takes each
+  stage's ``ȳ_i = J_iᵀ k̄_i`` as a product with the stored Jacobians, and keeps ``k̄_i``;
+* the parameter cotangent is linear in the ``k̄_i``: per-lane leaves get ``Σ_r k̄_ir df_r/dp``
+  per column, summed over each step's stages; leaves shared by the lanes get the chunk's
+  sum from ONE more VJP of ``f`` over the chunk, with all its ``k̄_i`` stacked.
+
+Autograd traces the columns as ``dxode._column_boxes.Columns``, whose indexing VJP does not
+go through ``np.add.at`` (ten times the arithmetic of ``f`` over this many columns).
+
+It is the same discrete adjoint, evaluated in another order: the cotangents agree with the
+per-step sweep to rounding. The chunks follow from the record alone, so a checkpointed
+sweep (which replays segments into them) keeps the bits of an uncheckpointed one. Memory per
+chunk: ``K n²`` Jacobian entries plus ``n`` copies of the columns and their trace, for
+``K`` columns within ``CHUNK_BYTES`` (at least one iteration). Above ``MAX_STATE`` state
+components (``n`` copies per column instead of one, ``n²`` entries) the per-step sweep
+runs instead, and so it does where ``pays`` finds the extra arithmetic (``f``'s work per
+lane, counted) larger than the overhead saved. Only autograd-traced RHSs over a lane axis
+take this path: a hand-written ``vjp`` or ``jac`` + ``paramjac`` has no tracing overhead to
+save, and a single-trajectory ``f`` (``single_lane``) cannot take columns of many steps at
+once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import _pytree
+from .._traced_rhs import TracedRHS
+from ..backends._base import ordered_sum
+from . import rhs_cost
+
+Array = Any
+
+MAX_STATE = 8  # state components above which the per-step sweep runs (J: n² per column)
+# Elements of array work per lane that cost about as much as autograd's overhead for one
+# traced operation (2-core CPU, 2026-11-23: Lorenz, an MLP and a dense tanh system, 1 to
+# 1,000 lanes, put the break-even point between 3,000 and 4,500).
+CALL_ELEMENTS = 4000
+CHUNK_BYTES = 2 * 2**20  # per chunk: Jacobians, copies of the columns, trace (cache-sized)
+
+
+def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
+    """Whether the backward sweep of a batch with states of ``shape`` (one lane) and
+    ``dtype`` linearizes ``rhs`` in bulk: autograd traces it (no ``vjp``, no ``jac`` +
+    ``paramjac``; NumPy arrays of real floats), it takes a lane axis, and the state has at
+    most ``MAX_STATE`` components."""
+    n = math.prod(shape)
+    autograd_traced = rhs.vjp is None and not rhs.has_jacobians and rhs.backend.name == "numpy"
+    real = autograd_traced and np.issubdtype(np.dtype(dtype), np.floating)
+    return real and not rhs.single_lane and 0 < n <= MAX_STATE
+
+
+def pays(sweep: Any) -> bool:
+    """Whether the bulk linearization should cost less than the per-step sweep for this
+    batch: its extra arithmetic, ``f``'s ``n`` copies per column (and one more pass where
+    parameters are shared by the lanes) plus the ``n²`` Jacobian products, against autograd's
+    overhead per traced operation saved, from ``f``'s operation and element counts
+    (``rhs_cost.probe`` at the first iteration's start; shapes only, so the same choice on
+    every run, checkpointed or not)."""
+    rhs, trials = sweep.rhs, sweep.trials
+    if not trials:
+        return False
+    first = trials[0]
+    y = first.inputs[0] if first.inputs is not None else first.start[0]
+    p = _pytree.rebuild(rhs.p_template, sweep._leaves_at(sweep.lane[0]))
+    try:
+        calls, elements = rhs_cost.probe(lambda u: rhs.f(u, p, first.t), y)
+    except Exception:  # f that cannot take the counting array: the per-step sweep
+        return False
+    n = math.prod(sweep.shape)
+    shared = any(not rhs.lane_leaf[i] for i in sweep.diff_idx)
+    lanes = float(np.mean([sweep.size(j) for j in range(len(trials))]))
+    per_lane = elements / y.shape[-1]
+    extra = ((n + shared - 1) * per_lane + n * n) * lanes
+    return extra <= calls * CALL_ELEMENTS
+
+
+class BulkSweep:
+    """Runs a discrete-adjoint sweep (``discrete_adjoint._Sweep``) chunk by chunk, with the
+    stage VJPs from each chunk's bulk linearization, and hands it the summed parameter
+    cotangents at the end."""
+
+    def __init__(self, sweep: Any) -> None:
+        self.sweep = sweep
+        self.xp = sweep.xp
+        self.n = math.prod(sweep.shape)
+        itemsize = self.xp.finfo(sweep.u_bar.dtype).bits // 8
+        self.chunk_columns = max(1, CHUNK_BYTES // (itemsize * self.n * (2 * self.n + 12)))
+        rhs = sweep.rhs
+        self.lane_diff = [rhs.lane_leaf[i] for i in sweep.diff_idx]
+        self.totals: list[Any] | None = None  # parameter cotangents, all lanes
+
+    def run(self, inputs: Any) -> None:
+        """The whole sweep, last iteration to first, chunk by chunk; ``inputs(j)`` gives
+        iteration ``j``'s stage inputs and ``inputs.release(first)`` frees those of the
+        iterations from ``first`` on. The chunks depend on the record alone (not on where
+        the inputs come from), so a checkpointed sweep gives the same bits."""
+        sweep = self.sweep
+        plans = [self._plan(j) for j in range(len(sweep.trials))]
+        bounds = [0]
+        columns = 0
+        for j, plan in enumerate(plans):
+            width = len(plan) * sweep.size(j)
+            if columns and columns + width > self.chunk_columns:
+                bounds.append(j)
+                columns = 0
+            columns += width
+        bounds.append(len(plans))
+        for first, end in zip(reversed(bounds[:-1]), reversed(bounds[1:]), strict=True):
+            self._chunk(first, end, plans[first:end], [inputs(j) for j in range(first, end)])
+            inputs.release(first)
+        if self.totals is not None:
+            sweep.add_leaf_cotangents(self.totals)
+
+    def _plan(self, j: int) -> list[int]:
+        """The stages whose VJPs the backward step of iteration ``j`` takes (none if no lane
+        accepted)."""
+        sweep = self.sweep
+        if not sweep.accept[j].any():
+            return []
+        return sweep.coefficients.stages_pulled(sweep.has_inside(j))
+
+    def _chunk(self, first: int, end: int, plans: list, inputs: list) -> None:
+        """Linearize ``f`` at the stage inputs of iterations ``first .. end - 1``, pull the
+        cotangents back through them (last to first) and add their parameter cotangents."""
+        xp, sweep = self.xp, self.sweep
+        columns, handles = self._stack(first, plans, inputs)
+        if columns is None:  # no lane accepted at any of these iterations
+            for j in range(end - 1, first - 1, -1):
+                sweep.step_back(j, inputs[j - first])
+            return
+        y, t, lanes = columns
+        jac, param_rows = self._jacobians(y, t, lanes)
+        stage_vjp = _StageVJP(xp, jac, sweep.shape)
+        for j in range(end - 1, first - 1, -1):
+            sweep.step_back(j, handles[j - first], vjp=stage_vjp)
+        k_bars = stage_vjp.k_bars
+        rows = iter(param_rows)
+        leaf_bars = [_weighted(xp, next(rows), k_bars) if lane else None for lane in self.lane_diff]
+        if not all(self.lane_diff):  # shared leaves: their cotangents summed by one VJP
+            shared = [i for i, lane in zip(sweep.diff_idx, self.lane_diff, strict=True) if not lane]
+            state = xp.reshape(y, (*sweep.shape, y.shape[-1]))
+            _, pull = sweep.rhs.pullback(state, t, sweep._leaves_at(lanes), shared, True)
+            bars = iter(pull(xp.reshape(k_bars, tuple(state.shape)))[1])
+            leaf_bars = [next(bars) if bar is None else bar for bar in leaf_bars]
+        self._add(leaf_bars, first, plans)
+
+    def _jacobians(self, y: Array, t: Array, lanes: np.ndarray) -> tuple[Array, list[list]]:
+        """``J = df/dy`` ``(n, n, K)`` at the columns ``y`` ``(n, K)`` (times ``t``, host lane
+        numbers ``lanes``), and for each differentiated per-lane leaf the rows of ``df/dp``
+        (``n`` arrays ``(..., K)``): one trace of ``f`` over ``n`` copies of the columns and
+        one VJP whose cotangent is one-hot in row ``r`` on copy ``r``."""
+        xp, sweep, n = self.xp, self.sweep, self.n
+        k = y.shape[-1]
+        lane_wrt = [i for i, lane in zip(sweep.diff_idx, self.lane_diff, strict=True) if lane]
+        copies = xp.reshape(xp.concat([y] * n, axis=-1), (*sweep.shape, n * k))
+        leaves = sweep._leaves_at(np.tile(lanes, n))
+        _, pull = sweep.rhs.pullback(copies, xp.concat([t] * n), leaves, lane_wrt, True)
+        one_hot = xp.zeros((n, n, k), dtype=y.dtype)
+        for r in range(n):
+            one_hot[r, r, :] = 1.0
+        y_bar, bars = pull(xp.reshape(one_hot, tuple(copies.shape)))
+        # y_bar[c, r K + i] = df_r/dy_c at column i
+        jac = xp.permute_dims(xp.reshape(xp.asarray(y_bar, dtype=y.dtype), (n, n, k)), (1, 0, 2))
+        param_rows = []
+        for bar in bars:
+            lead = tuple(bar.shape[:-1])
+            split = xp.reshape(bar, (-1, n, k))
+            param_rows.append([xp.reshape(split[:, r, :], (*lead, k)) for r in range(n)])
+        return jac, param_rows
+
+    def _stack(self, first: int, plans: list, inputs: list) -> tuple[Any, list]:
+        """The chunk's columns ``(y (n, K), t (K,), host lane numbers (K,))`` (``None`` if
+        empty) and, per iteration, the stage handles ``(a, b)`` (column ranges) that stand in
+        for its stage inputs. A lane that did not accept contributes its start state at the
+        step's start time (as in the per-step sweep), so overflowed rejected stages never
+        reach the cotangents."""
+        xp, sweep, n = self.xp, self.sweep, self.n
+        co = sweep.coefficients
+        ys, ts, lanes, handles = [], [], [], []
+        offset = 0
+        for k, plan in enumerate(plans):
+            j = first + k
+            stage = [None] * len(inputs[k])
+            handles.append(tuple(stage))
+            if not plan:
+                continue
+            trial, accept = sweep.trials[j], sweep.accept[j]
+            h, start = trial.h, inputs[k][0]
+            width = int(accept.shape[0])
+            mask = None if accept.all() else sweep._device_mask(accept)
+            if mask is not None:
+                h = xp.where(mask, h, xp.zeros_like(h))
+            times = trial.t + co.c * h
+            for i in plan:
+                y = inputs[k][i] if mask is None else xp.where(mask, inputs[k][i], start)
+                ys.append(xp.reshape(y, (n, width)))
+                ts.append(times[i, ...])
+                stage[i] = (offset, offset + width)
+                offset += width
+            lanes.append(np.tile(sweep.lane[j], len(plan)))
+            handles[k] = tuple(stage)
+        if not ys:
+            return None, handles
+        columns = (xp.concat(ys, axis=-1), xp.concat(ts), np.concatenate(lanes))
+        return columns, handles
+
+    def _add(self, leaf_bars: list[Any], first: int, plans: list) -> None:
+        """Add a chunk's parameter cotangents: shared leaves as summed by the VJP, per-lane
+        ones summed over each iteration's stages and added to its lanes, last iteration
+        first."""
+        xp, sweep = self.xp, self.sweep
+        if self.totals is None:
+            self.totals = [
+                xp.zeros((*bar.shape[:-1], sweep.n_lanes), dtype=bar.dtype) if lane else 0.0
+                for bar, lane in zip(leaf_bars, self.lane_diff, strict=True)
+            ]
+        for m, (bar, lane) in enumerate(zip(leaf_bars, self.lane_diff, strict=True)):
+            if not lane:
+                self.totals[m] = self.totals[m] + bar
+                continue
+            leaf_rows = math.prod(bar.shape[:-1])
+            flat = xp.reshape(bar, (leaf_rows, bar.shape[-1]))
+            total = xp.reshape(self.totals[m], (leaf_rows, self.totals[m].shape[-1]))
+            ends = np.cumsum([len(plan) * sweep.size(first + k) for k, plan in enumerate(plans)])
+            for k in range(len(plans) - 1, -1, -1):  # last to first, as chunks: bits by record
+                plan, width = plans[k], sweep.size(first + k)
+                if not plan:
+                    continue
+                span = flat[:, int(ends[k]) - len(plan) * width : int(ends[k])]
+                per_stage = xp.moveaxis(xp.reshape(span, (leaf_rows, len(plan), width)), 1, 0)
+                lanes = sweep._device_index(sweep.lane[first + k])
+                total = sweep.backend.add_to_lanes(total, lanes, ordered_sum(xp, per_stage))
+            self.totals[m] = xp.reshape(total, tuple(self.totals[m].shape))
+
+
+def _weighted(xp: Any, rows: list[Array], weights: Array) -> Array:
+    """``Σ_r rows[r] * weights[r]`` in order: a per-lane leaf's cotangent per column
+    ``(..., K)`` from the rows of ``df/dp`` (each ``(..., K)``) and the stage cotangents
+    ``(n, K)``."""
+    total = rows[0] * weights[0, :]
+    for r in range(1, len(rows)):
+        total = total + rows[r] * weights[r, :]
+    return total
+
+
+class _StageVJP:
+    """``vjp(handle, t, v, out=None) -> (Jᵀ v, [])`` for the stage whose columns are
+    ``handle = (a, b)`` of the chunk's Jacobians ``J`` ``(n, n, K)``; keeps ``v`` (the stage's
+    ``k̄``) in column ``a .. b`` of ``k_bars`` ``(n, K)`` for the parameter cotangents."""
+
+    def __init__(self, xp: Any, jac: Array, shape: tuple[int, ...]) -> None:
+        self.xp, self.jac, self.shape = xp, jac, shape
+        self.k_bars = xp.zeros(tuple(jac.shape[1:]), dtype=jac.dtype)
+
+    def __call__(
+        self, handle: tuple[int, int], t: Array, v: Array, out: Array | None = None
+    ) -> tuple[Array, list[Any]]:
+        xp = self.xp
+        a, b = handle
+        flat = xp.reshape(v, (self.k_bars.shape[0], b - a))
+        self.k_bars[:, a:b] = flat
+        y_bar = ordered_sum(xp, self.jac[:, :, a:b] * flat[:, None, :])
+        return xp.reshape(y_bar, tuple(v.shape)), []

@@ -1,0 +1,226 @@
+"""The discrete adjoint's bulk linearization of an autograd-traced f against the per-step sweep.
+
+Both evaluate the same discrete adjoint (the bulk one linearizes f at every recorded stage
+input at once), so they agree to rounding; finite differences check the bulk gradient itself.
+``MAX_STATE = 0`` forces the per-step sweep.
+"""
+
+from __future__ import annotations
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+import dxode
+from dxode._traced_rhs import TracedRHS
+from dxode.sensitivity import bulk_linearization
+
+from problems import lorenz
+
+SCALE = np.linspace(0.8, 1.2, 6)[:, None]
+U0 = np.array([1.0, 0.5, 0.2])
+THETA = np.array([10.0, 28.0, 8.0 / 3.0])
+
+
+def lorenz_loss(dtype=np.float64, tol=1e-7, sensealg=None, saveat=0.37, t1=1.0):
+    """u0 (3 entries) and a shared parameter vector scaled per trajectory (per-lane leaf)."""
+
+    def loss(theta):
+        prob = dxode.ODEProblem(lorenz, theta[:3], (0.0, t1), (10.0, 28.0, 8 / 3))
+        eprob = dxode.EnsembleProblem(prob, p=theta[None, 3:] * SCALE.astype(dtype))
+        sim = dxode.solve(
+            eprob, trajectories=6, saveat=saveat, rtol=tol, atol=tol, sensealg=sensealg
+        )
+        return anp.sum(sim.u**2 * np.array([1.0, 2.0, 3.0], dtype=dtype))
+
+    return loss
+
+
+def forced(u, p, t):
+    """A non-autonomous linear system with a parameter vector shared by the lanes."""
+    a, b = p[0], p[1]
+    return anp.stack([-a * u[0] + anp.sin(3.0 * t) * u[1], -b * u[1] + anp.cos(t)])
+
+
+def forced_loss(theta, tol=1e-11):
+    """The shared parameters ``theta[:2]`` and the start state's scale ``theta[2]``."""
+    u0 = theta[2] * np.linspace(0.5, 1.5, 5)[:, None] * np.array([1.0, -1.0])
+    prob = dxode.ODEProblem(forced, np.array([1.0, -1.0]), (0.0, 2.0), theta[:2])
+    eprob = dxode.EnsembleProblem(prob, u0=u0)
+    sim = dxode.solve(eprob, trajectories=5, saveat=0.25, rtol=tol, atol=tol)
+    return anp.sum(sim.u**3)
+
+
+def per_step(monkeypatch, func, x):
+    """``autograd.grad(func)(x)`` with the per-step sweep."""
+    with monkeypatch.context() as m:
+        m.setattr(bulk_linearization, "MAX_STATE", 0)
+        return autograd.grad(func)(x)
+
+
+@pytest.fixture
+def traces(monkeypatch):
+    """Counts the traces of f the backward pass makes (``TracedRHS.pullback`` calls)."""
+    calls = []
+    original = TracedRHS.pullback
+
+    def counted(self, *args, **kwargs):
+        calls.append(kwargs.get("columns", False) or (len(args) > 4 and args[4]))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(TracedRHS, "pullback", counted)
+    return calls
+
+
+def central_difference(func, x, eps):
+    return np.array([(func(x + eps * e) - func(x - eps * e)) / (2 * eps) for e in np.eye(len(x))])
+
+
+@pytest.mark.parametrize("sensealg", [None, dxode.DiscreteAdjoint(checkpoint_every=4)], ids=repr)
+def test_lorenz_per_lane_parameters_agree_with_the_per_step_sweep(monkeypatch, traces, sensealg):
+    theta = np.concatenate([U0, THETA])
+    loss = lorenz_loss(sensealg=sensealg)
+    bulk = autograd.grad(loss)(theta)
+    n_bulk = len(traces)
+    assert n_bulk and all(traces)  # the backward pass traced columns in bulk, only
+    traces.clear()
+    reference = per_step(monkeypatch, loss, theta)
+    assert len(traces) > 20 * n_bulk and not any(traces)  # one trace per stage and step
+    np.testing.assert_allclose(bulk, reference, rtol=1e-12)
+
+
+def test_chunks_of_many_iterations_and_of_one_agree(monkeypatch):
+    """Chunk size changes only the grouping of the sums (and saves lie inside steps)."""
+    theta = np.concatenate([U0, THETA])
+    loss = lorenz_loss()
+    small = autograd.grad(loss)(theta)
+    monkeypatch.setattr(bulk_linearization, "CHUNK_BYTES", 2**30)  # one chunk in all
+    np.testing.assert_allclose(autograd.grad(loss)(theta), small, rtol=1e-13)
+
+
+def test_lorenz_gradient_against_central_differences():
+    theta = np.concatenate([U0, THETA])
+    loss = lorenz_loss(tol=1e-10, saveat=0.25, t1=0.5)
+    g = autograd.grad(loss)(theta)
+    np.testing.assert_allclose(g, central_difference(loss, theta, 1e-6), rtol=1e-6)
+
+
+def test_non_autonomous_f_with_shared_parameters(monkeypatch, traces):
+    theta = np.array([0.7, 1.3, 0.9])
+    bulk = autograd.grad(forced_loss)(theta)
+    assert all(traces)
+    np.testing.assert_allclose(bulk, per_step(monkeypatch, forced_loss, theta), rtol=1e-12)
+    np.testing.assert_allclose(bulk, central_difference(forced_loss, theta, 1e-6), rtol=1e-6)
+
+
+def test_shared_and_per_lane_leaves_together(monkeypatch):
+    """A pytree ``(shared, per-lane)``: one leaf's cotangent summed, the other's per lane."""
+
+    def f(u, p, t):
+        shared, lanes = p
+        return anp.stack([-shared[0] * u[0] + lanes[0] * u[1], -shared[1] * u[1] * u[0]])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(f, np.array([1.0, 0.5]), (0.0, 1.0), (theta[:2], theta[2:3]))
+
+        def remake(prob_, i, repeat):
+            return prob_.remake(p=(theta[:2], theta[2:3] * (0.5 + i / 4)))
+
+        eprob = dxode.EnsembleProblem(prob, prob_func=remake)
+        sim = dxode.solve(eprob, trajectories=4, saveat=0.5, rtol=1e-8)
+        return anp.sum(sim.u**2)
+
+    theta = np.array([0.4, 1.1, 0.8])
+    bulk = autograd.grad(loss)(theta)
+    np.testing.assert_allclose(bulk, per_step(monkeypatch, loss, theta), rtol=1e-12)
+
+
+def test_float32(monkeypatch):
+    theta = np.concatenate([U0, THETA]).astype(np.float32)
+    loss = lorenz_loss(dtype=np.float32, tol=1e-5, saveat=0.5)
+    bulk = autograd.grad(loss)(theta)
+    assert bulk.dtype == np.float32
+    reference = per_step(monkeypatch, loss, theta)
+    np.testing.assert_allclose(bulk, reference, rtol=1e-4)
+
+
+def test_larger_states_use_the_per_step_sweep(monkeypatch, traces):
+    """Above ``MAX_STATE`` components the per-step sweep runs; below it the bulk one."""
+    a = np.array([[-1.0, 0.3, 0.0, 0.1], [0.0, -0.5, 0.2, 0.0], [0.1, 0.0, -0.7, 0.3]])
+    a = np.vstack([a, [0.0, 0.2, 0.0, -0.4]])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(lambda u, p, t: p * anp.dot(a, u), U0[[0, 1, 2, 0]], (0, 1), theta)
+        sim = dxode.solve(
+            dxode.EnsembleProblem(prob, u0=np.linspace(0.5, 1.5, 3)[:, None] * np.ones(4)),
+            trajectories=3,
+            saveat=0.5,
+            rtol=1e-8,
+        )
+        return anp.sum(sim.u**2)
+
+    theta = np.array(1.3)
+    monkeypatch.setattr(bulk_linearization, "MAX_STATE", 3)
+    g = autograd.grad(loss)(theta)
+    assert traces and not any(traces)
+    traces.clear()
+    monkeypatch.setattr(bulk_linearization, "MAX_STATE", 4)
+    bulk = autograd.grad(loss)(theta)
+    assert traces and all(traces)
+    np.testing.assert_allclose(bulk, g, rtol=1e-12)
+
+
+def test_a_single_trajectory_keeps_the_per_step_sweep(traces):
+    """f of one trajectory cannot take many steps' columns at once."""
+
+    def loss(theta):
+        prob = dxode.ODEProblem(lorenz, theta[:3], (0.0, 0.5), theta[3:])
+        return anp.sum(dxode.solve(prob, saveat=0.25, rtol=1e-8).u ** 2)
+
+    autograd.grad(loss)(np.concatenate([U0, THETA]))
+    assert traces and not any(traces)
+
+
+def test_matrix_state_and_lanes_that_end_at_different_times(monkeypatch):
+    """A ``(2, 2)`` state per lane, and spans that retire lanes early (the working set
+    shrinks between iterations of one chunk)."""
+
+    def f(u, p, t):
+        return -p[0] * u + p[1] * anp.sin(u[::-1, ...])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(f, np.array([[1.0, 0.5], [-0.3, 0.8]]), (0.0, 1.0), theta)
+        tspan = np.stack([np.zeros(4), np.array([0.4, 1.0, 0.7, 1.2])], axis=1)
+        eprob = dxode.EnsembleProblem(prob, tspan=tspan)
+        sim = dxode.solve(eprob, trajectories=4, saveat=[0.2, 0.4], rtol=1e-9, atol=1e-9)
+        return anp.sum(sim.u**2)
+
+    theta = np.array([0.6, 0.9])
+    bulk = autograd.grad(loss)(theta)
+    np.testing.assert_allclose(bulk, per_step(monkeypatch, loss, theta), rtol=1e-12)
+    np.testing.assert_allclose(bulk, central_difference(loss, theta, 1e-6), rtol=1e-6)
+
+
+def test_the_per_step_sweep_where_f_is_wide_and_lanes_many(monkeypatch, traces):
+    """A wide hidden layer over many lanes costs more as ``n + 1`` copies per column than
+    autograd's per-call overhead saves (``bulk_linearization.pays``): the per-step sweep runs;
+    with two lanes the bulk one does. Either way the same gradient to rounding."""
+    weights = np.random.default_rng(0).standard_normal((64, 2)) * 0.3
+
+    def f(u, p, t):
+        return anp.dot(weights.T, anp.tanh(anp.dot(weights, u))) * p[0] - p[1] * u
+
+    def loss(theta, lanes):
+        prob = dxode.ODEProblem(f, np.array([1.0, -0.5]), (0.0, 0.5), theta)
+        u0 = np.linspace(0.5, 1.5, lanes)[:, None] * np.array([1.0, -0.5])
+        sim = dxode.solve(dxode.EnsembleProblem(prob, u0=u0), trajectories=lanes, saveat=0.25)
+        return anp.sum(sim.u**2)
+
+    theta = np.array([0.4, 0.8])
+    for lanes, bulk in ((400, False), (2, True)):
+        traces.clear()
+        g = autograd.grad(loss)(theta, lanes)
+        assert traces and all(traces) == bulk and any(traces) == bulk
+        reference = per_step(monkeypatch, lambda th, n=lanes: loss(th, n), theta)
+        np.testing.assert_allclose(g, reference, rtol=1e-12)
