@@ -207,9 +207,8 @@ def _write_source(source: str, name: str) -> Path:
 
 
 def _import(path: Path, name: str) -> Any:
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
+    """A fresh module from ``path`` (never one already imported: ``_build`` replaces its
+    functions with compiled ones, which two builds of one source must not both do)."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
