@@ -136,7 +136,7 @@ def _build(
 
         device = lambda fn: cuda.jit(device=True, inline=True)(fn)
         module.user_f = device(ready)
-        for name in ("maximum", "minimum", "rhs"):
+        for name in ("maximum", "minimum", "rhs", "split_exponent", "pow2"):
             setattr(module, name, device(getattr(module, name)))
         module.attempt = cuda.jit(device=True)(module.attempt)
         module.block = cuda.jit(device=True)(module.block)
@@ -148,6 +148,11 @@ def _build(
         module.user_f = inline(ready)
         for name in ("maximum", "minimum", "rhs"):
             setattr(module, name, inline(getattr(module, name)))
+        # the exponent helpers as bit operations: the same results as the generated chains
+        from . import float_bits
+
+        module.split_exponent = float_bits.split_exponent
+        module.pow2 = float_bits.pow2
         compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
         module.attempt = compiled(module.attempt)
         module.block = compiled(module.block)
