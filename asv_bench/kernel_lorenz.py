@@ -254,7 +254,8 @@ def run_size(n: int, repeats: int, with_array: bool, diffrax_compile) -> list[tu
         kernel, sim = best_of(lambda a=alg: dxode.solve(eprob, "tsit5", a, **opts), repeats)
         stats = sim.stats
         attempts = int(np.sum(stats.naccept) + np.sum(stats.nreject))
-        note = f"first call {first:.2f} s; largest difference from hand-written {np.max(np.abs(sim.u - out)):.1e}"
+        diff = np.max(np.abs(sim.u - out))
+        note = f"first call {first:.2f} s; largest difference from hand-written {diff:.1e}"
         rows.append(
             (f"EnsembleKernel, {threads} thread{'s' * (threads > 1)}", kernel, attempts, note)
         )
