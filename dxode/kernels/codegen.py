@@ -4,8 +4,14 @@ The source defines undecorated functions; ``compiler`` compiles them with numba 
 
 ``maximum, minimum``
     NaN-propagating like ``numpy.maximum``/``minimum`` (so failing lanes fail the same way).
+``split_exponent(x)``, ``pow2(n)``
+    Exact exponent helpers of the controller's ``log``/``exp`` (``codegen_math``; the CPU
+    compiler binds them to bit-level intrinsics).
 ``rhs(y_0, ..., y_{n-1}, p, t)``
     The user's ``f`` (global ``user_f``) on one lane, its rows cast to the state's dtype.
+``attempt(...)``
+    One trial step of the block's lanes (stages, error norm), then, in a second lane loop,
+    the controller's step factor: both loops vectorize across lanes.
 ``block(j0, L, U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, NACC,
 NREJ, NF)``
     Integrates lanes ``j0 .. j0 + B - 1`` to their end with the array path's semantics
