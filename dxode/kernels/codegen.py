@@ -38,8 +38,9 @@ from .description import StepperDescription
 
 __all__ = ["KernelLayout", "generate"]
 
-# Bumped whenever the generated code changes meaning (part of every cache key).
-CODEGEN_VERSION = 5
+# Bumped whenever the generated code changes meaning, or what the compiler binds into it
+# (part of every cache key).
+CODEGEN_VERSION = 6
 
 # The controller's floor under the error (``PIDController.adapt``'s guard of its powers).
 _ERROR_FLOOR = 1e-10

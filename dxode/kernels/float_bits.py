@@ -17,6 +17,8 @@ from numba.extending import intrinsic
 
 __all__ = ["pow2", "split_exponent"]
 
+_I32 = ir.IntType(32)
+
 
 def _format(x: Any) -> tuple[ir.Type, ir.IntType, int, int]:
     """LLVM float type, same-width integer type, mantissa bits and exponent bias of ``x``."""
@@ -38,7 +40,8 @@ def split_exponent(typingctx: Any, x: Any) -> Any:
         k = builder.sub(builder.lshr(bits, integer(nmant)), integer(bias))
         mantissa = builder.and_(bits, integer((1 << nmant) - 1))
         m = builder.bitcast(builder.or_(mantissa, integer(bias << nmant)), flt)
-        kf = builder.sitofp(k, flt)
+        # through 32-bit integers: AVX2 converts those to floats in SIMD, 64-bit ones not
+        kf = builder.sitofp(builder.trunc(k, _I32) if integer.width > 32 else k, flt)
         return context.make_tuple(builder, signature.return_type, [m, kf])
 
     return types.UniTuple(x, 2)(x), codegen
@@ -52,7 +55,9 @@ def pow2(typingctx: Any, n: Any) -> Any:
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         flt, integer, nmant, bias = _format(n)
-        k = builder.fptosi(args[0], integer)
+        k = builder.fptosi(args[0], _I32)  # 32-bit: a SIMD conversion on AVX2 too
+        if integer.width > 32:
+            k = builder.sext(k, integer)
         bits = builder.shl(builder.add(k, integer(bias)), integer(nmant))
         return builder.bitcast(bits, flt)
 
