@@ -31,7 +31,10 @@ import sys
 import time
 from pathlib import Path
 
-# XLA on one thread: read when jax is imported (the Diffrax row)
+# One thread for BLAS (SciPy's RK45 and the array path call it: pinned to one core, a second
+# BLAS thread only competes) and for XLA (the Diffrax row); read when the libraries load.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
     + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -228,41 +231,42 @@ def diffrax_solver(u0: np.ndarray):
     return compiled, f"jax {jax.__version__}, diffrax {diffrax.__version__}"
 
 
+def kernel_row(eprob, ps: np.ndarray, threads: int, repeats: int, hand_out: np.ndarray) -> tuple:
+    """The ``EnsembleKernel`` row on ``threads`` threads (the process pinned to as many cores)."""
+    pin(threads)
+    opts = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
+    alg = dxode.EnsembleKernel(threads=threads)
+    start = time.perf_counter()
+    dxode.solve(dxode.EnsembleProblem(eprob.prob, p=ps[:64]), "tsit5", alg, **opts)
+    first = time.perf_counter() - start
+    seconds, sim = best_of(lambda: dxode.solve(eprob, "tsit5", alg, **opts), repeats)
+    attempts = int(np.sum(sim.stats.naccept) + np.sum(sim.stats.nreject))
+    diff = np.max(np.abs(sim.u - hand_out))
+    note = f"first call {first:.2f} s; largest difference from hand-written {diff:.1e}"
+    pin(1)
+    return f"EnsembleKernel, {threads} thread{'s' * (threads > 1)}", seconds, attempts, note
+
+
 def run_size(n: int, repeats: int, with_array: bool, diffrax_compile) -> list[tuple]:
-    """Rows ``(name, seconds, attempts, note)`` for ``n`` trajectories."""
+    """Rows ``(name, seconds, attempts, note)`` for ``n`` trajectories (two threads last, so
+    that no idle worker thread shares the core of a one-thread row)."""
     rng = np.random.default_rng(0)
     ps = np.column_stack([np.full(n, 10.0), rng.uniform(20, 30, n), np.full(n, 8 / 3)])
     u0 = np.array([1.0, 0.0, 0.0])
-    rows = []
     pin(1)
     out = np.empty((n, 11, 3))
     start = time.perf_counter()
     hand_ensemble(u0, ps[:2], 10.0, 1.0, 1e-6, 1e-6, out[:2])
     hand_compile = time.perf_counter() - start
     hand, attempts = best_of(lambda: hand_ensemble(u0, ps, 10.0, 1.0, 1e-6, 1e-6, out), repeats)
-    rows.append(("hand-written numba Tsit5", hand, attempts, f"compile {hand_compile:.2f} s"))
-
+    rows = [("hand-written numba Tsit5", hand, attempts, f"compile {hand_compile:.2f} s")]
     prob = dxode.ODEProblem(lorenz, u0, (0.0, 10.0), (10.0, 28.0, 8 / 3))
     eprob = dxode.EnsembleProblem(prob, p=ps)
-    opts = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
-    for threads in (1, 2):
-        pin(threads)
-        alg = dxode.EnsembleKernel(threads=threads)
-        start = time.perf_counter()
-        dxode.solve(dxode.EnsembleProblem(prob, p=ps[:64]), "tsit5", alg, **opts)
-        first = time.perf_counter() - start
-        kernel, sim = best_of(lambda a=alg: dxode.solve(eprob, "tsit5", a, **opts), repeats)
-        stats = sim.stats
-        attempts = int(np.sum(stats.naccept) + np.sum(stats.nreject))
-        diff = np.max(np.abs(sim.u - out))
-        note = f"first call {first:.2f} s; largest difference from hand-written {diff:.1e}"
-        rows.append(
-            (f"EnsembleKernel, {threads} thread{'s' * (threads > 1)}", kernel, attempts, note)
-        )
-    pin(1)
+    rows.append(kernel_row(eprob, ps, 1, repeats, out))
     stacked, sol = best_of(lambda: stacked_scipy(u0, ps), repeats)
     rows.append(("SciPy stacked solve_ivp(RK45)", stacked, sol.nfev // 6 * n, "shared steps"))
     if with_array:
+        opts = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
         array, sim = best_of(lambda: dxode.solve(eprob, "tsit5", dxode.EnsembleArray(), **opts), 1)
         attempts = int(np.sum(sim.stats.naccept) + np.sum(sim.stats.nreject))
         rows.append(("EnsembleArray", array, attempts, "one run"))
@@ -272,6 +276,7 @@ def run_size(n: int, repeats: int, with_array: bool, diffrax_compile) -> list[tu
         rows.append(
             ("Diffrax jit(vmap)", seconds, int(np.sum(steps)), f"compile {compile_s:.1f} s")
         )
+    rows.append(kernel_row(eprob, ps, 2, repeats, out))
     return rows
 
 
