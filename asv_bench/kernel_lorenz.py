@@ -33,8 +33,9 @@ from pathlib import Path
 
 # One thread for BLAS (SciPy's RK45 and the array path call it: pinned to one core, a second
 # BLAS thread only competes) and for XLA (the Diffrax row); read when the libraries load.
-for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_name, "1")
+os.environ["OPENBLAS_NUM_THREADS"] = os.environ.get("OPENBLAS_NUM_THREADS", "1")
+os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
+os.environ["MKL_NUM_THREADS"] = os.environ.get("MKL_NUM_THREADS", "1")
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
     + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
