@@ -34,7 +34,6 @@ from pathlib import Path
 # One thread for BLAS (SciPy's RK45 and the array path call it: pinned to one core, a second
 # BLAS thread only competes) and for XLA (the Diffrax row); read when the libraries load.
 os.environ["OPENBLAS_NUM_THREADS"] = os.environ.get("OPENBLAS_NUM_THREADS", "1")
-os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
 os.environ["MKL_NUM_THREADS"] = os.environ.get("MKL_NUM_THREADS", "1")
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
