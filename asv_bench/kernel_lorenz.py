@@ -1,18 +1,44 @@
-"""Lorenz ensemble: EnsembleKernel (CPU) vs a hand-written scalar numba Tsit5 vs EnsembleArray.
+"""Lorenz ensemble: EnsembleKernel (CPU) against its peers, in one process.
 
-The issue-17 benchmark: 10^4 trajectories, t in [0, 10], saveat every 1.0, rtol = atol = 1e-6,
-float64, per-trajectory p; one thread (``NUMBA_NUM_THREADS=1``); compile times reported apart.
+The issue-17 benchmark: N trajectories, t in [0, 10], saveat every 1.0, rtol = atol = 1e-6,
+float64, per-trajectory p; compile times reported apart. Rows (best of ``--repeats``):
 
-    NUMBA_NUM_THREADS=1 python asv_bench/kernel_lorenz.py [trajectories]
+* ``EnsembleKernel`` on one thread (the process pinned to one core), and on two threads
+  (pinned to two cores) for the thread scaling;
+* a hand-written numba scalar Tsit5 (what a numba user writes: one trajectory at a time, a PI
+  controller, the free interpolant for the save points, stage arrays of length 3);
+* SciPy's stacked trick: ONE ``solve_ivp(RK45)`` on the ``(3N,)`` system (shared steps);
+* ``EnsembleArray`` (dxode's array path, one run; ``--no-array`` skips it);
+* Diffrax ``jit(vmap(diffeqsolve))`` with Tsit5 and the same PI controller (float64, XLA on one
+  thread), when ``jax`` and ``diffrax`` import (else the row says so).
 
-The hand-written peer is what a numba user writes: one trajectory at a time, Tsit5 with a PI
-controller and the free interpolant for the save points, stage arrays of length 3.
+GFLOP/s counts the method's arithmetic per step attempt (stage sums, ``f``, error norm; see
+``flops_per_attempt``) over the attempts each code took, against the core's peak
+(``--peak-flops-per-cycle``, default 16: two 256-bit FMA and two 256-bit add pipes of an AMD
+Zen 4 core, times the clock in ``/proc/cpuinfo``).
+
+    NUMBA_NUM_THREADS=2 python asv_bench/kernel_lorenz.py 10000 100000
+
+Diffrax is a benchmark-only peer: ``pip install jax jaxlib diffrax`` in a separate environment
+that also has dxode's dependencies, and run the script with that interpreter.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 import time
+from pathlib import Path
+
+# One thread for BLAS (SciPy's RK45 and the array path call it: pinned to one core, a second
+# BLAS thread only competes) and for XLA (the Diffrax row); read when the libraries load.
+os.environ["OPENBLAS_NUM_THREADS"] = os.environ.get("OPENBLAS_NUM_THREADS", "1")
+os.environ["MKL_NUM_THREADS"] = os.environ.get("MKL_NUM_THREADS", "1")
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "")
+    + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+)
 
 import numba
 import numpy as np
@@ -45,6 +71,7 @@ def _f(u, p, out):
 
 @numba.njit
 def hand_tsit5(u0, p, t1, saveat, rtol, atol, out):
+    """One trajectory; returns its step attempts."""
     n = 3
     k = np.empty((7, n))
     u = u0.copy()
@@ -56,7 +83,9 @@ def hand_tsit5(u0, p, t1, saveat, rtol, atol, out):
     out[0] = u
     isave = 1
     nsave = out.shape[0]
+    attempts = 0
     while t < t1:
+        attempts += 1
         if t + h > t1:
             h = t1 - t
         for i in range(1, 7):
@@ -95,49 +124,198 @@ def hand_tsit5(u0, p, t1, saveat, rtol, atol, out):
         else:
             factor = min(factor, 0.9)
         h *= factor
-    return t
+    return attempts
 
 
 @numba.njit
 def hand_ensemble(u0, ps, t1, saveat, rtol, atol, out):
+    attempts = 0
     for i in range(ps.shape[0]):
-        hand_tsit5(u0, ps[i], t1, saveat, rtol, atol, out[i])
+        attempts += hand_tsit5(u0, ps[i], t1, saveat, rtol, atol, out[i])
+    return attempts
 
 
-def main(n: int) -> None:
+F_FLOPS = 8  # lorenz: 3 subtractions, 5 multiplications
+
+
+def flops_per_attempt(n: int = 3, f_flops: int = F_FLOPS) -> int:
+    """Floating-point operations of one Tsit5 attempt (FSAL: six ``f`` calls).
+
+    Stage ``i`` (1..6): ``u + h * sum_j a_ij k_j`` is ``2 i + 1`` per component; the error
+    estimate ``h * sum_j e_j k_j`` is 14 per component, its scaling (max, multiply, add,
+    divide) 4, and the RMS norm ``2 n + 1``. Step-size control and saving are not counted.
+    """
+    stages = sum(n * (2 * i + 1) for i in range(1, 7))
+    error = n * 14 + n * 4 + 2 * n + 1
+    return stages + 6 * f_flops + error
+
+
+def peak_gflops(flops_per_cycle: float) -> tuple[float, str]:
+    """The core's peak (GFLOP/s) from the clock in ``/proc/cpuinfo``, and the CPU's name."""
+    model, mhz = "unknown CPU", 0.0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown CPU":
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("cpu MHz") and not mhz:
+                mhz = float(line.split(":", 1)[1])
+    except OSError:
+        pass
+    return flops_per_cycle * mhz / 1000.0, f"{model} at {mhz:.0f} MHz"
+
+
+def pin(cpus: int) -> None:
+    """Run this process (all its threads) on the first ``cpus`` allowed cores."""
+    if hasattr(os, "sched_getaffinity"):
+        allowed = sorted(os.sched_getaffinity(0))
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), set(allowed[:cpus]))
+
+
+def best_of(fn, repeats: int) -> tuple[float, object]:
+    """The best wall time of ``repeats`` calls, and the last result."""
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def stacked_scipy(u0: np.ndarray, ps: np.ndarray):
+    """SciPy's trick: ONE ``solve_ivp(RK45)`` on the ``(3N,)`` system (every lane the same
+    steps); returns the solution (``nfev / 6`` attempts)."""
+    from scipy.integrate import solve_ivp
+
+    n = ps.shape[0]
+    sigma, rho, beta = (np.ascontiguousarray(c) for c in ps.T)
+
+    def fun(t, y):
+        x, yy, z = y.reshape(3, n)
+        return np.concatenate([sigma * (yy - x), x * (rho - z) - yy, x * yy - beta * z])
+
+    y0 = np.repeat(u0, n)
+    ts = np.linspace(0.0, 10.0, 11)
+    return solve_ivp(fun, (0.0, 10.0), y0, method="RK45", t_eval=ts, rtol=1e-6, atol=1e-6)
+
+
+def diffrax_solver(u0: np.ndarray):
+    """``jit(vmap(solve_one))`` with Diffrax's Tsit5 and dxode's PI controller (``beta1 = 0.7,
+    beta2 = -0.4``: ``pcoeff = 0.4, icoeff = 0.3``), or the reason it cannot run."""
+    try:
+        import diffrax
+        import jax
+        import jax.numpy as jnp
+    except ImportError as err:
+        return None, f"not run: {err} (install jax, jaxlib and diffrax)"
+    jax.config.update("jax_enable_x64", True)
+    term = diffrax.ODETerm(lambda t, u, p: jnp.stack(lorenz(u, p, t)))
+    ts = jnp.linspace(0.0, 10.0, 11)
+    controller = diffrax.PIDController(rtol=1e-6, atol=1e-6, pcoeff=0.4, icoeff=0.3)
+
+    def solve_one(p):
+        sol = diffrax.diffeqsolve(
+            term, diffrax.Tsit5(), 0.0, 10.0, None, jnp.asarray(u0), args=p,
+            saveat=diffrax.SaveAt(ts=ts), stepsize_controller=controller, max_steps=4096,
+        )  # fmt: skip
+        return sol.ys, sol.stats["num_steps"], sol.stats["num_rejected_steps"]
+
+    fn = jax.jit(jax.vmap(solve_one))
+
+    def compiled(ps: np.ndarray):
+        p = jnp.asarray(ps)
+        start = time.perf_counter()
+        run = fn.lower(p).compile()
+        return (lambda: jax.block_until_ready(run(p))), time.perf_counter() - start
+
+    return compiled, f"jax {jax.__version__}, diffrax {diffrax.__version__}"
+
+
+def kernel_row(eprob, ps: np.ndarray, threads: int, repeats: int, hand_out: np.ndarray) -> tuple:
+    """The ``EnsembleKernel`` row on ``threads`` threads (the process pinned to as many cores)."""
+    pin(threads)
+    opts = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
+    alg = dxode.EnsembleKernel(threads=threads)
+    start = time.perf_counter()
+    dxode.solve(dxode.EnsembleProblem(eprob.prob, p=ps[:64]), "tsit5", alg, **opts)
+    first = time.perf_counter() - start
+    seconds, sim = best_of(lambda: dxode.solve(eprob, "tsit5", alg, **opts), repeats)
+    attempts = int(np.sum(sim.stats.naccept) + np.sum(sim.stats.nreject))
+    diff = np.max(np.abs(sim.u - hand_out))
+    note = f"first call {first:.2f} s; largest difference from hand-written {diff:.1e}"
+    pin(1)
+    return f"EnsembleKernel, {threads} thread{'s' * (threads > 1)}", seconds, attempts, note
+
+
+def run_size(n: int, repeats: int, with_array: bool, diffrax_compile) -> list[tuple]:
+    """Rows ``(name, seconds, attempts, note)`` for ``n`` trajectories (two threads last, so
+    that no idle worker thread shares the core of a one-thread row)."""
     rng = np.random.default_rng(0)
     ps = np.column_stack([np.full(n, 10.0), rng.uniform(20, 30, n), np.full(n, 8 / 3)])
     u0 = np.array([1.0, 0.0, 0.0])
+    pin(1)
     out = np.empty((n, 11, 3))
     start = time.perf_counter()
     hand_ensemble(u0, ps[:2], 10.0, 1.0, 1e-6, 1e-6, out[:2])
-    print(f"hand numba compile: {time.perf_counter() - start:.2f} s")
-    best = min(_timed(lambda: hand_ensemble(u0, ps, 10.0, 1.0, 1e-6, 1e-6, out)) for _ in range(3))
-    print(f"hand numba scalar Tsit5: {best:.3f} s ({best / n * 1e6:.1f} us/trajectory)")
-
+    hand_compile = time.perf_counter() - start
+    hand, attempts = best_of(lambda: hand_ensemble(u0, ps, 10.0, 1.0, 1e-6, 1e-6, out), repeats)
+    rows = [("hand-written numba Tsit5", hand, attempts, f"compile {hand_compile:.2f} s")]
     prob = dxode.ODEProblem(lorenz, u0, (0.0, 10.0), (10.0, 28.0, 8 / 3))
     eprob = dxode.EnsembleProblem(prob, p=ps)
-    opts = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
-    alg = dxode.EnsembleKernel()
-    start = time.perf_counter()
-    dxode.solve(dxode.EnsembleProblem(prob, p=ps[:2]), "tsit5", alg, **opts)
-    print(f"kernel first call (compile or cache load): {time.perf_counter() - start:.2f} s")
-    kernel = min(_timed(lambda: dxode.solve(eprob, "tsit5", alg, **opts)) for _ in range(3))
-    print(f"EnsembleKernel cpu: {kernel:.3f} s ({kernel / n * 1e6:.1f} us/trajectory)")
-    sim = dxode.solve(eprob, "tsit5", alg, **opts)
-    print(
-        f"  max |kernel - hand| at the save points: {np.max(np.abs(np.asarray(sim.u) - out)):.2e}"
+    rows.append(kernel_row(eprob, ps, 1, repeats, out))
+    stacked, sol = best_of(lambda: stacked_scipy(u0, ps), repeats)
+    rows.append(("SciPy stacked solve_ivp(RK45)", stacked, sol.nfev // 6 * n, "shared steps"))
+    if with_array:
+        opts = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
+        array, sim = best_of(lambda: dxode.solve(eprob, "tsit5", dxode.EnsembleArray(), **opts), 1)
+        attempts = int(np.sum(sim.stats.naccept) + np.sum(sim.stats.nreject))
+        rows.append(("EnsembleArray", array, attempts, "one run"))
+    if diffrax_compile is not None:
+        run, compile_s = diffrax_compile(ps)
+        seconds, (_, steps, _) = best_of(run, repeats)
+        rows.append(
+            ("Diffrax jit(vmap)", seconds, int(np.sum(steps)), f"compile {compile_s:.1f} s")
+        )
+    rows.append(kernel_row(eprob, ps, 2, repeats, out))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=int, default=[10_000])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-array", action="store_true", help="skip EnsembleArray")
+    parser.add_argument("--no-diffrax", action="store_true", help="skip Diffrax")
+    parser.add_argument("--peak-flops-per-cycle", type=float, default=16.0)
+    args = parser.parse_args()
+    peak, cpu = peak_gflops(args.peak_flops_per_cycle)
+    diffrax_compile, diffrax_note = (
+        (None, "skipped") if args.no_diffrax else diffrax_solver(np.array([1.0, 0.0, 0.0]))
     )
-    array = _timed(lambda: dxode.solve(eprob, "tsit5", dxode.EnsembleArray(), **opts))
-    print(f"EnsembleArray: {array:.3f} s ({array / n * 1e6:.1f} us/trajectory)")
-    print(f"hand / kernel = {best / kernel:.2f}; array / kernel = {array / kernel:.2f}")
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {cpu}; numba {numba.__version__}"
+    )
+    print(f"# peak {peak:.1f} GFLOP/s per core ({args.peak_flops_per_cycle:g} flop/cycle); "
+          f"{flops_per_attempt()} flop per attempt; Diffrax: {diffrax_note}")  # fmt: skip
+    print("| N | code | time (s) | µs / trajectory | attempts / trajectory | GFLOP/s (% of peak) "
+          "| code / 1-thread kernel | notes |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for n in args.sizes:
+        rows = run_size(n, args.repeats, not args.no_array, diffrax_compile)
+        kernel = next(seconds for name, seconds, _, _ in rows if name.endswith("1 thread"))
+        for name, seconds, attempts, note in rows:
+            gflops = attempts * flops_per_attempt() / seconds / 1e9
+            share = f" ({100 * gflops / peak:.1f} %)" if peak else ""
+            cells = [f"{n:,}", name, f"{seconds:.4f}", f"{seconds / n * 1e6:.2f}"]
+            cells += [
+                f"{attempts / n:.0f}",
+                f"{gflops:.2f}{share}",
+                f"{seconds / kernel:.2f}",
+                note,
+            ]
+            print("| " + " | ".join(cells) + " |")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000)
+    main()

@@ -4,8 +4,14 @@ The source defines undecorated functions; ``compiler`` compiles them with numba 
 
 ``maximum, minimum``
     NaN-propagating like ``numpy.maximum``/``minimum`` (so failing lanes fail the same way).
+``split_exponent(x)``, ``pow2(n)``
+    Exact exponent helpers of the controller's ``log``/``exp`` (``codegen_math``; the CPU
+    compiler binds them to bit-level intrinsics).
 ``rhs(y_0, ..., y_{n-1}, p, t)``
     The user's ``f`` (global ``user_f``) on one lane, its rows cast to the state's dtype.
+``attempt(...)``
+    One trial step of the block's lanes (stages, error norm), then, in a second lane loop,
+    the controller's step factor: both loops vectorize across lanes.
 ``block(j0, L, U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, NACC,
 NREJ, NF)``
     Integrates lanes ``j0 .. j0 + B - 1`` to their end with the array path's semantics
@@ -27,12 +33,17 @@ import math
 
 import numpy as np
 
+from .codegen_math import exponent_bounds, write_exp, write_helpers, write_log
 from .description import StepperDescription
 
 __all__ = ["KernelLayout", "generate"]
 
-# Bumped whenever the generated code changes meaning (part of every cache key).
-CODEGEN_VERSION = 4
+# Bumped whenever the generated code changes meaning, or what the compiler binds into it
+# (part of every cache key).
+CODEGEN_VERSION = 6
+
+# The controller's floor under the error (``PIDController.adapt``'s guard of its powers).
+_ERROR_FLOOR = 1e-10
 
 # Outputs of ``block``'s per-lane return codes (``dxode.ReturnCode`` values).
 _SUCCESS, _MAXITERS, _DTMIN, _UNSTABLE = 0, 1, 2, 3
@@ -150,6 +161,7 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
     w("user_f = None  # bound to the compiled user function before compiling")
     w()
     _write_minmax(w)
+    write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
     _write_rhs(w, layout)
     _write_attempt_function(w, desc, layout, n, s)
     _write_block(w, desc, layout, n, s, e)
@@ -269,7 +281,7 @@ def _write_block_setup(w: _Writer, desc: StepperDescription, layout: KernelLayou
         w(f"{name} = {_alloc(layout, f'({n}, {B})')}")
     w(f"W = {_alloc(layout, f'({_workspace_rows(desc, n) * B},)')}")
     w(f"PB = {_alloc(layout, f'(P.shape[0], {B})', 'P')}")
-    for name in ("T", "H", "TE", "HS", "HA", "TG", "PREV1", "PREV2"):
+    for name in ("T", "H", "TE", "HS", "HA", "TG"):
         w(f"{name} = {_alloc(layout, f'({B},)')}")
     for name in ("LANE", "ACT", "NA", "SI", "STI", "NFX", "HIT", "USE"):
         w(f"{name} = {_alloc(layout, f'({B},)', 'int')}")
@@ -313,8 +325,8 @@ def _write_lane_starts(w: _Writer, desc: StepperDescription, layout: KernelLayou
     w("if HAS_DTMAX:")
     w("    h = minimum(h, DTMAX)")
     w("H[j] = h")
-    w("PREV1[j] = DT(1.0)")
-    w("PREV2[j] = DT(1.0)")
+    w(f"{_w(layout, desc, 'lp1')} = DT(0.0)")  # the logs of the previous errors, 1 at first
+    w(f"{_w(layout, desc, 'lp2')} = DT(0.0)")
     w("NA[j] = 0")
     w("NFX[j] = 0")
     w("SI[j] = 0")
@@ -363,8 +375,7 @@ def _write_step_sizes(w: _Writer, layout: KernelLayout) -> None:
 
 def _write_control(w: _Writer, desc: StepperDescription, layout: KernelLayout) -> None:
     """Accept or reject lane ``j``'s attempt and propose its next step (the controller)."""
-    beta1, beta2, beta3, safety, fmin, fmax = layout.controller
-    k_err = (desc.error_order or 0) + 1
+    beta2, beta3 = layout.controller[1:3]
     w("if ACT[j] == 0:")
     w("    continue")
     w("g = LANE[j]")
@@ -374,22 +385,12 @@ def _write_control(w: _Writer, desc: StepperDescription, layout: KernelLayout) -
     if desc.adaptive and layout.adaptive:
         w(f"err = {_w(layout, desc, 'err')}")
         w("fin = math.isfinite(err)")
-        w("if not fin:")
-        w("    err = DT(np.inf)")
-        w(f"ee = maximum(err, {_const(1e-10)})")
-        w(f"factor = {_const(safety)} * ee ** {_const(-beta1 / k_err)}")
-        if beta2 != 0.0:
-            w(f"factor = factor * PREV1[j] ** {_const(-beta2 / k_err)}")
-        if beta3 != 0.0:
-            w(f"factor = factor * PREV2[j] ** {_const(-beta3 / k_err)}")
         w("acc = err <= DT(1.0)")
-        w(f"factor = minimum(maximum(factor, {_const(fmin)}), {_const(fmax)})")
-        w("if not acc:")
-        w(f"    factor = minimum(factor, {_const(safety)})")
+        w(f"factor = {_w(layout, desc, 'factor')}")
         if beta2 != 0.0 or beta3 != 0.0:
             w("if acc:")
-            w("    PREV2[j] = PREV1[j]")
-            w("    PREV1[j] = ee")
+            w(f"    {_w(layout, desc, 'lp2')} = {_w(layout, desc, 'lp1')}")
+            w(f"    {_w(layout, desc, 'lp1')} = {_w(layout, desc, 'lee')}")
         w("hnext = HA[j] * factor")
     else:
         w(f"fin = {_w(layout, desc, 'err')} != DT(0.0)")
@@ -456,8 +457,9 @@ def _write_outcome(w: _Writer, desc: StepperDescription, layout: KernelLayout, n
 
 
 def _workspace_rows(desc: StepperDescription, n: int) -> int:
-    """Rows of the attempt's output workspace: stages, the proposed state, error, end time."""
-    return desc.stages * n + n + 2
+    """Rows of the attempt's workspace: stages, the proposed state, error, end time, the
+    controller's factor and log error, and the logs of the last two accepted errors."""
+    return desc.stages * n + n + 6
 
 
 def _w(layout: KernelLayout, desc: StepperDescription, what: str, i: int = 0, m: int = 0) -> str:
@@ -468,7 +470,12 @@ def _w(layout: KernelLayout, desc: StepperDescription, what: str, i: int = 0, m:
     (with one array per output it gave up: too many pointer pairs to check).
     """
     n, s = layout.n, desc.stages
-    row = {"k": i * n + m, "u1": s * n + m, "err": s * n + n, "tn": s * n + n + 1}[what]
+    if what == "k":
+        row = i * n + m
+    elif what == "u1":
+        row = s * n + m
+    else:
+        row = s * n + n + ("err", "tn", "factor", "lee", "lp1", "lp2").index(what)
     return f"W[{row * layout.block} + j]"
 
 
@@ -530,6 +537,13 @@ def _write_attempt_function(
     w.indent()
     _write_attempt(w, desc, layout, n, s)
     w.dedent()
+    if desc.adaptive and layout.adaptive:
+        # a loop of its own: the stage loop already uses every vector register (measured a
+        # little faster than one fused loop)
+        w("for j in range(nlive):")
+        w.indent()
+        _write_factor(w, desc, layout)
+        w.dedent()
     w.dedent()
     w()
 
@@ -578,6 +592,39 @@ def _write_attempt(
     w("landing = TG[j]")
     w("stepped = t + hs")
     w(f"{_w(layout, desc, 'tn')} = landing if HIT[j] != 0 else stepped")
+
+
+def _write_factor(w: _Writer, desc: StepperDescription, layout: KernelLayout) -> None:
+    """The controller's step factor for lane ``j`` from its error ``err`` (in the lane loop).
+
+    ``safety * e**(-beta1/k) * prev1**(-beta2/k) * prev2**(-beta3/k)``, clipped, as
+    ``exp`` of a sum of logs (``codegen_math``: no libm calls, so it vectorizes); a non-finite
+    error counts as infinite, and the factor after a rejection is at most ``safety``.
+    """
+    beta1, beta2, beta3, safety, fmin, fmax = layout.controller
+    k_err = (desc.error_order or 0) + 1
+    dtype = layout.dtype
+    w(f"err = {_w(layout, desc, 'err')}")
+    w("ee = err if math.isfinite(err) else DT(np.inf)")
+    w(f"ee = maximum(ee, {_const(_ERROR_FLOOR)})")
+    w(f"xl = minimum(ee, {_const(float(np.finfo(dtype).max))})")
+    write_log(w, "xl", "lee", dtype)
+    y = f"{_const(-beta1 / k_err)} * lee"
+    for beta, row in ((beta2, "lp1"), (beta3, "lp2")):
+        if beta != 0.0:
+            y = f"{y} + {_const(-beta / k_err)} * {_w(layout, desc, row)}"
+    w(f"y = {y}")
+    write_exp(w, "y", "fe", dtype, _exponent_bounds(layout))
+    w(f"factor = minimum(maximum({_const(safety)} * fe, {_const(fmin)}), {_const(fmax)})")
+    w(f"factor = factor if err <= DT(1.0) else minimum(factor, {_const(safety)})")
+    w(f"{_w(layout, desc, 'factor')} = factor")
+    w(f"{_w(layout, desc, 'lee')} = lee")
+
+
+def _exponent_bounds(layout: KernelLayout) -> tuple[float, float]:
+    """The clamp of the controller factor's exponent (``codegen_math.exponent_bounds``)."""
+    _, _, _, safety, fmin, fmax = layout.controller
+    return exponent_bounds(safety, fmin, fmax, layout.dtype)
 
 
 def _write_saves(

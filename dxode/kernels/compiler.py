@@ -105,6 +105,10 @@ def user_function_mode(
     raise _compile_error(f, first_error) from None
 
 
+# The generated helpers compiled inline (a module may list its own as ``HELPERS``).
+_HELPERS = ("maximum", "minimum", "rhs", "split_exponent", "pow2")
+
+
 def compile_kernel(
     f: Callable[..., Any],
     description: Any,
@@ -157,7 +161,7 @@ def _build(
     path = _write_source(source, f"dxode_kernel_v{CODEGEN_VERSION}_{digest}.py")
     module = _import(path, f"_dxode_kernel_{digest}")
     ready = numba_ready(f)
-    helpers = getattr(module, "HELPERS", ("maximum", "minimum", "rhs"))
+    helpers = getattr(module, "HELPERS", _HELPERS)
     called = getattr(module, "CALLED", ())  # compiled on their own and called, not inlined
     if layout.target == "cuda":
         from numba import cuda
@@ -186,6 +190,12 @@ def _build(
             setattr(
                 module, name, numba.njit(nogil=True, error_model="numpy")(getattr(module, name))
             )
+        if hasattr(module, "split_exponent"):
+            # the exponent helpers as bit operations: the same results as the generated chains
+            from . import float_bits
+
+            module.split_exponent = float_bits.split_exponent
+            module.pow2 = float_bits.pow2
         compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
         module.attempt = compiled(module.attempt)
         module.block = compiled(module.block)

@@ -32,16 +32,19 @@ import re
 import numpy as np
 
 from .codegen import (
+    _ERROR_FLOOR,
     _MAXITERS,
     CODEGEN_VERSION,
     KernelLayout,
     _alloc,
     _const,
+    _exponent_bounds,
     _w,
     _write_block_setup,
     _write_control,
     _write_cpu_driver,
     _write_cuda_driver,
+    _write_factor,
     _write_lane_starts,
     _write_minmax,
     _write_outcome,
@@ -50,13 +53,14 @@ from .codegen import (
     _write_step_sizes,
     _Writer,
 )
+from .codegen_math import write_helpers
 from .rosenbrock_description import RosenbrockDescription
 
 __all__ = ["CALLED", "HELPERS", "generate"]
 
 # Generated helper functions compiled inline into ``attempt`` and ``block``, and those
 # compiled once and called (inlining the LU's loops at every solve made compiling slow).
-HELPERS = ("maximum", "minimum", "rhs")
+HELPERS = ("maximum", "minimum", "rhs", "split_exponent", "pow2")
 CALLED = ("lu_factor", "lu_solve")
 
 
@@ -84,6 +88,7 @@ def generate(desc: RosenbrockDescription, layout: KernelLayout) -> str:
     w(f"CALLED = {CALLED!r}")
     w()
     _write_minmax(w)
+    write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
     _write_rhs(w, layout)
     _write_lu(w, layout.n)
     _write_attempt_function(w, desc, layout)
@@ -262,6 +267,11 @@ def _write_attempt_function(w: _Writer, desc: RosenbrockDescription, layout: Ker
     w("stepped = t + hs")
     w(f"{_w(layout, desc, 'tn')} = landing if HIT[j] != 0 else stepped")
     w.dedent()
+    if layout.adaptive:
+        w("for j in range(nlive):")
+        w.indent()
+        _write_factor(w, desc, layout)  # type: ignore[arg-type]
+        w.dedent()
     w.dedent()
     w()
 
