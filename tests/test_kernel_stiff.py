@@ -198,16 +198,19 @@ SAME_ALGEBRA = [
 def test_with_the_same_linear_algebra_the_kernel_is_the_array_path(generic_lu, method):
     """With the same elimination on both paths the kernel takes the array path's steps and
     reaches its values: what differs otherwise is LAPACK's inverse. The one difference left is
-    the controller's power (the C library's in the kernel, NumPy's on the array path, which
-    differ in the last bit on AVX-512; with NumPy's AVX-512 loops off, Rodas4's 74 steps here
-    were bitwise the array path's), as in ``test_kernel_agreement``."""
+    the controller's power (the kernel's own log/exp, NumPy's ``pow`` on the array path,
+    which differ in the last bits), as in ``test_kernel_agreement``."""
     prob = _problem("vdpol").remake(tspan=(0.0, 0.5))
     options = {"rtol": 1e-6, "atol": 1e-6, "saveat": np.linspace(0.0, 0.5, 6)}
     kernel = dxode.solve(prob, getattr(dxode, method)(), kernel=True, **options)
     array = dxode.solve(prob, getattr(dxode, method)(), **options)
     stats = lambda sol: (sol.stats.naccept, sol.stats.nreject, sol.stats.nf, sol.stats.njac)
     assert stats(kernel) == stats(array)
-    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-9)
+    # The controller's factor is not NumPy's ``pow`` bit for bit (the kernel's vectorized
+    # log/exp, within 2 ulp); on this stiff problem (epsilon = 1e-6) W's conditioning turns
+    # such last-bit step differences into 3e-12 relative ones after the first step and 4e-9
+    # in the values at rtol = 1e-6: agreement to a hundredth of the tolerance.
+    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-8)
 
 
 @pytest.mark.slow
