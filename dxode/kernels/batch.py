@@ -18,6 +18,7 @@ from .codegen import KernelLayout
 from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_mode
 from .description import describe
 from .errors import ARRAY_PATH, KernelUnsupportedError
+from .events import EVENT_CAPACITY, event_arrays, event_layout, merged_tstops
 from .rhs_source import ParamLayout
 
 __all__ = ["KernelBatch", "KernelResult", "lane_params"]
@@ -30,7 +31,9 @@ class KernelResult:
     """Per-lane outcomes (host or device arrays, lanes first).
 
     ``saved`` is ``(L, nsave, n)`` (NaN where a failed lane never got), ``u`` ``(L, n)``;
-    ``steps`` holds ``(t, u)`` of every accepted step for recorded one-lane solves.
+    ``steps`` holds ``(t, u)`` of every accepted step for recorded one-lane solves;
+    ``events`` the host event log ``EVT, EVK, EVUB, EVUA, EVN`` with callbacks (see
+    ``events_codegen``).
     """
 
     retcode: Any
@@ -41,6 +44,7 @@ class KernelResult:
     nf: Any
     saved: Any
     steps: tuple[Any, Any] | None = None
+    events: tuple[Any, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -61,6 +65,9 @@ class KernelBatch:
         Save times per lane (``None``: save nothing on a grid).
     tstops : (K,) array or None
     options : SolverOptions
+    callbacks : CallbackSet or None
+    event_capacity : int
+        Events each lane's log holds (see ``events.run_events``).
     """
 
     f: Any
@@ -72,6 +79,8 @@ class KernelBatch:
     save_times: np.ndarray | None
     tstops: np.ndarray | None
     options: SolverOptions
+    callbacks: Any = None
+    event_capacity: int = EVENT_CAPACITY
 
     @property
     def n_lanes(self) -> int:
@@ -113,8 +122,13 @@ class KernelBatch:
             record=record,
             param_rows=int(self.params.shape[0]),
             param_dtype=self.params.dtype.name,
+            events=(
+                None
+                if self.callbacks is None
+                else event_layout(self.callbacks, int(self.u0.shape[0]), dtype, example)
+            ),
         )
-        return compile_kernel(self.f, desc, layout)
+        return compile_kernel(self.f, desc, layout, self.callbacks)
 
     def arguments(self) -> tuple[np.ndarray, ...]:
         """The generated ``block``'s array arguments before the outputs (host arrays)."""
@@ -127,11 +141,9 @@ class KernelBatch:
         else:
             sentinel = np.full((1, lanes), direction * np.inf, dtype=self.dtype)
             ts = np.concatenate([self.save_times.astype(self.dtype), sentinel])
-        tstops = (
-            np.zeros(0, dtype=self.dtype)
-            if self.tstops is None
-            else np.asarray(self.tstops, dtype=self.dtype)
-        )
+        tstops = merged_tstops(self.tstops, self.callbacks, self.dtype, direction)
+        if tstops is None:
+            tstops = np.zeros(0, dtype=self.dtype)
         atol = np.broadcast_to(np.asarray(_host(opts.atol), dtype=self.dtype), (n,)).copy()
         scal = np.array(
             [opts.rtol, opts.dt or 0.0, opts.dtmin or 0.0, opts.dtmax or 0.0, direction],
@@ -166,6 +178,28 @@ class KernelBatch:
             np.empty(lanes, dtype=np.int64),
             np.empty(lanes, dtype=np.int64),
             np.empty(lanes, dtype=np.int64),
+        )
+
+    def event_arrays(self) -> tuple[np.ndarray, ...]:
+        """The block's event arguments (``()`` without callbacks; see ``events_codegen``)."""
+        if self.callbacks is None:
+            return ()
+        n, lanes = self.u0.shape
+        direction = 1.0 if self.t1[0] > self.t0[0] else -1.0
+        return event_arrays(
+            self.callbacks, lanes, n, self.dtype, direction, self.event_capacity
+        )
+
+    def select(self, lanes: np.ndarray, event_capacity: int) -> KernelBatch:
+        """The batch of lanes ``lanes`` alone, its logs holding ``event_capacity`` events."""
+        return dataclasses.replace(
+            self,
+            u0=np.ascontiguousarray(self.u0[:, lanes]),
+            params=np.ascontiguousarray(self.params[:, lanes]),
+            t0=self.t0[lanes],
+            t1=self.t1[lanes],
+            save_times=None if self.save_times is None else self.save_times[:, lanes],
+            event_capacity=event_capacity,
         )
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError
+from .events import bind_callbacks
 from .rhs_source import function_key, numba_ready, where_defined
 
 __all__ = ["CompiledKernel", "cache_dir", "compile_kernel", "user_function_mode"]
@@ -105,21 +106,30 @@ def user_function_mode(
 
 
 def compile_kernel(
-    f: Callable[..., Any], description: StepperDescription, layout: KernelLayout
+    f: Callable[..., Any],
+    description: StepperDescription,
+    layout: KernelLayout,
+    callbacks: Any = None,
 ) -> CompiledKernel:
-    """The compiled kernel for ``f``, the method and the layout (built once, then reused)."""
+    """The compiled kernel for ``f``, the method and the layout (built once, then reused);
+    ``callbacks`` (a ``CallbackSet``) holds the functions ``layout.events`` describes (their
+    keys are in the layout, so in the cache key)."""
     import numba
 
     key = (function_key(f), description, layout, numba.__version__)
     with _LOCK:
         kernel = _COMPILED.get(key)
         if kernel is None:
-            kernel = _COMPILED[key] = _build(f, description, layout, key[0])
+            kernel = _COMPILED[key] = _build(f, description, layout, key[0], callbacks)
     return kernel
 
 
 def _build(
-    f: Callable[..., Any], description: StepperDescription, layout: KernelLayout, fkey: str
+    f: Callable[..., Any],
+    description: StepperDescription,
+    layout: KernelLayout,
+    fkey: str,
+    callbacks: Any,
 ) -> CompiledKernel:
     import numba
 
@@ -131,12 +141,15 @@ def _build(
     path = _write_source(source, f"dxode_kernel_v{CODEGEN_VERSION}_{digest}.py")
     module = _import(path, f"_dxode_kernel_{digest}")
     ready = numba_ready(f)
+    names = ["maximum", "minimum", "rhs"]
     if layout.target == "cuda":
         from numba import cuda
 
         device = lambda fn: cuda.jit(device=True, inline=True)(fn)
         module.user_f = device(ready)
-        for name in ("maximum", "minimum", "rhs"):
+        if layout.events is not None:
+            names += bind_callbacks(module, callbacks, layout.events, device)
+        for name in names:
             setattr(module, name, device(getattr(module, name)))
         module.attempt = cuda.jit(device=True)(module.attempt)
         module.block = cuda.jit(device=True)(module.block)
@@ -146,7 +159,9 @@ def _build(
         # ZeroDivisionError branch in the lane loop (it would stop the vectorizer).
         inline = numba.njit(inline="always", error_model="numpy")
         module.user_f = inline(ready)
-        for name in ("maximum", "minimum", "rhs"):
+        if layout.events is not None:
+            names += bind_callbacks(module, callbacks, layout.events, inline)
+        for name in names:
             setattr(module, name, inline(getattr(module, name)))
         compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
         module.attempt = compiled(module.attempt)
