@@ -102,7 +102,8 @@ def assert_same_events(kernel, array, atol):
     np.testing.assert_allclose(np.asarray(kernel.events.t), np.asarray(array.events.t), atol=atol)
     for name in ("u_before", "u_after"):
         np.testing.assert_allclose(
-            np.asarray(getattr(kernel.events, name)), np.asarray(getattr(array.events, name)),
+            np.asarray(getattr(kernel.events, name)),
+            np.asarray(getattr(array.events, name)),
             atol=atol,
         )
 
@@ -132,9 +133,12 @@ def test_bounces_at_the_closed_form_times(ball):
     impacts = bounce_times(e, 2)
     apexes = impacts + e ** np.arange(1, 3) * v0 / GRAVITY
     np.testing.assert_array_equal(kernel.events.callback, [0, 1, 0, 1])
-    np.testing.assert_allclose(kernel.events.t, [impacts[0], apexes[0], impacts[1], apexes[1]],
-                               rtol=0, atol=1e-9)
-    np.testing.assert_allclose(kernel.events.u_after[[0, 2], 1], -e * kernel.events.u_before[[0, 2], 1])
+    np.testing.assert_allclose(
+        kernel.events.t, [impacts[0], apexes[0], impacts[1], apexes[1]], rtol=0, atol=1e-9
+    )
+    np.testing.assert_allclose(
+        kernel.events.u_after[[0, 2], 1], -e * kernel.events.u_before[[0, 2], 1]
+    )
 
 
 def test_terminate_function_ends_the_solve_at_the_event(ball):
@@ -153,7 +157,9 @@ def test_single_solve_matches_the_array_path(ball):
     np.testing.assert_allclose(kernel.t, array.t, atol=1e-12)
     np.testing.assert_allclose(kernel.u, array.u, atol=1e-12)
     assert (kernel.stats.nf, kernel.stats.naccept, kernel.stats.nreject) == (
-        array.stats.nf, array.stats.naccept, array.stats.nreject,
+        array.stats.nf,
+        array.stats.naccept,
+        array.stats.nreject,
     )
 
 
@@ -297,8 +303,11 @@ def _solve_with(callback):
 
 
 def test_uncompilable_condition_names_it_and_the_array_path():
-    with pytest.raises(KernelCompileError, match=r"(?s)callback 0: the ContinuousCallback "
-                       r"condition defined at .*test_kernel_events.py.*array path"):
+    with pytest.raises(
+        KernelCompileError,
+        match=r"(?s)callback 0: the ContinuousCallback "
+        r"condition defined at .*test_kernel_events.py.*array path",
+    ):
         _solve_with(dxode.ContinuousCallback(opaque))
 
 

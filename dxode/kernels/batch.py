@@ -186,9 +186,7 @@ class KernelBatch:
             return ()
         n, lanes = self.u0.shape
         direction = 1.0 if self.t1[0] > self.t0[0] else -1.0
-        return event_arrays(
-            self.callbacks, lanes, n, self.dtype, direction, self.event_capacity
-        )
+        return event_arrays(self.callbacks, lanes, n, self.dtype, direction, self.event_capacity)
 
     def select(self, lanes: np.ndarray, event_capacity: int) -> KernelBatch:
         """The batch of lanes ``lanes`` alone, its logs holding ``event_capacity`` events."""

@@ -44,9 +44,7 @@ def run_cpu(
     steps = None
     with _threads(threads):
         if record:
-            t_rec, u_rec, count = kernel.call(
-                kernel.block, 0, batch.n_lanes, *args, *outs, *events
-            )
+            t_rec, u_rec, count = kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
             steps = (t_rec[:count].copy(), u_rec[:count].copy())
         elif batch.n_lanes <= block:  # one block: skip the thread pool's start-up
             kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)

@@ -14,8 +14,8 @@ from ..ensemble.batch import BatchResult, BatchSpec, build_lanes
 from ..ensemble.problem import EnsembleProblem
 from ..events.record import EventRecord
 from .batch import KernelBatch, lane_params
-from .events import run_events
 from .errors import ARRAY_PATH, KernelUnsupportedError
+from .events import run_events
 
 __all__ = ["solve_kernel_batch"]
 

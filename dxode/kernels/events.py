@@ -65,7 +65,9 @@ def event_layout(callbacks: CallbackSet, n: int, dtype: str, p_example: Any) -> 
             )
         )
         presets += kind == "preset"
-    points = max((cb.interp_points for cb in callbacks if isinstance(cb, ContinuousCallback)), default=0)
+    points = max(
+        (cb.interp_points for cb in callbacks if isinstance(cb, ContinuousCallback)), default=0
+    )
     return EventLayout(tuple(layouts), points)
 
 
@@ -76,7 +78,9 @@ def _functions(cb: Any) -> tuple[Any, Any, Any]:
     return condition, cb.affect, terminate
 
 
-def bind_callbacks(module: Any, callbacks: CallbackSet, events: EventLayout, wrap: Any) -> list[str]:
+def bind_callbacks(
+    module: Any, callbacks: CallbackSet, events: EventLayout, wrap: Any
+) -> list[str]:
     """Bind the compiled user functions into the generated ``module``; the wrappers' names."""
     wrappers = []
     for wrapper, user, k, role in functions(events):

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BLOCK_ARGS", "CallbackLayout", "EventLayout", "Primitives", "TERMINATED"]
+__all__ = ["BLOCK_ARGS", "TERMINATED", "CallbackLayout", "EventLayout", "Primitives"]
 
 # The block's extra arguments: preset times and offsets (inputs), then the event log.
 BLOCK_ARGS = "EVTIMES, EVOFF, EVT, EVK, EVUB, EVUA, EVN"
