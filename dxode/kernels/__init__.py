@@ -13,6 +13,9 @@ Modules, one job each:
     The user's ``f`` made ready for numba (list results become tuples), its parameter layout.
 ``codegen``
     Python source of the per-lane integration, generated from a description.
+``events_codegen`` / ``events``
+    Callbacks in the kernels: their generated code, and the user's functions checked and
+    compiled, the event arrays and the event records.
 ``compiler``
     Compiles generated source once per signature (in memory and on disk), with clear errors.
 ``cpu`` / ``cuda``

@@ -12,7 +12,9 @@ NREJ, NF)``
     (``dxode._integrator``): per-lane steps taken in masked lockstep, stages unrolled. Its
     inner attempt loop runs over the ``B`` lanes of the block with no branches on lane data,
     so the CPU compiler vectorizes it across trajectories. With ``record`` it also returns
-    every accepted step ``(times, states, count)`` (one-lane blocks only).
+    every accepted step ``(times, states, count)`` (one-lane blocks only). With callbacks it
+    takes the event arrays ``EVTIMES, EVOFF, EVT, EVK, EVUB, EVUA, EVN`` last and runs the
+    hooks of ``events_codegen``.
 ``run_blocks`` (CPU) / ``run_lanes`` (CUDA)
     The drivers: blocks over threads (``prange``), or one CUDA thread per lane.
 

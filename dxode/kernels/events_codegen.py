@@ -30,7 +30,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BLOCK_ARGS", "TERMINATED", "CallbackLayout", "EventLayout", "Primitives"]
+__all__ = [
+    "BLOCK_ARGS",
+    "TERMINATED",
+    "CallbackLayout",
+    "EventLayout",
+    "Primitives",
+    "functions",
+    "write_apply",
+    "write_locate",
+    "write_outcome",
+    "write_start",
+    "write_wrappers",
+]
 
 # The block's extra arguments: preset times and offsets (inputs), then the event log.
 BLOCK_ARGS = "EVTIMES, EVOFF, EVT, EVK, EVUB, EVUA, EVN"
