@@ -223,8 +223,8 @@ def mixed_callbacks():
     )
 
 
-def solve_mixed(dtype, alg):
-    prob = dxode.ODEProblem(rate, np.array([0.0], dtype=dtype), (0.0, 4.0), (1.0,))
+def solve_mixed(dtype, alg, tspan=(0.0, 4.0)):
+    prob = dxode.ODEProblem(rate, np.array([0.0], dtype=dtype), tspan, (1.0,))
     eprob = dxode.EnsembleProblem(prob, u0=STARTS.astype(dtype), p=RATES)
     tol = TOL if dtype == np.float64 else {"rtol": 1e-5, "atol": 1e-7}
     return dxode.solve(eprob, "tsit5", alg, callback=mixed_callbacks(), saveat=0.25, **tol)
@@ -278,6 +278,17 @@ def test_mixed_callbacks_match_the_array_path(mixed):
     assert_same_events(kernel, array, atol=1e-12)
     np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), atol=1e-12)
     assert stats(kernel) == stats(array)
+
+
+def test_backward_in_time_matches_the_array_path():
+    kernel, array = (solve_mixed(np.float64, alg, (4.0, 0.0)) for alg in _ALGS)
+    assert len(kernel.events) > 5 and np.all(np.diff(kernel[0].events.t) <= 0)
+    assert_same_events(kernel, array, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), atol=1e-12)
+    assert stats(kernel) == stats(array)
+
+
+_ALGS = (dxode.EnsembleKernel(), dxode.EnsembleArray())
 
 
 def test_float32(mixed32):
