@@ -211,7 +211,7 @@ def test_events_are_bitwise_independent_of_the_batch_size(balls):
 
 
 RATES = np.array([[-0.5], [1.2], [0.9]])
-STARTS = np.array([[0.0], [1.0], [1.0]])
+STARTS = np.array([[0.5], [1.0], [1.0]])
 
 
 def mixed_callbacks():
@@ -250,11 +250,15 @@ def _check_closed_forms(sim, tol):
     dosed = sim[0].events
     doses = dosed.callback == 2
     np.testing.assert_array_equal(dosed.t[doses], [1.0, 2.0, 3.0])
-    levels = [1.0, 1 + math.exp(-0.5), 1 + (1 + math.exp(-0.5)) * math.exp(-0.5)]
-    np.testing.assert_allclose(dosed.u_after[doses, 0], levels, rtol=tol)
-    # the only downward crossing of 1.8: decay after the third dose
+    levels = [STARTS[0, 0]]
+    for _ in range(3):
+        levels.append(1 + levels[-1] * math.exp(-0.5))
+    np.testing.assert_allclose(dosed.u_after[doses, 0], levels[1:], rtol=tol)
+    # The third dose lifts the level above 2, and it decays through 2 and 1.8: only the
+    # downward crossing of 1.8 fires (callback 0 fires upwards only).
+    assert levels[3] > 2 and not np.any(dosed.callback == 0)
     [down] = dosed.t[dosed.callback == 1]
-    assert abs(down - (3 + 2 * math.log(levels[2] / 1.8))) < tol
+    assert abs(down - (3 + 2 * math.log(levels[3] / 1.8))) < tol
     for i in (1, 2):
         own = sim[i].events
         assert not np.any(own.callback == 1)  # crossed 1.8 upward only: filtered out
