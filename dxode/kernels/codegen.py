@@ -155,6 +155,7 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
     _write_rhs(w, layout)
     if layout.events is not None:
         events_codegen.write_wrappers(w, layout, _PRIMITIVES)
+        events_codegen.write_locate_function(w, desc, layout, _PRIMITIVES)
     _write_attempt_function(w, desc, layout, n, s)
     _write_block(w, desc, layout, n, s, e)
     if cuda:

@@ -26,6 +26,7 @@ from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError
 from .events import bind_callbacks
+from .events_codegen import separate_functions
 from .rhs_source import function_key, numba_ready, where_defined
 
 __all__ = ["CompiledKernel", "cache_dir", "compile_kernel", "user_function_mode"]
@@ -142,6 +143,7 @@ def _build(
     module = _import(path, f"_dxode_kernel_{digest}")
     ready = numba_ready(f)
     names = ["maximum", "minimum", "rhs"]
+    separate = [] if layout.events is None else separate_functions(layout.events)
     if layout.target == "cuda":
         from numba import cuda
 
@@ -152,6 +154,8 @@ def _build(
         for name in names:
             setattr(module, name, device(getattr(module, name)))
         module.attempt = cuda.jit(device=True)(module.attempt)
+        for name in separate:
+            setattr(module, name, cuda.jit(device=True)(getattr(module, name)))
         module.block = cuda.jit(device=True)(module.block)
         driver = cuda.jit(module.run_lanes)
     else:
@@ -165,6 +169,8 @@ def _build(
             setattr(module, name, inline(getattr(module, name)))
         compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
         module.attempt = compiled(module.attempt)
+        for name in separate:
+            setattr(module, name, compiled(getattr(module, name)))
         module.block = compiled(module.block)
         driver = numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")(
             module.run_blocks

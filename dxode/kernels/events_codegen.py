@@ -37,8 +37,10 @@ __all__ = [
     "EventLayout",
     "Primitives",
     "functions",
+    "separate_functions",
     "write_apply",
     "write_locate",
+    "write_locate_function",
     "write_outcome",
     "write_start",
     "write_wrappers",
@@ -212,11 +214,33 @@ def write_start(w: Any, layout: Any, prims: Primitives) -> None:
 def write_locate(w: Any, desc: Any, layout: Any, prims: Primitives) -> None:
     """Cut lane ``j``'s accepted step (from ``t``, size ``hs``, to ``tn``) at its earliest
     continuous event; ``EW`` is the callback that fired (``-1``: none)."""
+    ev = layout.events
+    if not ev.continuous:
+        w("EW = -1")
+        return
+    w(f"EW, tn = locate(j, g, t, hs, tn, {_locate_arrays(ev)})")
+
+
+def _locate_arrays(ev: EventLayout) -> str:
+    return "U, W, P, NFX, HIT" + "".join(f", EG{k}" for k in ev.continuous)
+
+
+def separate_functions(events: EventLayout) -> list[str]:
+    """Generated functions compiled on their own (not inlined into ``block``): ``locate``,
+    with continuous callbacks (it keeps ``block`` small enough to compile quickly)."""
+    return ["locate"] if events.continuous else []
+
+
+def write_locate_function(w: Any, desc: Any, layout: Any, prims: Primitives) -> None:
+    """``locate(j, g, t, hs, tn, ...) -> (EW, tn)``: lane ``j``'s accepted step cut at its
+    earliest continuous event (the workspace's ``u1`` then holds the state there)."""
     ev, n = layout.events, layout.n
-    w("EW = -1")
     if not ev.continuous:
         return
     s, e = desc.stages, desc.extra_stages
+    w(f"def locate(j, g, t, hs, tn, {_locate_arrays(ev)}):")
+    w.indent()
+    w("EW = -1")
     w(f"p = {layout.params.replace('COL', 'g')}")
     for m in range(n):
         w(f"u{m} = U[{m}, j]")
@@ -247,6 +271,9 @@ def write_locate(w: Any, desc: Any, layout: Any, prims: Primitives) -> None:
     w("HIT[j] = 0  # a cut step does not land on its tstop")
     w.dedent()
     w.dedent()
+    w("return EW, tn")
+    w.dedent()
+    w()
 
 
 def write_apply(w: Any, layout: Any, prims: Primitives) -> None:
