@@ -141,9 +141,10 @@ class KernelBatch:
         else:
             sentinel = np.full((1, lanes), direction * np.inf, dtype=self.dtype)
             ts = np.concatenate([self.save_times.astype(self.dtype), sentinel])
-        tstops = merged_tstops(self.tstops, self.callbacks, self.dtype, direction)
-        if tstops is None:
-            tstops = np.zeros(0, dtype=self.dtype)
+        stops = merged_tstops(self.tstops, self.callbacks, self.dtype, direction)
+        tstops = (
+            np.zeros(0, dtype=self.dtype) if stops is None else np.asarray(stops, dtype=self.dtype)
+        )
         atol = np.broadcast_to(np.asarray(_host(opts.atol), dtype=self.dtype), (n,)).copy()
         scal = np.array(
             [opts.rtol, opts.dt or 0.0, opts.dtmin or 0.0, opts.dtmax or 0.0, direction],

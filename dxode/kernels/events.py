@@ -160,11 +160,12 @@ def merged_tstops(
     tstops: np.ndarray | None, callbacks: CallbackSet | None, dtype: Any, direction: float
 ) -> np.ndarray | None:
     """``tstops`` with every preset time added (ordered in the direction of time, in
-    ``dtype``, no repeats), as the array path's ``EventHandler.tstops``."""
-    parts = [] if tstops is None else [np.asarray(tstops, dtype=dtype)]
-    parts += [cb.times.astype(dtype) for cb in _presets(callbacks)]
-    if not parts:
+    ``dtype``, no repeats), as the array path's ``EventHandler.tstops``; ``tstops`` itself
+    without preset-time callbacks."""
+    presets = [cb.times.astype(dtype) for cb in _presets(callbacks)]
+    if not presets:
         return tstops
+    parts = presets if tstops is None else [np.asarray(tstops, dtype=dtype), *presets]
     merged = np.unique(np.concatenate(parts))
     return merged if direction > 0 else merged[::-1].copy()
 
