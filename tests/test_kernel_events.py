@@ -309,6 +309,16 @@ def test_float32(mixed32):
     np.testing.assert_allclose(located[0].u_after, located[1].u_after, rtol=1e-5)
 
 
+def test_a_changed_condition_compiles_a_new_kernel():
+    # The functions are bound into the generated module by name: a kernel reused for another
+    # condition of the same shape would locate the old condition's events.
+    prob = dxode.ODEProblem(rate, np.array([1.0]), (0.0, 1.0), (1.0,))
+    for condition, level in ((reached_two, 2.0), (below, 1.8)):
+        stop = dxode.ContinuousCallback(condition, terminate=True)
+        sol = dxode.solve(prob, "tsit5", callback=stop, kernel=True, **TOL)
+        assert abs(sol.t[-1] - math.log(level)) < 1e-8
+
+
 # ---- errors ------------------------------------------------------------------------------
 
 

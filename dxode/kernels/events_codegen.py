@@ -136,8 +136,10 @@ def write_wrappers(w: Any, layout: Any, prims: Primitives) -> None:
     (globals ``cb{k}_cond`` ... are bound to the compiled user functions)."""
     n, events = layout.n, layout.events
     ys = ", ".join(f"y{m}" for m in range(n))
-    for _, user, _, _ in functions(events):
-        w(f"{user} = None  # bound to the compiled user function before compiling")
+    for _, user, k, role in functions(events):
+        # The function's key makes the source (so numba's disk cache) differ per function.
+        key = events.callbacks[k].keys[role]
+        w(f"{user} = None  # bound to the compiled user function {key} before compiling")
     w()
     for wrapper, user, k, role in functions(events):
         cb = events.callbacks[k]
