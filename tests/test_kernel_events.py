@@ -309,14 +309,21 @@ def test_float32(mixed32):
     np.testing.assert_allclose(located[0].u_after, located[1].u_after, rtol=1e-5)
 
 
-def test_a_changed_condition_compiles_a_new_kernel():
+def raised_floor(u, p, t):
+    return u[0] - 0.1
+
+
+def test_a_changed_condition_compiles_a_new_kernel(ball):
     # The functions are bound into the generated module by name: a kernel reused for another
     # condition of the same shape would locate the old condition's events.
-    prob = dxode.ODEProblem(rate, np.array([1.0]), (0.0, 1.0), (1.0,))
-    for condition, level in ((reached_two, 2.0), (below, 1.8)):
-        stop = dxode.ContinuousCallback(condition, terminate=True)
-        sol = dxode.solve(prob, "tsit5", callback=stop, kernel=True, **TOL)
-        assert abs(sol.t[-1] - math.log(level)) < 1e-8
+    prob = dxode.ODEProblem(fall, np.array([1.0, 0.0]), (0.0, 3.0), (0.8,))
+    callbacks = dxode.CallbackSet(
+        dxode.ContinuousCallback(raised_floor, bounce, direction="down"),
+        dxode.ContinuousCallback(velocity, direction="down", terminate=low_apex),
+    )
+    sol = dxode.solve(prob, "tsit5", callback=callbacks, kernel=True, **TOL)
+    assert abs(sol.events.t[0] - math.sqrt(2 * 0.9 / GRAVITY)) < 1e-9
+    assert abs(ball[0].events.t[0] - math.sqrt(2 / GRAVITY)) < 1e-9
 
 
 # ---- errors ------------------------------------------------------------------------------
