@@ -1,14 +1,17 @@
 """Generated source for callbacks (events) inside the kernel's ``block``, per lane.
 
 The same semantics as the array path's ``dxode.events.lanes.EventHandler``, one lane at a
-time. ``codegen`` calls four hooks (only when the layout has callbacks):
+time. At module level ``codegen`` writes the wrappers of the user's functions
+(``write_wrappers``) and ``locate`` (``write_locate_function``, compiled on its own like
+``attempt``); inside ``block`` it calls four hooks (only when the layout has callbacks):
 
 ``write_start``
     Before the step loop: the lanes' event state at ``t0`` and preset times equal to ``t0``.
 ``write_locate``
-    First thing in an accepted step: sample each continuous condition at ``points`` points
-    of the step's dense output, bracket the first crossing with the Illinois method, and cut
-    the step at the earliest event (the step's end ``tn`` and the workspace's ``u1``).
+    First thing in an accepted step, a call of ``locate``: sample each continuous condition
+    at ``points`` points of the step's dense output, bracket the first crossing with the
+    Illinois method, and cut the step at the earliest event (the step's end ``tn`` and the
+    workspace's ``u1``).
 ``write_apply``
     Last thing in an accepted step: the callbacks that fired, in the set's order (affects,
     termination, the event log, a fresh ``f``).
