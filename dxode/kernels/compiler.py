@@ -164,7 +164,8 @@ def _build(
         inline = numba.njit(inline="always", error_model="numpy")
         module.user_f = inline(ready)
         if layout.events is not None:
-            names += bind_callbacks(module, callbacks, layout.events, inline)
+            # Called from scalar code only: compiled once each, not inlined at every call.
+            separate = bind_callbacks(module, callbacks, layout.events, inline) + separate
         for name in names:
             setattr(module, name, inline(getattr(module, name)))
         compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
