@@ -26,7 +26,7 @@ from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError
 from .events import bind_callbacks
-from .events_codegen import separate_functions
+from .events_codegen import locate_copies, separate_functions
 from .rhs_source import function_key, numba_ready, where_defined
 
 __all__ = ["CompiledKernel", "cache_dir", "compile_kernel", "user_function_mode"]
@@ -151,6 +151,9 @@ def _build(
         module.user_f = device(ready)
         if layout.events is not None:
             names += bind_callbacks(module, callbacks, layout.events, device)
+            for name, copy in locate_copies(layout.events):
+                setattr(module, copy, getattr(module, name))
+                names.append(copy)
         for name in names:
             setattr(module, name, device(getattr(module, name)))
         module.attempt = cuda.jit(device=True)(module.attempt)
@@ -164,8 +167,11 @@ def _build(
         inline = numba.njit(inline="always", error_model="numpy")
         module.user_f = inline(ready)
         if layout.events is not None:
-            # Called from scalar code only: compiled once each, not inlined at every call.
+            # Called from scalar code: compiled once each, not inlined at every call site
+            # (which doubles the compile time of a few callbacks), but in locate's hot loops.
             separate = bind_callbacks(module, callbacks, layout.events, inline) + separate
+            for name, copy in locate_copies(layout.events):
+                setattr(module, copy, inline(getattr(module, name)))
         for name in names:
             setattr(module, name, inline(getattr(module, name)))
         compiled = numba.njit(cache=True, nogil=True, error_model="numpy")

@@ -40,6 +40,7 @@ __all__ = [
     "EventLayout",
     "Primitives",
     "functions",
+    "locate_copies",
     "separate_functions",
     "write_apply",
     "write_locate",
@@ -163,6 +164,9 @@ def write_wrappers(w: Any, layout: Any, prims: Primitives) -> None:
             w("return r")
         w.dedent()
         w()
+    for wrapper, copy in locate_copies(events):
+        w(f"{copy} = {wrapper}  # locate's copy, compiled inline there")
+    w()
 
 
 def functions(events: EventLayout) -> list[tuple[str, str, int, int]]:
@@ -228,6 +232,13 @@ def write_locate(w: Any, desc: Any, layout: Any, prims: Primitives) -> None:
 
 def _locate_arrays(ev: EventLayout) -> str:
     return "U, W, P, NFX, HIT" + "".join(f", EG{k}" for k in ev.continuous)
+
+
+def locate_copies(events: EventLayout) -> list[tuple[str, str]]:
+    """``(wrapper, copy)``: the continuous conditions as ``locate`` calls them (``lcond{k}``,
+    inlined there: its sampling and root finding are the hot path), beside ``cond{k}``
+    (compiled once, called from ``block``)."""
+    return [(f"cond{k}", f"lcond{k}") for k in events.continuous]
 
 
 def separate_functions(events: EventLayout) -> list[str]:
@@ -375,7 +386,7 @@ def _write_scan(w: Any, desc: Any, layout: Any, prims: Primitives) -> None:
     w.dedent()
     for k in ev.continuous:
         cb = ev.callbacks[k]
-        w(f"ev = cond{k}({_us(n, 'v')}, p, etq)")
+        w(f"ev = lcond{k}({_us(n, 'v')}, p, etq)")
         w(f"es = {_sign('ev')}")
         test = f"not efound{k} and eref{k} != DT(0.0) and es != eref{k} and es == es"
         if cb.direction == "up":
@@ -429,7 +440,7 @@ def _write_root(w: Any, desc: Any, layout: Any, prims: Primitives, k: int) -> No
     w("    if not (ex > ea and ex < eb):")
     w("        ex = emid")
     _write_interpolant(w, desc, layout, prims, "ex", "v")
-    w(f"egx = cond{k}({_us(n, 'v')}, p, t + ex * hs)")
+    w(f"egx = lcond{k}({_us(n, 'v')}, p, t + ex * hs)")
     if desc.extra_stages:
         w(f"NFX[j] += {desc.extra_stages}")
     w("ezero = egx == DT(0.0)")
