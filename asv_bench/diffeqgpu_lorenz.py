@@ -5,8 +5,8 @@ The problem of DiffEqGPU's paper and benchmark repository: Lorenz with ``sigma =
 ``t in [0, 1]``, float32, Tsit5 with a fixed step ``dt = 0.001`` (1,000 steps) and adaptive
 with ``rtol = atol = 1e-8``, only the final state kept. That ``rtol`` is below float32's machine
 epsilon, which dxode refuses (an error estimate in float32 cannot resolve it), so the adaptive
-rows run both codes at ``rtol`` = float32's epsilon and ``atol = 1e-8``. DiffEqGPU measured it on GPUs;
-without one here this compares the two array-program codes on one CPU core (the GPU rows
+rows run both codes at ``rtol`` = float32's epsilon and ``atol = 1e-8``. DiffEqGPU measured
+it on GPUs; without one here this compares the two array-program codes on one CPU core (the GPU rows
 of the benchmarks page come from a GPU run when one is available).
 
     python asv_bench/diffeqgpu_lorenz.py [--sizes 100 1000 10000 100000] [--no-diffrax]
@@ -128,7 +128,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for n in args.sizes:
         for adaptive in (False, True):
-            mode = f"adaptive {ADAPTIVE_RTOL:.3g}/{ADAPTIVE_TOL:g}" if adaptive else f"fixed dt {FIXED_DT:g}"
+            mode = (
+                f"adaptive {ADAPTIVE_RTOL:.3g}/{ADAPTIVE_TOL:g}"
+                if adaptive
+                else f"fixed dt {FIXED_DT:g}"
+            )
             ours, u = best_of(dxode_solver(n, adaptive), args.repeats)
             theirs = compile_s = diff = None
             if not args.no_diffrax:

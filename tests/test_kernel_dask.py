@@ -48,6 +48,35 @@ def test_kernel_batches_on_workers_equal_the_local_kernel_bitwise(client, batch_
     _assert_same(sim, reference)
 
 
+def _growth(u, p, t):
+    return [p[0] * u[0]]
+
+
+def _reached_two(u, p, t):
+    return u[0] - 2.0
+
+
+def _dose(u, p, t, fired):
+    return [u[0] + 0.5]
+
+
+def test_callbacks_on_workers_equal_the_local_kernel_bitwise(client):
+    prob = dxode.ODEProblem(_growth, np.array([1.0]), (0.0, 2.0), (1.0,))
+    eprob = EnsembleProblem(prob, p=np.linspace(0.1, 1.2, 9)[:, None])
+    callback = dxode.CallbackSet(
+        dxode.ContinuousCallback(_reached_two, terminate=True),
+        dxode.PresetTimeCallback([0.5, 1.0], _dose),
+    )
+    options = {**SOLVE, "callback": callback}
+    reference = dxode.solve(eprob, dxode.Tsit5(), EnsembleKernel(threads=1), **options)
+    alg = EnsembleDask(client, kernel=EnsembleKernel(threads=1))
+    sim = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=4, **options)
+    _assert_same(sim, reference)
+    for name in ("t", "callback", "trajectory", "u_before", "u_after"):
+        np.testing.assert_array_equal(getattr(sim.events, name), getattr(reference.events, name))
+    assert set(sim.retcodes.tolist()) == {dxode.ReturnCode.Success, dxode.ReturnCode.Terminated}
+
+
 _NEGATIVE = "negative"
 
 

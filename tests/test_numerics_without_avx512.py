@@ -35,6 +35,7 @@ NUMERICAL_MODULES = [
     "test_kernel_agreement.py",
     "test_kernel_dask.py",
     "test_kernel_ensemble.py",
+    "test_kernel_events.py",
     "test_saving.py",
     "test_sensealgs.py",
     "test_stiff.py",

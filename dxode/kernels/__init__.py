@@ -16,6 +16,9 @@ Modules, one job each:
     Python source of the per-lane integration, generated from a description.
 ``rosenbrock_description`` / ``rosenbrock_codegen``
     The same for Rosenbrock23, Rodas4, Rodas5P and TRBDF2: per-lane Jacobians and LU.
+``events_codegen`` / ``events``
+    Callbacks in the kernels: their generated code, and the user's functions checked and
+    compiled, the event arrays and the event records.
 ``compiler``
     Compiles generated source once per signature (in memory and on disk), with clear errors.
 ``cpu`` / ``cuda``

@@ -18,6 +18,7 @@ from .codegen import KernelLayout
 from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_mode
 from .description import describe
 from .errors import ARRAY_PATH, KernelUnsupportedError
+from .events import EVENT_CAPACITY, event_arrays, event_layout, merged_tstops
 from .rhs_source import ParamLayout
 from .rosenbrock_description import RosenbrockDescription, stiff_derivatives
 
@@ -31,7 +32,9 @@ class KernelResult:
     """Per-lane outcomes (host or device arrays, lanes first).
 
     ``saved`` is ``(L, nsave, n)`` (NaN where a failed lane never got), ``u`` ``(L, n)``;
-    ``steps`` holds ``(t, u)`` of every accepted step for recorded one-lane solves.
+    ``steps`` holds ``(t, u)`` of every accepted step for recorded one-lane solves;
+    ``events`` the host event log ``EVT, EVK, EVUB, EVUA, EVN`` with callbacks (see
+    ``events_codegen``).
     """
 
     retcode: Any
@@ -42,6 +45,7 @@ class KernelResult:
     nf: Any
     saved: Any
     steps: tuple[Any, Any] | None = None
+    events: tuple[Any, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -67,6 +71,9 @@ class KernelBatch:
     jac, tgrad : callable or None
         The problem's ``jac(u, p, t)`` and ``tgrad(u, p, t)`` (stiff methods), taking one
         trajectory's ``u``.
+    callbacks : CallbackSet or None
+    event_capacity : int
+        Events each lane's log holds (see ``events.run_events``).
     """
 
     f: Any
@@ -81,6 +88,8 @@ class KernelBatch:
     error_components: int = 0
     jac: Any = None
     tgrad: Any = None
+    callbacks: Any = None
+    event_capacity: int = EVENT_CAPACITY
 
     @property
     def n_lanes(self) -> int:
@@ -112,6 +121,11 @@ class KernelBatch:
         n = int(self.u0.shape[0])
         derivatives: tuple[tuple[str, Any], ...] = ()
         if isinstance(desc, RosenbrockDescription):
+            if self.callbacks is not None:
+                raise KernelUnsupportedError(
+                    f"the compiled kernels run callbacks with explicit Runge–Kutta methods "
+                    f"only, not {type(opts.alg).__name__}; use {ARRAY_PATH}"
+                )
             mode = lambda fn: user_function_mode(fn, n, dtype, example, target)
             desc, derivatives = stiff_derivatives(desc, opts.alg, n, self.jac, self.tgrad, mode)
         as_array = user_function_mode(self.f, n, dtype, example, target)
@@ -128,8 +142,13 @@ class KernelBatch:
             param_rows=int(self.params.shape[0]),
             param_dtype=self.params.dtype.name,
             error_components=self.error_components,
+            events=(
+                None
+                if self.callbacks is None
+                else event_layout(self.callbacks, int(self.u0.shape[0]), dtype, example)
+            ),
         )
-        return compile_kernel(self.f, desc, layout, derivatives)
+        return compile_kernel(self.f, desc, layout, derivatives, self.callbacks)
 
     def arguments(self) -> tuple[np.ndarray, ...]:
         """The generated ``block``'s array arguments before the outputs (host arrays)."""
@@ -142,10 +161,9 @@ class KernelBatch:
         else:
             sentinel = np.full((1, lanes), direction * np.inf, dtype=self.dtype)
             ts = np.concatenate([self.save_times.astype(self.dtype), sentinel])
+        stops = merged_tstops(self.tstops, self.callbacks, self.dtype, direction)
         tstops = (
-            np.zeros(0, dtype=self.dtype)
-            if self.tstops is None
-            else np.asarray(self.tstops, dtype=self.dtype)
+            np.zeros(0, dtype=self.dtype) if stops is None else np.asarray(stops, dtype=self.dtype)
         )
         controlled = self.error_components or n
         atol = np.ones(n, dtype=self.dtype)  # uncontrolled components: never read
@@ -185,6 +203,26 @@ class KernelBatch:
             np.empty(lanes, dtype=np.int64),
             np.empty(lanes, dtype=np.int64),
             np.empty(lanes, dtype=np.int64),
+        )
+
+    def event_arrays(self) -> tuple[np.ndarray, ...]:
+        """The block's event arguments (``()`` without callbacks; see ``events_codegen``)."""
+        if self.callbacks is None:
+            return ()
+        n, lanes = self.u0.shape
+        direction = 1.0 if self.t1[0] > self.t0[0] else -1.0
+        return event_arrays(self.callbacks, lanes, n, self.dtype, direction, self.event_capacity)
+
+    def select(self, lanes: np.ndarray, event_capacity: int) -> KernelBatch:
+        """The batch of lanes ``lanes`` alone, its logs holding ``event_capacity`` events."""
+        return dataclasses.replace(
+            self,
+            u0=np.ascontiguousarray(self.u0[:, lanes]),
+            params=np.ascontiguousarray(self.params[:, lanes]),
+            t0=self.t0[lanes],
+            t1=self.t1[lanes],
+            save_times=None if self.save_times is None else self.save_times[:, lanes],
+            event_capacity=event_capacity,
         )
 
 

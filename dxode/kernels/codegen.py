@@ -18,7 +18,9 @@ NREJ, NF)``
     (``dxode._integrator``): per-lane steps taken in masked lockstep, stages unrolled. Its
     inner attempt loop runs over the ``B`` lanes of the block with no branches on lane data,
     so the CPU compiler vectorizes it across trajectories. With ``record`` it also returns
-    every accepted step ``(times, states, count)`` (one-lane blocks only).
+    every accepted step ``(times, states, count)`` (one-lane blocks only). With callbacks it
+    takes the event arrays ``EVTIMES, EVOFF, EVT, EVK, EVUB, EVUA, EVN`` last and runs the
+    hooks of ``events_codegen``.
 ``run_blocks`` (CPU) / ``run_lanes`` (CUDA)
     The drivers: blocks over threads (``prange``), or one CUDA thread per lane.
 
@@ -33,14 +35,16 @@ import math
 
 import numpy as np
 
+from . import events_codegen
 from .codegen_math import exponent_bounds, write_exp, write_helpers, write_log
 from .description import StepperDescription
+from .events_codegen import EventLayout
 
 __all__ = ["KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 6
+CODEGEN_VERSION = 7
 
 # The controller's floor under the error (``PIDController.adapt``'s guard of its powers).
 _ERROR_FLOOR = 1e-10
@@ -81,6 +85,8 @@ class KernelLayout:
         The first components that enter the error norm and the initial step (``0``: all).
         Forward sensitivities ride along uncontrolled, so their steps are those of the plain
         solve (CVODES's ``errconS = false``).
+    events : EventLayout, optional
+        The callbacks (``events_codegen``); ``None`` without callbacks.
     """
 
     n: int
@@ -95,6 +101,7 @@ class KernelLayout:
     param_rows: int = 0
     param_dtype: str = "float64"
     error_components: int = 0
+    events: EventLayout | None = None
 
 
 class _Writer:
@@ -163,10 +170,13 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
     _write_minmax(w)
     write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
     _write_rhs(w, layout)
+    if layout.events is not None:
+        events_codegen.write_wrappers(w, layout, _PRIMITIVES)
+        events_codegen.write_locate_function(w, desc, layout, _PRIMITIVES)
     _write_attempt_function(w, desc, layout, n, s)
     _write_block(w, desc, layout, n, s, e)
     if cuda:
-        _write_cuda_driver(w)
+        _write_cuda_driver(w, layout)
     else:
         _write_cpu_driver(w, layout)
     return w.text()
@@ -226,6 +236,8 @@ def _write_block(
     _write_block_setup(w, desc, layout, n)
     _write_lane_starts(w, desc, layout, n)
     w("it = 0")
+    if layout.events is not None:
+        events_codegen.write_start(w, layout, _PRIMITIVES)
     w("while nact > 0:")
     w.indent()
     w("if it >= MAXITERS:")
@@ -257,10 +269,7 @@ def _write_block_setup(w: _Writer, desc: StepperDescription, layout: KernelLayou
     """The block function's signature, options and per-block work arrays."""
     B = layout.block
     M = range(n)
-    w(
-        "def block(j0, L, U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, "
-        "RET, NACC, NREJ, NF):"
-    )
+    w(f"def block(j0, L, {_arrays(layout)}):")
     w.indent()
     w("RTOL = SCAL[0]")
     w("DTV = SCAL[1]")
@@ -405,6 +414,8 @@ def _write_accept(
 ) -> None:
     """An accepted step: saves it passed, the recorded step, the lane advanced."""
     M = range(n)
+    if layout.events is not None:
+        events_codegen.write_locate(w, desc, layout, _PRIMITIVES)
     w("if NSAVE > 0:")
     w.indent()
     _write_saves(w, desc, layout, n, s, e)
@@ -429,6 +440,8 @@ def _write_accept(
     w("NA[j] += 1")
     w("if HIT[j] != 0 and USE[j] != 0:")
     w("    STI[j] += 1")
+    if layout.events is not None:
+        events_codegen.write_apply(w, layout, _PRIMITIVES)
 
 
 def _write_outcome(w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int) -> None:
@@ -452,6 +465,8 @@ def _write_outcome(w: _Writer, desc: StepperDescription, layout: KernelLayout, n
     else:
         w(f"code = {_UNSTABLE}")
     w.dedent()
+    if layout.events is not None:
+        events_codegen.write_outcome(w, desc, layout)
     w("if code >= 0:")
     _write_retire(w, n, "code", depth=1)
 
@@ -673,28 +688,26 @@ def _write_saves(
 
 
 def _write_cpu_driver(w: _Writer, layout: KernelLayout) -> None:
-    w(
-        "def run_blocks(U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, "
-        "NACC, NREJ, NF):"
-    )
+    w(f"def run_blocks({_arrays(layout)}):")
     w(f"    nblocks = (U0.shape[1] + {layout.block - 1}) // {layout.block}")
     w("    for b in prange(nblocks):")
-    w(
-        f"        block(b * {layout.block}, U0.shape[1], U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, "
-        "IVALS, SAVED, UEND, TEND, RET, NACC, NREJ, NF)"
-    )
+    w(f"        block(b * {layout.block}, U0.shape[1], {_arrays(layout)})")
     w()
 
 
-def _write_cuda_driver(w: _Writer) -> None:
-    w(
-        "def run_lanes(U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, "
-        "NACC, NREJ, NF):"
-    )
+def _write_cuda_driver(w: _Writer, layout: KernelLayout) -> None:
+    w(f"def run_lanes({_arrays(layout)}):")
     w("    g = cuda.grid(1)")
     w("    if g < U0.shape[1]:")
-    w(
-        "        block(g, U0.shape[1], U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, "
-        "UEND, TEND, RET, NACC, NREJ, NF)"
-    )
+    w(f"        block(g, U0.shape[1], {_arrays(layout)})")
     w()
+
+
+def _arrays(layout: KernelLayout) -> str:
+    """The array arguments of ``block`` and the drivers (inputs, outputs, then the event
+    arrays when there are callbacks)."""
+    names = "U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, NACC, NREJ, NF"
+    return names if layout.events is None else f"{names}, {events_codegen.BLOCK_ARGS}"
+
+
+_PRIMITIVES = events_codegen.Primitives(alloc=_alloc, slot=_w, retire=_write_retire, const=_const)

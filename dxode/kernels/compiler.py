@@ -25,6 +25,8 @@ import numpy as np
 from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError
+from .events import bind_callbacks
+from .events_codegen import locate_copies, separate_functions
 from .rhs_source import function_key, numba_ready, where_defined
 from .rosenbrock_description import RosenbrockDescription
 
@@ -114,11 +116,14 @@ def compile_kernel(
     description: Any,
     layout: KernelLayout,
     derivatives: tuple[tuple[str, Callable[..., Any]], ...] = (),
+    callbacks: Any = None,
 ) -> CompiledKernel:
     """The compiled kernel for ``f``, the method and the layout (built once, then reused).
 
     ``derivatives`` binds more user functions by the generated module's global names
     (``(("user_jac", jac),)``): compiled like ``f``, part of the key like ``f``.
+    ``callbacks`` (a ``CallbackSet``) holds the functions ``layout.events`` describes (their
+    keys are in the layout, so in the cache key).
     """
     import numba
 
@@ -127,7 +132,8 @@ def compile_kernel(
     with _LOCK:
         kernel = _COMPILED.get(key)
         if kernel is None:
-            kernel = _COMPILED[key] = _build(f, description, layout, key[0], derivatives)
+            kernel = _build(f, description, layout, key[0], derivatives, callbacks)
+            _COMPILED[key] = kernel
     return kernel
 
 
@@ -146,6 +152,7 @@ def _build(
     layout: KernelLayout,
     fkey: str,
     derivatives: tuple[tuple[str, Callable[..., Any]], ...] = (),
+    callbacks: Any = None,
 ) -> CompiledKernel:
     import numba
 
@@ -161,8 +168,11 @@ def _build(
     path = _write_source(source, f"dxode_kernel_v{CODEGEN_VERSION}_{digest}.py")
     module = _import(path, f"_dxode_kernel_{digest}")
     ready = numba_ready(f)
-    helpers = getattr(module, "HELPERS", _HELPERS)
-    called = getattr(module, "CALLED", ())  # compiled on their own and called, not inlined
+    names = list(getattr(module, "HELPERS", _HELPERS))
+    # compiled on their own and called, not inlined
+    separate = list(getattr(module, "CALLED", ()))
+    if layout.events is not None:
+        separate += separate_functions(layout.events)
     if layout.target == "cuda":
         from numba import cuda
 
@@ -170,11 +180,16 @@ def _build(
         module.user_f = device(ready)
         for name, fn in derivatives:
             setattr(module, name, device(numba_ready(fn)))
-        for name in helpers:
+        if layout.events is not None:
+            names += bind_callbacks(module, callbacks, layout.events, device)
+            for name, copy in locate_copies(layout.events):
+                setattr(module, copy, getattr(module, name))
+                names.append(copy)
+        for name in names:
             setattr(module, name, device(getattr(module, name)))
-        for name in called:
-            setattr(module, name, cuda.jit(device=True)(getattr(module, name)))
         module.attempt = cuda.jit(device=True)(module.attempt)
+        for name in separate:
+            setattr(module, name, cuda.jit(device=True)(getattr(module, name)))
         module.block = cuda.jit(device=True)(module.block)
         driver = cuda.jit(module.run_lanes)
     else:
@@ -184,12 +199,14 @@ def _build(
         module.user_f = inline(ready)
         for name, fn in derivatives:
             setattr(module, name, inline(numba_ready(fn)))
-        for name in helpers:
+        if layout.events is not None:
+            # Called from scalar code: compiled once each, not inlined at every call site
+            # (which doubles the compile time of a few callbacks), but in locate's hot loops.
+            separate = bind_callbacks(module, callbacks, layout.events, inline) + separate
+            for name, copy in locate_copies(layout.events):
+                setattr(module, copy, inline(getattr(module, name)))
+        for name in names:
             setattr(module, name, inline(getattr(module, name)))
-        for name in called:
-            setattr(
-                module, name, numba.njit(nogil=True, error_model="numpy")(getattr(module, name))
-            )
         if hasattr(module, "split_exponent"):
             # the exponent helpers as bit operations: the same results as the generated chains
             from . import float_bits
@@ -198,6 +215,8 @@ def _build(
             module.pow2 = float_bits.pow2
         compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
         module.attempt = compiled(module.attempt)
+        for name in separate:
+            setattr(module, name, compiled(getattr(module, name)))
         module.block = compiled(module.block)
         driver = numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")(
             module.run_blocks

@@ -40,14 +40,15 @@ def run_cpu(
     kernel = batch.prepare("cpu", block, record)
     args = batch.arguments()
     outs = batch.outputs()
+    events = batch.event_arrays()
     steps = None
     with _threads(threads):
         if record:
-            t_rec, u_rec, count = kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs)
+            t_rec, u_rec, count = kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
             steps = (t_rec[:count].copy(), u_rec[:count].copy())
         elif batch.n_lanes <= block:  # one block: skip the thread pool's start-up
-            kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs)
+            kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
         else:
-            kernel.call(kernel.driver, *args, *outs)
+            kernel.call(kernel.driver, *args, *outs, *events)
     saved, u, t, ret, nacc, nrej, nf = outs
-    return KernelResult(ret, t, u, nacc, nrej, nf, saved, steps)
+    return KernelResult(ret, t, u, nacc, nrej, nf, saved, steps, events[2:] or None)

@@ -28,12 +28,14 @@ def run_cuda(batch: KernelBatch, as_cupy: bool = False) -> KernelResult:
     kernel = batch.prepare("cuda", 1)
     args = [cuda.to_device(a) for a in batch.arguments()]
     outs = [cuda.to_device(a) for a in batch.outputs()]
+    events = [cuda.to_device(a) for a in batch.event_arrays()]
     lanes = batch.n_lanes
     grid = (lanes + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-    kernel.call(kernel.driver[grid, THREADS_PER_BLOCK], *args, *outs)
+    kernel.call(kernel.driver[grid, THREADS_PER_BLOCK], *args, *outs, *events)
     cuda.synchronize()
     saved, u, t, ret, nacc, nrej, nf = (_result_array(a, as_cupy) for a in outs)
-    return KernelResult(ret, t, u, nacc, nrej, nf, saved)
+    log = tuple(a.copy_to_host() for a in events[2:]) or None  # host: read to build records
+    return KernelResult(ret, t, u, nacc, nrej, nf, saved, None, log)
 
 
 def _result_array(array: Any, as_cupy: bool) -> Any:

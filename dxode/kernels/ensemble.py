@@ -74,11 +74,6 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
     ) -> BatchResult:
         from .ensemble_batch import solve_kernel_batch
 
-        if spec.callback is not None:
-            raise KernelUnsupportedError(
-                f"callbacks are not in the compiled kernels yet; use {ARRAY_PATH} for "
-                f"solves with callback=..."
-            )
         if spec.dense:
             raise KernelUnsupportedError(
                 f"the compiled kernels keep no dense output; use saveat=..., or {ARRAY_PATH} "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -10,8 +12,10 @@ from .._timegrid import lane_save_grid, stop_times
 from ..backends import get_backend
 from ..ensemble.batch import BatchResult, BatchSpec, build_lanes
 from ..ensemble.problem import EnsembleProblem
+from ..events.record import EventRecord
 from .batch import KernelBatch, lane_params
 from .errors import ARRAY_PATH, KernelUnsupportedError
+from .events import run_events
 
 __all__ = ["solve_kernel_batch"]
 
@@ -32,16 +36,21 @@ def solve_kernel_batch(
     layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype)
     prob = eprob.prob
     batch = KernelBatch(
-        prob.f, u0, params, layout, t0, t1, grid, tstops, spec.options, prob.jac, prob.tgrad
+        prob.f,
+        u0,
+        params,
+        layout,
+        t0,
+        t1,
+        grid,
+        tstops,
+        spec.options,
+        jac=prob.jac,
+        tgrad=prob.tgrad,
+        callbacks=spec.callback,
     )
-    if alg.device == "cuda":
-        from .cuda import run_cuda
-
-        result = run_cuda(batch, as_cupy=_is_cupy(eprob.prob.u0))
-    else:
-        from .cpu import run_cpu
-
-        result = run_cpu(batch, block=alg.block_size, threads=alg.threads)
+    as_cupy = _is_cupy(prob.u0)
+    result, events = run_events(_runner(alg, as_cupy), batch)
     dtype = u0.dtype
     t_out = np.asarray(grid[:, 0] if shared_span else grid.T, dtype=dtype)
     return BatchResult(
@@ -52,6 +61,34 @@ def solve_kernel_batch(
         nf=np.asarray(result.nf, dtype=np.int64),
         naccept=np.asarray(result.naccept, dtype=np.int64),
         nreject=np.asarray(result.nreject, dtype=np.int64),
+        events=None if events is None else _for_trajectories(events, indices, as_cupy),
+    )
+
+
+def _runner(alg: Any, as_cupy: bool) -> Callable[[KernelBatch], Any]:
+    """``run(batch)`` on ``alg``'s device."""
+    if alg.device == "cuda":
+        from .cuda import run_cuda
+
+        return lambda batch: run_cuda(batch, as_cupy=as_cupy)
+    from .cpu import run_cpu
+
+    return lambda batch: run_cpu(batch, block=alg.block_size, threads=alg.threads)
+
+
+def _for_trajectories(events: EventRecord, indices: np.ndarray, as_cupy: bool) -> EventRecord:
+    """The batch's events with lane numbers turned into trajectory numbers (CuPy arrays for
+    a CuPy problem)."""
+    events = dataclasses.replace(events, trajectory=indices[events.trajectory])
+    if not as_cupy:
+        return events
+    import cupy
+
+    return dataclasses.replace(
+        events,
+        t=cupy.asarray(events.t),
+        u_before=cupy.asarray(events.u_before),
+        u_after=cupy.asarray(events.u_after),
     )
 
 

@@ -16,10 +16,13 @@ from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import save_times, stop_times
+from ..events.callbacks import check_preset_times
+from ..events.record import with_points_after
 from .batch import KernelBatch, lane_params
 from .cpu import run_cpu
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
+from .events import run_events
 
 __all__ = ["solve_kernel"]
 
@@ -37,12 +40,9 @@ def solve_kernel(
 ) -> ODESolution:
     """Solve ``prob`` with the compiled kernel on the CPU (see ``solve``).
 
-    Without ``saveat`` every accepted step is saved. No dense output: ``dense=True`` raises.
+    Without ``saveat`` every accepted step is saved (and, with callbacks, the state just after
+    each event, as on the array path). No dense output: ``dense=True`` raises.
     """
-    if callback is not None:
-        raise KernelUnsupportedError(
-            f"callbacks are not in the compiled kernels yet; use {ARRAY_PATH} with callback=..."
-        )
     if dense:
         raise KernelUnsupportedError(
             f"the compiled kernels keep no dense output (sol(t)); use saveat=..., or {ARRAY_PATH}"
@@ -52,6 +52,11 @@ def solve_kernel(
     opts = SolverOptions.from_user(alg, **options)
     opts.check_state(prob.u0)
     if is_traced(prob.u0, prob.p):
+        if callback is not None:
+            raise KernelUnsupportedError(
+                f"the compiled kernels differentiate no callbacks yet; differentiate a solve "
+                f"with callbacks with {ARRAY_PATH}"
+            )
         return _solve_traced(prob, opts, saveat, tstops, sensealg)
     if sensealg is not None:  # nothing to differentiate: only checked
         from .gradients import kernel_sensealg
@@ -60,6 +65,7 @@ def solve_kernel(
     u0 = np.asarray(prob.u0)
     check_state(u0)
     t0, t1 = (float(t) for t in prob.tspan)
+    check_preset_times(callback, *sorted((t0, t1)))
     grid = save_times(saveat, t0, t1)
     stops = stop_times(tstops, t0, t1)
     layout, params = lane_params(prob.p, [False] * len(_pytree.leaves(prob.p)), 1, u0.dtype)
@@ -75,11 +81,15 @@ def solve_kernel(
         opts,
         jac=prob.jac,
         tgrad=prob.tgrad,
+        callbacks=callback,
     )
-    result = run_cpu(batch, record=grid is None)
+    result, events = run_events(lambda b: run_cpu(b, record=grid is None), batch)
     if grid is None:
         assert result.steps is not None
         t, u = result.steps
+        if events is not None:
+            keep_after = np.array([cb.save_positions[1] for cb in callback], dtype=bool)
+            t, u = with_points_after(t, u, events, keep_after)
     else:
         t, u = grid.astype(u0.dtype), result.saved[0]
     naccept, nreject = int(result.naccept[0]), int(result.nreject[0])
@@ -91,7 +101,8 @@ def solve_kernel(
         njac=getattr(opts.alg, "jacobians_per_step", 0) * attempts,
         nlu=getattr(opts.alg, "factorizations_per_step", 0) * attempts,
     )
-    return ODESolution(t, u, ReturnCode(int(result.retcode[0])), stats, prob, opts.alg, None, None)
+    retcode = ReturnCode(int(result.retcode[0]))
+    return ODESolution(t, u, retcode, stats, prob, opts.alg, None, events)
 
 
 def _solve_traced(

@@ -1,0 +1,398 @@
+"""Callbacks on the kernel path: the array path's events, compiled.
+
+Each compiled kernel is solved once in a module-scoped fixture and checked by several tests:
+against closed forms (bounce times, dose levels, growth reaching a threshold) and against the
+array path, which has the same semantics (event times, callbacks, states around the events,
+return codes and statistics).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+import dxode
+from dxode.kernels.errors import KernelCompileError
+from dxode.kernels.events import EVENT_CAPACITY
+
+ROOT = Path(__file__).resolve().parents[1]
+GRAVITY = 9.81
+TOL = {"rtol": 1e-8, "atol": 1e-10}
+
+
+# ---- the functions, written once for both paths ------------------------------------------
+
+
+def fall(u, p, t):
+    return [u[1], -GRAVITY + 0.0 * u[0]]
+
+
+def height(u, p, t):
+    return u[0]
+
+
+def velocity(u, p, t):
+    return u[1]
+
+
+def bounce(u, p, t, fired):
+    return [u[0], -p[0] * u[1]]
+
+
+def low_apex(u, p, t):
+    return u[0] < 0.5
+
+
+def rate(u, p, t):
+    return [p[0] * u[0]]
+
+
+def reached_two(u, p, t):
+    return u[0] - 2.0
+
+
+def below(u, p, t):
+    return u[0] - 1.8
+
+
+def high(u, p, t):
+    return u[0] > 1.5
+
+
+def dose(u, p, t, fired):
+    return [u[0] + 1.0]
+
+
+class _Level:
+    def value(self):
+        return 1.0
+
+
+LEVEL = _Level()
+
+
+def opaque(u, p, t):
+    return u[0] - LEVEL.value()
+
+
+def bounce_times(e, count, h0=1.0):
+    """Impact times of a ball dropped from ``h0`` with restitution ``e``."""
+    first = math.sqrt(2 * h0 / GRAVITY)
+    return np.array([first * (1 + 2 * sum(e**k for k in range(1, i))) for i in range(1, count + 1)])
+
+
+def both_paths(run):
+    """``run(kernel)`` for the kernel and the array path."""
+    return run(True), run(False)
+
+
+def assert_same_events(kernel, array, atol):
+    assert kernel.events is not None and array.events is not None
+    np.testing.assert_array_equal(kernel.events.callback, array.events.callback)
+    np.testing.assert_array_equal(kernel.events.trajectory, array.events.trajectory)
+    np.testing.assert_allclose(np.asarray(kernel.events.t), np.asarray(array.events.t), atol=atol)
+    for name in ("u_before", "u_after"):
+        np.testing.assert_allclose(
+            np.asarray(getattr(kernel.events, name)),
+            np.asarray(getattr(array.events, name)),
+            atol=atol,
+        )
+
+
+def stats(sim):
+    return [(s.stats.naccept, s.stats.nreject, s.stats.nf, int(s.retcode)) for s in sim]
+
+
+# ---- a single bouncing ball that stops at its first apex below 0.5 -----------------------
+
+
+@pytest.fixture(scope="module")
+def ball():
+    prob = dxode.ODEProblem(fall, np.array([1.0, 0.0]), (0.0, 3.0), (0.8,))
+    callbacks = dxode.CallbackSet(
+        dxode.ContinuousCallback(height, bounce, direction="down"),
+        dxode.ContinuousCallback(velocity, direction="down", terminate=low_apex),
+    )
+    return both_paths(
+        lambda kernel: dxode.solve(prob, "tsit5", callback=callbacks, kernel=kernel, **TOL)
+    )
+
+
+def test_bounces_at_the_closed_form_times(ball):
+    kernel, _ = ball
+    e, v0 = 0.8, math.sqrt(2 * GRAVITY)
+    impacts = bounce_times(e, 2)
+    apexes = impacts + e ** np.arange(1, 3) * v0 / GRAVITY
+    np.testing.assert_array_equal(kernel.events.callback, [0, 1, 0, 1])
+    np.testing.assert_allclose(
+        kernel.events.t, [impacts[0], apexes[0], impacts[1], apexes[1]], rtol=0, atol=1e-9
+    )
+    np.testing.assert_allclose(
+        kernel.events.u_after[[0, 2], 1], -e * kernel.events.u_before[[0, 2], 1]
+    )
+
+
+def test_terminate_function_ends_the_solve_at_the_event(ball):
+    kernel, _ = ball
+    assert kernel.retcode == dxode.ReturnCode.Terminated
+    assert kernel.t[-1] == kernel.events.t[-1]
+    apex = bounce_times(0.8, 2)[-1] + 0.8**2 * math.sqrt(2 * GRAVITY) / GRAVITY
+    assert abs(kernel.t[-1] - apex) < 1e-9
+    assert abs(kernel.u[-1, 0] - 0.8**4) < 1e-8  # apex height e^(2n) h0, below 0.5
+
+
+def test_single_solve_matches_the_array_path(ball):
+    kernel, array = ball
+    assert_same_events(kernel, array, atol=1e-12)
+    # every step, with the state after each event inserted after it
+    np.testing.assert_allclose(kernel.t, array.t, atol=1e-12)
+    np.testing.assert_allclose(kernel.u, array.u, atol=1e-12)
+    assert (kernel.stats.nf, kernel.stats.naccept, kernel.stats.nreject) == (
+        array.stats.nf,
+        array.stats.naccept,
+        array.stats.nreject,
+    )
+
+
+# ---- an ensemble of balls with per-lane restitution (more events than the log holds) ----
+
+
+RESTITUTION = np.linspace(0.8, 0.9, 5)
+
+
+@pytest.fixture(scope="module")
+def balls():
+    prob = dxode.ODEProblem(fall, np.array([1.0, 0.0]), (0.0, 3.8), (0.8,))
+    eprob = dxode.EnsembleProblem(prob, p=RESTITUTION[:, None])
+    floor = dxode.ContinuousCallback(height, bounce, direction="down")
+
+    def run(alg, **kwargs):
+        return dxode.solve(eprob, "tsit5", alg, callback=floor, saveat=0.5, **TOL, **kwargs)
+
+    return run(dxode.EnsembleKernel()), run(dxode.EnsembleArray()), run
+
+
+def test_ensemble_bounces_per_lane(balls):
+    kernel, _, _ = balls
+    counts = np.bincount(kernel.events.trajectory, minlength=RESTITUTION.size)
+    assert counts[0] > EVENT_CAPACITY  # those lanes ran again with a larger log
+    assert len(set(counts.tolist())) > 2
+    for i, e in enumerate(RESTITUTION):
+        own = kernel[i].events
+        np.testing.assert_allclose(own.t, bounce_times(e, counts[i]), rtol=0, atol=1e-8)
+        assert bounce_times(e, counts[i] + 1)[-1] > 3.8
+
+
+def test_ensemble_matches_the_array_path(balls):
+    kernel, array, _ = balls
+    assert_same_events(kernel, array, atol=1e-11)
+    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), atol=1e-11)
+    assert stats(kernel) == stats(array)
+
+
+def test_events_are_bitwise_independent_of_the_batch_size(balls):
+    kernel, _, run = balls
+    other = run(dxode.EnsembleKernel(threads=1), batch_size=2)
+    for name in ("t", "callback", "trajectory", "u_before", "u_after"):
+        np.testing.assert_array_equal(getattr(other.events, name), getattr(kernel.events, name))
+    np.testing.assert_array_equal(np.asarray(other.u), np.asarray(kernel.u))
+
+
+# ---- doses, termination, direction and a discrete check on one set ------------------------
+
+
+RATES = np.array([[-0.5], [1.2], [0.9]])
+STARTS = np.array([[0.5], [1.0], [1.0]])
+
+
+def mixed_callbacks():
+    return dxode.CallbackSet(
+        dxode.ContinuousCallback(reached_two, direction="up", terminate=True),
+        dxode.ContinuousCallback(below, direction="down"),
+        dxode.PresetTimeCallback([1.0, 2.0, 3.0], dose),
+        dxode.DiscreteCallback(high, save_positions=(False, True)),
+    )
+
+
+def solve_mixed(dtype, alg, tspan=(0.0, 4.0)):
+    prob = dxode.ODEProblem(rate, np.array([0.0], dtype=dtype), tspan, (1.0,))
+    eprob = dxode.EnsembleProblem(prob, u0=STARTS.astype(dtype), p=RATES)
+    tol = TOL if dtype == np.float64 else {"rtol": 1e-5, "atol": 1e-7}
+    return dxode.solve(eprob, "tsit5", alg, callback=mixed_callbacks(), saveat=0.25, **tol)
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    return solve_mixed(np.float64, dxode.EnsembleKernel()), solve_mixed(
+        np.float64, dxode.EnsembleArray()
+    )
+
+
+@pytest.fixture(scope="module")
+def mixed32():
+    return solve_mixed(np.float32, dxode.EnsembleKernel()), solve_mixed(
+        np.float32, dxode.EnsembleArray()
+    )
+
+
+def _check_closed_forms(sim, tol):
+    codes = [dxode.ReturnCode(c) for c in sim.retcodes]
+    assert codes == [dxode.ReturnCode.Success] + [dxode.ReturnCode.Terminated] * 2
+    dosed = sim[0].events
+    doses = dosed.callback == 2
+    np.testing.assert_array_equal(dosed.t[doses], [1.0, 2.0, 3.0])
+    levels = [STARTS[0, 0]]
+    for _ in range(3):
+        levels.append(1 + levels[-1] * math.exp(-0.5))
+    np.testing.assert_allclose(dosed.u_after[doses, 0], levels[1:], rtol=tol)
+    # The third dose lifts the level above 2, and it decays through 2 and 1.8: only the
+    # downward crossing of 1.8 fires (callback 0 fires upwards only).
+    assert levels[3] > 2 and not np.any(dosed.callback == 0)
+    [down] = dosed.t[dosed.callback == 1]
+    assert abs(down - (3 + 2 * math.log(levels[3] / 1.8))) < tol
+    for i in (1, 2):
+        own = sim[i].events
+        assert not np.any(own.callback == 1)  # crossed 1.8 upward only: filtered out
+        assert own.callback[-1] == 0  # terminated there, no discrete check after it
+        assert abs(own.t[-1] - math.log(2) / RATES[i, 0]) < tol
+        saved = np.asarray(sim[i].u)[:, 0]
+        after = sim.t > own.t[-1]
+        assert np.all(np.isnan(saved[after])) and np.all(np.isfinite(saved[~after]))
+    discrete = sim.events.callback == 3
+    assert discrete.any()
+    assert np.all(np.isnan(sim.events.u_before[discrete]))
+    assert np.all(sim.events.u_after[discrete, 0] > 1.5)
+
+
+def test_doses_termination_and_direction_closed_forms(mixed):
+    _check_closed_forms(mixed[0], tol=1e-7)
+
+
+def test_mixed_callbacks_match_the_array_path(mixed):
+    kernel, array = mixed
+    assert_same_events(kernel, array, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), atol=1e-12)
+    assert stats(kernel) == stats(array)
+
+
+def test_backward_in_time_matches_the_array_path():
+    kernel, array = (solve_mixed(np.float64, alg, (4.0, 0.0)) for alg in _ALGS)
+    assert len(kernel.events) > 5 and np.all(np.diff(kernel[0].events.t) <= 0)
+    assert_same_events(kernel, array, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), atol=1e-12)
+    assert stats(kernel) == stats(array)
+
+
+_ALGS = (dxode.EnsembleKernel(), dxode.EnsembleArray())
+
+
+def test_float32(mixed32):
+    kernel = mixed32[0]
+    assert kernel.events.t.dtype == np.float32 and kernel.events.u_after.dtype == np.float32
+    assert np.asarray(kernel.u).dtype == np.float32
+    _check_closed_forms(kernel, tol=2e-5)
+    # Rounding differs from the array path's float32 (so may the step count, and with it how
+    # often the discrete check fires); the located events agree to float32 accuracy.
+    located = [sim.events.select(np.nonzero(sim.events.callback != 3)[0]) for sim in mixed32]
+    np.testing.assert_array_equal(located[0].callback, located[1].callback)
+    np.testing.assert_array_equal(located[0].trajectory, located[1].trajectory)
+    np.testing.assert_allclose(located[0].t, located[1].t, rtol=1e-5)
+    np.testing.assert_allclose(located[0].u_after, located[1].u_after, rtol=1e-5)
+
+
+def raised_floor(u, p, t):
+    return u[0] - 0.1
+
+
+def test_a_changed_condition_compiles_a_new_kernel(ball):
+    # The functions are bound into the generated module by name: a kernel reused for another
+    # condition of the same shape would locate the old condition's events.
+    prob = dxode.ODEProblem(fall, np.array([1.0, 0.0]), (0.0, 3.0), (0.8,))
+    callbacks = dxode.CallbackSet(
+        dxode.ContinuousCallback(raised_floor, bounce, direction="down"),
+        dxode.ContinuousCallback(velocity, direction="down", terminate=low_apex),
+    )
+    sol = dxode.solve(prob, "tsit5", callback=callbacks, kernel=True, **TOL)
+    assert abs(sol.events.t[0] - math.sqrt(2 * 0.9 / GRAVITY)) < 1e-9
+    assert abs(ball[0].events.t[0] - math.sqrt(2 / GRAVITY)) < 1e-9
+
+
+# ---- errors ------------------------------------------------------------------------------
+
+
+def _solve_with(callback):
+    prob = dxode.ODEProblem(rate, np.array([1.0]), (0.0, 1.0), (1.0,))
+    return dxode.solve(prob, "tsit5", callback=callback, kernel=True)
+
+
+def test_uncompilable_condition_names_it_and_the_array_path():
+    with pytest.raises(
+        KernelCompileError,
+        match=r"(?s)callback 0: the ContinuousCallback "
+        r"condition defined at .*test_kernel_events.py.*array path",
+    ):
+        _solve_with(dxode.ContinuousCallback(opaque))
+
+
+def test_condition_returning_a_bool_is_refused():
+    with pytest.raises(KernelCompileError, match="use DiscreteCallback"):
+        _solve_with(dxode.ContinuousCallback(high))
+    with pytest.raises(KernelCompileError, match="must return a bool"):
+        _solve_with(dxode.DiscreteCallback(reached_two))
+
+
+def test_affect_returning_nothing_is_refused():
+    def forgot(u, p, t, fired):
+        u[0] + 1.0
+
+    with pytest.raises(KernelCompileError, match="forget to return"):
+        _solve_with(dxode.PresetTimeCallback([0.5], forgot))
+
+
+# ---- the CUDA kernel under numba-cuda's simulator ----------------------------------------
+
+
+CUDA_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np
+    import dxode
+    from test_kernel_events import RATES, STARTS, mixed_callbacks, rate
+
+    prob = dxode.ODEProblem(rate, np.array([0.0]), (0.0, 4.0), (1.0,))
+    eprob = dxode.EnsembleProblem(prob, u0=STARTS, p=RATES)
+    opts = {"callback": mixed_callbacks(), "saveat": 0.5, "rtol": 1e-6, "atol": 1e-8}
+    gpu = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(device="cuda"), **opts)
+    cpu = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), **opts)
+    assert np.array_equal(np.asarray(gpu.u), np.asarray(cpu.u), equal_nan=True)
+    assert np.array_equal(gpu.retcodes, cpu.retcodes)
+    for name in ("t", "callback", "trajectory", "u_before", "u_after"):
+        a, b = getattr(gpu.events, name), getattr(cpu.events, name)
+        assert np.array_equal(a, b, equal_nan=True), name
+    assert len(cpu.events) > 5
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_cuda_kernel_under_the_simulator_matches_the_cpu_kernel():
+    pytest.importorskip("numba.cuda")
+    env = {
+        **os.environ,
+        "NUMBA_ENABLE_CUDASIM": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CUDA_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
