@@ -74,6 +74,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np
+from bench_timing import best_of
 from benchmarks.ensemble import (
     SAVE_GRID,
     SEED,
@@ -180,16 +181,6 @@ def header(pinning: str) -> list[str]:
 
 
 # ---- timing and accuracy --------------------------------------------------------------------
-
-
-def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    """The best wall time of ``repeats`` calls of ``fn()`` and the last call's result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 class Reference:

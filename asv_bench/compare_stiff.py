@@ -30,6 +30,7 @@ from typing import Any
 
 import compare_ensemble as common  # sets the one-thread environment before NumPy loads
 import numpy as np
+from bench_timing import best_of
 from benchmarks.stiff import (
     ATOL,
     RTOL,
@@ -93,7 +94,7 @@ def measure(args: argparse.Namespace, skipped: list[str]) -> list[dict[str, Any]
 
     for method in available_methods():
         run_dxode(params[:8], method)  # warm-up
-        seconds, sim = common.best_of(lambda m=method: run_dxode(params, m), args.repeats)
+        seconds, sim = best_of(lambda m=method: run_dxode(params, m), args.repeats)
         assert sim.success, sim.failures()
         state, y2 = worst_errors(np.asarray(sim.u)[sample], ref)
         steps = sim.stats.total_steps / n
@@ -104,7 +105,7 @@ def measure(args: argparse.Namespace, skipped: list[str]) -> list[dict[str, Any]
     m = min(n, args.loop_max)
     for method in ("BDF", "Radau"):
         scipy_solve(params[:2], method)  # warm-up
-        seconds, (u, nfev) = common.best_of(lambda me=method: scipy_solve(params[:m], me), 1)
+        seconds, (u, nfev) = best_of(lambda me=method: scipy_solve(params[:m], me), 1)
         k = min(m, sample.size)
         state, y2 = worst_errors(u[:k], ref[:k])
         rows.append(
@@ -120,7 +121,7 @@ def measure(args: argparse.Namespace, skipped: list[str]) -> list[dict[str, Any]
         common.log(skipped[-1])
     else:
         run, compile_s = kv.compile(params)
-        seconds, (ys, steps, result) = common.best_of(run, args.repeats)
+        seconds, (ys, steps, result) = best_of(run, args.repeats)
         failed = int(np.sum(np.asarray(result) != 0))
         state, y2 = worst_errors(np.asarray(ys)[sample], ref)
         rows.append(

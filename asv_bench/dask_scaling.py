@@ -20,6 +20,7 @@ import sys
 import time
 
 import numpy as np
+from bench_timing import best_of
 
 import dxode
 
@@ -42,15 +43,6 @@ def lorenz_ensemble(n: int, t1: float = 10.0, seed: int = 0, **kwargs) -> dxode.
 SOLVE = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
 
 
-def best_of(repeat: int, func) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -66,7 +58,7 @@ def section_scaling(n: int, repeat: int, record: dict) -> str:
 
     eprob = lorenz_ensemble(n)
     rows = []
-    single = best_of(repeat, lambda: dxode.solve(eprob, dxode.Tsit5(), trajectories=n, **SOLVE))
+    single, _ = best_of(lambda: dxode.solve(eprob, dxode.Tsit5(), trajectories=n, **SOLVE), repeat)
     rows.append(["EnsembleArray (this process)", "-", f"{single:.2f}", "-"])
     record["scaling"] = {"n": n, "seconds": {0: single}}
     base = None
@@ -77,9 +69,9 @@ def section_scaling(n: int, repeat: int, record: dict) -> str:
         ):
             client.wait_for_workers(workers)
             dxode.solve(lorenz_ensemble(1000), dxode.Tsit5(), client, trajectories=1000, **SOLVE)
-            elapsed = best_of(
-                repeat,
+            elapsed, _ = best_of(
                 lambda c=client: dxode.solve(eprob, dxode.Tsit5(), c, trajectories=n, **SOLVE),
+                repeat,
             )
         base = base or elapsed
         record["scaling"]["seconds"][workers] = elapsed
@@ -106,11 +98,11 @@ def section_overhead(n: int, repeat: int) -> str:
         client.wait_for_workers(2)
         for batch_size in (n // 4, n // 16, n // 64, n // 256, n // 1024):
             batches = -(-n // batch_size)
-            elapsed = best_of(
-                repeat,
+            elapsed, _ = best_of(
                 lambda b=batch_size: dxode.solve(
                     eprob, dxode.Tsit5(), client, trajectories=n, batch_size=b, **SOLVE
                 ),
+                repeat,
             )
             rows.append([batch_size, batches, f"{elapsed:.3f}", f"{1e3 * elapsed / batches:.2f}"])
     # The slope of time against the number of batches is the per-batch overhead.
@@ -147,11 +139,11 @@ def section_uneven(n: int, repeat: int) -> str:
         work += time.perf_counter() - t0
     with dxode.local_cluster(n_workers=2) as cluster, distributed.Client(cluster) as client:
         client.wait_for_workers(2)
-        elapsed = best_of(
-            repeat,
+        elapsed, _ = best_of(
             lambda: dxode.solve(
                 eprob, dxode.Tsit5(), client, trajectories=n, batch_size=batch_size, **options
             ),
+            repeat,
         )
     rows = [
         [n, 32, f"{work:.2f}", f"{work / 2:.2f}", f"{elapsed:.2f}", f"{elapsed / (work / 2):.2f}"]

@@ -28,10 +28,10 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from bench_timing import best_of
 
 import dxode
 
@@ -98,16 +98,6 @@ def solve_end_to_end(n: int, mode: str, alg: dxode.EnsembleKernel, xp: Any) -> A
 def host(x: Any) -> np.ndarray:
     """``x`` as a NumPy array (copied from the GPU for CuPy)."""
     return x.get() if hasattr(x, "get") else np.asarray(x)
-
-
-def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    """The fastest of ``repeats`` timed calls of ``fn`` and the last result."""
-    times, result = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
 
 
 def configurations(device: str) -> list[tuple[str, dxode.EnsembleKernel]]:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from bench_timing import best_of
 
 import dxode
 
@@ -101,16 +102,6 @@ def diffrax_solver(n: int, adaptive: bool) -> tuple[Callable[[], Any], float]:
     return (lambda: jax.block_until_ready(compiled(p))), compile_s
 
 
-def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    fn()  # warm-up
-    times, result = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 10_000, 100_000])
@@ -133,11 +124,11 @@ def main() -> None:
                 if adaptive
                 else f"fixed dt {FIXED_DT:g}"
             )
-            ours, u = best_of(dxode_solver(n, adaptive), args.repeats)
+            ours, u = best_of(dxode_solver(n, adaptive), args.repeats, warm_up=True)
             theirs = compile_s = diff = None
             if not args.no_diffrax:
                 run, compile_s = diffrax_solver(n, adaptive)
-                theirs, ys = best_of(run, args.repeats)
+                theirs, ys = best_of(run, args.repeats, warm_up=True)
                 diff = float(np.max(np.abs(np.asarray(ys)[:, -1, :] - u[:, -1, :])))
             cells = [f"{n:,}", mode, f"{ours:.3f}"]
             if theirs is None:

@@ -42,6 +42,7 @@ os.environ["XLA_FLAGS"] = (
 
 import numba
 import numpy as np
+from bench_timing import best_of
 
 import dxode
 from dxode.solvers.tsit5 import Tsit5
@@ -170,16 +171,6 @@ def pin(cpus: int) -> None:
         allowed = sorted(os.sched_getaffinity(0))
         for tid in os.listdir("/proc/self/task"):
             os.sched_setaffinity(int(tid), set(allowed[:cpus]))
-
-
-def best_of(fn, repeats: int) -> tuple[float, object]:
-    """The best wall time of ``repeats`` calls, and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def stacked_scipy(u0: np.ndarray, ps: np.ndarray):

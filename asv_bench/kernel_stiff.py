@@ -25,12 +25,12 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np
+from bench_timing import best_of
 from benchmarks.stiff import ATOL, RTOL, SAVE_TIMES, T_SPAN, U0, parameters
 
 import dxode
@@ -70,15 +70,6 @@ def robertson_jac(u, p, t):
     ]
 
 
-def best_of(repeats: int, run: Callable[[], Any]) -> tuple[float, Any]:
-    best, result = np.inf, None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = run()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
 def scipy_vdp(method: str, rtol: float, atol: float) -> tuple[np.ndarray, int]:
     """``(states (31, 2), RHS evaluations)`` from ``solve_ivp``."""
     from scipy.integrate import solve_ivp
@@ -114,16 +105,16 @@ def van_der_pol(repeats: int) -> None:
         start = time.perf_counter()
         dxode.solve(prob, alg, kernel=True, **opts)
         first = time.perf_counter() - start
-        seconds, sol = best_of(repeats, lambda alg=alg: dxode.solve(prob, alg, kernel=True, **opts))
+        seconds, sol = best_of(lambda alg=alg: dxode.solve(prob, alg, kernel=True, **opts), repeats)
         worst, last = errors(np.asarray(sol.u), ref)
         rows.append((f"dxode {method}, kernel", seconds, sol.stats.naccept, sol.stats.nf))
         rows[-1] += (worst, last, f"first call {first:.1f} s")
-    seconds, sol = best_of(1, lambda: dxode.solve(prob, dxode.Rodas5P(), **opts))
+    seconds, sol = best_of(lambda: dxode.solve(prob, dxode.Rodas5P(), **opts), 1)
     worst, last = errors(np.asarray(sol.u), ref)
     rows.append(("dxode Rodas5P, array path", seconds, sol.stats.naccept, sol.stats.nf))
     rows[-1] += (worst, last, "one run")
     for method in ("LSODA", "Radau"):
-        seconds, (u, nfev) = best_of(repeats, lambda m=method: scipy_vdp(m, VDP_RTOL, VDP_ATOL))
+        seconds, (u, nfev) = best_of(lambda m=method: scipy_vdp(m, VDP_RTOL, VDP_ATOL), repeats)
         worst, last = errors(u, ref)
         rows.append((f"SciPy {method}", seconds, None, nfev, worst, last, ""))
     kernel = rows[0][1]
@@ -153,8 +144,8 @@ def robertson_ensemble(n: int, repeats: int) -> None:
     start = time.perf_counter()
     kernel()
     first = time.perf_counter() - start
-    t_kernel, k = best_of(repeats, kernel)
-    t_array, a = best_of(max(1, repeats - 2), array)
+    t_kernel, k = best_of(kernel, repeats)
+    t_array, a = best_of(array, max(1, repeats - 2))
     uk, ua = np.asarray(k.u), np.asarray(a.u)
     diff = float(np.max(np.abs(uk - ua) / (np.abs(ua) + ATOL)))
     steps_k = np.array([s.stats.naccept for s in k])
