@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _pytree
 from .._options import SolverOptions
+from .autoswitch_codegen import AutoSwitchDescription
 from .codegen import KernelLayout
 from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_mode
 from .description import describe
@@ -31,7 +32,9 @@ class KernelResult:
     """Per-lane outcomes (host or device arrays, lanes first).
 
     ``saved`` is ``(L, nsave, n)`` (NaN where a failed lane never got), ``u`` ``(L, n)``;
-    ``steps`` holds ``(t, u)`` of every accepted step for recorded one-lane solves.
+    ``steps`` holds ``(t, u)`` of every accepted step for recorded one-lane solves;
+    ``switches`` (``AutoSwitch`` only) every lane's switches and attempts with the stiff method,
+    ``(L, 2)``.
     """
 
     retcode: Any
@@ -42,6 +45,7 @@ class KernelResult:
     nf: Any
     saved: Any
     steps: tuple[Any, Any] | None = None
+    switches: Any = None
 
 
 @dataclasses.dataclass
@@ -111,9 +115,14 @@ class KernelBatch:
         )
         n = int(self.u0.shape[0])
         derivatives: tuple[tuple[str, Any], ...] = ()
+        mode = lambda fn: user_function_mode(fn, n, dtype, example, target)
         if isinstance(desc, RosenbrockDescription):
-            mode = lambda fn: user_function_mode(fn, n, dtype, example, target)
             desc, derivatives = stiff_derivatives(desc, opts.alg, n, self.jac, self.tgrad, mode)
+        elif isinstance(desc, AutoSwitchDescription):
+            stiff, derivatives = stiff_derivatives(
+                desc.stiff, opts.alg.stiff, n, self.jac, self.tgrad, mode
+            )
+            desc = dataclasses.replace(desc, stiff=stiff)
         as_array = user_function_mode(self.f, n, dtype, example, target)
         layout = KernelLayout(
             n=int(self.u0.shape[0]),
@@ -174,9 +183,13 @@ class KernelBatch:
         )
 
     def outputs(self) -> tuple[np.ndarray, ...]:
-        """Freshly allocated outputs ``SAVED, UEND, TEND, RET, NACC, NREJ, NF`` (host)."""
+        """Freshly allocated outputs ``SAVED, UEND, TEND, RET, NACC, NREJ, NF`` (host), and
+        ``NSW`` ``(L, 2)`` for ``AutoSwitch`` (see ``KernelResult.switches``)."""
         n, lanes = self.u0.shape
         nsave = 0 if self.save_times is None else self.save_times.shape[0]
+        from ..solvers import AutoSwitch
+
+        switches = isinstance(self.options.alg, AutoSwitch)
         return (
             np.full((lanes, nsave, n), np.nan, dtype=self.dtype),
             np.empty((lanes, n), dtype=self.dtype),
@@ -185,7 +198,7 @@ class KernelBatch:
             np.empty(lanes, dtype=np.int64),
             np.empty(lanes, dtype=np.int64),
             np.empty(lanes, dtype=np.int64),
-        )
+        ) + ((np.zeros((lanes, 2), dtype=np.int64),) if switches else ())
 
 
 def lane_params(p: Any, lane_leaf: list[bool], lanes: int, dtype: Any) -> tuple[Any, Any]:

@@ -49,5 +49,5 @@ def run_cpu(
             kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs)
         else:
             kernel.call(kernel.driver, *args, *outs)
-    saved, u, t, ret, nacc, nrej, nf = outs
-    return KernelResult(ret, t, u, nacc, nrej, nf, saved, steps)
+    saved, u, t, ret, nacc, nrej, nf, *switches = outs
+    return KernelResult(ret, t, u, nacc, nrej, nf, saved, steps, *switches)

@@ -32,8 +32,8 @@ def run_cuda(batch: KernelBatch, as_cupy: bool = False) -> KernelResult:
     grid = (lanes + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
     kernel.call(kernel.driver[grid, THREADS_PER_BLOCK], *args, *outs)
     cuda.synchronize()
-    saved, u, t, ret, nacc, nrej, nf = (_result_array(a, as_cupy) for a in outs)
-    return KernelResult(ret, t, u, nacc, nrej, nf, saved)
+    saved, u, t, ret, nacc, nrej, nf, *switches = (_result_array(a, as_cupy) for a in outs)
+    return KernelResult(ret, t, u, nacc, nrej, nf, saved, None, *switches)
 
 
 def _result_array(array: Any, as_cupy: bool) -> Any:

@@ -103,8 +103,16 @@ class StepperDescription:
         )
 
 
-def describe(stepper: Any) -> StepperDescription | RosenbrockDescription:
-    """The description of an algorithm instance, or a clear error for methods kernels lack."""
+def describe(stepper: Any) -> Any:
+    """The description of an algorithm instance (``StepperDescription``,
+    ``RosenbrockDescription`` or ``AutoSwitchDescription``), or a clear error for methods
+    kernels lack."""
+    from ..solvers import AutoSwitch
+
+    if isinstance(stepper, AutoSwitch):
+        from .autoswitch_codegen import AutoSwitchDescription
+
+        return AutoSwitchDescription.of(stepper)
     if isinstance(stepper, ExplicitRungeKutta):
         return StepperDescription.from_tableau(type(stepper).__name__, stepper.tableau)
     rosenbrock = describe_rosenbrock(stepper)
@@ -112,6 +120,6 @@ def describe(stepper: Any) -> StepperDescription | RosenbrockDescription:
         return rosenbrock
     raise KernelUnsupportedError(
         f"the compiled kernels run explicit Runge–Kutta methods (Tsit5, DP5, BS3, Vern7, RK4, "
-        f"Euler), Rosenbrock23, Rodas4, Rodas5P and TRBDF2, not {stepper!r}; "
+        f"Euler), Rosenbrock23, Rodas4, Rodas5P and TRBDF2 (and AutoSwitch of them), not {stepper!r}; "
         f"for other methods use the array path (kernel=False, or EnsembleArray())"
     )
