@@ -120,6 +120,6 @@ def describe(stepper: Any) -> Any:
         return rosenbrock
     raise KernelUnsupportedError(
         f"the compiled kernels run explicit Runge–Kutta methods (Tsit5, DP5, BS3, Vern7, RK4, "
-        f"Euler), Rosenbrock23, Rodas4, Rodas5P and TRBDF2 (and AutoSwitch of them), not {stepper!r}; "
+        f"Euler), Rosenbrock23, Rodas4, Rodas5P and TRBDF2, not {stepper!r}; "
         f"for other methods use the array path (kernel=False, or EnsembleArray())"
     )
