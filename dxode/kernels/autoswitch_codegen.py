@@ -21,9 +21,9 @@ derivative a non-FSAL Rosenbrock method does not keep) evaluates ``f`` at its ne
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+from .autoswitch_description import AutoSwitchDescription
 from .codegen import (
     _MAXITERS,
     CODEGEN_VERSION,
@@ -44,62 +44,14 @@ from .codegen import (
     _Writer,
 )
 from .codegen import _write_saves as _write_explicit_saves
-from .description import StepperDescription
 from .rosenbrock_codegen import _row, _write_lu
 from .rosenbrock_codegen import _write_attempt_function as _write_stiff_attempt
 from .rosenbrock_codegen import _write_saves as _write_stiff_saves
-from .rosenbrock_description import RosenbrockDescription
 
-__all__ = ["CALLED", "HELPERS", "AutoSwitchDescription", "generate"]
+__all__ = ["CALLED", "HELPERS", "generate"]
 
 HELPERS = ("maximum", "minimum", "rhs")
 CALLED = ("lu_factor", "lu_solve", "attempt_stiff")
-
-
-@dataclasses.dataclass(frozen=True)
-class AutoSwitchDescription:
-    """``AutoSwitch`` as plain numbers: both methods' descriptions and the switching rules
-    (``dxode.solvers.autoswitch.AutoSwitch``'s attributes; ``boundary`` is the nonstiff
-    method's real stability interval ``B``)."""
-
-    nonstiff: StepperDescription
-    stiff: RosenbrockDescription
-    stiff_tol: float
-    nonstiff_tol: float
-    stiff_steps: int
-    nonstiff_steps: int
-    boundary: float
-
-    @property
-    def name(self) -> str:
-        return f"AutoSwitch({self.nonstiff.name}, {self.stiff.name})"
-
-    @property
-    def rows(self) -> int:
-        """Workspace row groups before ``u1``: the larger method's, and one for ``rho``."""
-        return max(self.nonstiff.stages, self.stiff.stages) + 1
-
-    @classmethod
-    def of(cls, alg: Any) -> AutoSwitchDescription:
-        """The description of an ``AutoSwitch`` instance (its stiff method's derivatives by
-        finite differences until ``with_stiff`` sets them)."""
-        from .description import describe
-        from .errors import KernelUnsupportedError
-
-        stiff = describe(alg.stiff)
-        if not isinstance(stiff, RosenbrockDescription):  # pragma: no cover - AutoSwitch checks
-            raise KernelUnsupportedError(f"no kernel for the stiff method {alg.stiff!r}")
-        nonstiff = describe(alg.nonstiff)
-        assert isinstance(nonstiff, StepperDescription)
-        return cls(
-            nonstiff,
-            stiff,
-            alg.stiff_tol,
-            alg.nonstiff_tol,
-            alg.stiff_steps,
-            alg.nonstiff_steps,
-            float(alg.boundary),
-        )
 
 
 class _Padded:

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import _pytree
 from .._options import SolverOptions
-from .autoswitch_codegen import AutoSwitchDescription
+from .autoswitch_description import AutoSwitchDescription
 from .codegen import KernelLayout
 from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_mode
 from .description import describe
