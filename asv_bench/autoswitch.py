@@ -161,7 +161,7 @@ def _timed_rows(
         nswitch = np.zeros(args.n, dtype=np.int64) if stats.nswitch is None else stats.nswitch
         err = common.worst_error(sim.u[sample, -1, :], reference)
         rows.append(
-            f"| {label} | {name} | {times[name]:.2f} | {cpu[name]:.2f} | {{ratio_{name}}} | "
+            f"| {label} | {name} | {times[name]:.3f} | {cpu[name]:.3f} | {{ratio_{name}}} | "
             f"{success}/{args.n} | "
             f"{stats.total_steps:,} | {int(np.sum(nswitch > 0))} | {int(nswitch.max())} | "
             f"{err:.1e} |"

@@ -71,6 +71,40 @@ def test_a_lane_switches_both_ways_as_on_the_array_path(generic_lu):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "alg",
+    [
+        dxode.AutoSwitch(nonstiff=dxode.DP5(), stiff=dxode.Rosenbrock23()),
+        dxode.AutoSwitch(stiff=dxode.TRBDF2()),
+    ],
+    ids=["DP5-Rosenbrock23", "Tsit5-TRBDF2"],
+)
+def test_other_method_pairs_switch_as_on_the_array_path(generic_lu, alg):
+    """An FSAL stiff method (Rosenbrock23 hands its ``f(u1)`` on), and TRBDF2 (Newton
+    iterations counted per lane)."""
+    prob = dxode.ODEProblem(prothero, np.array([1.0]), SPAN, 1e4)
+    options = {"saveat": SAVEAT, **TOL}
+    kernel = dxode.solve(prob, alg, kernel=True, **options)
+    array = dxode.solve(prob, alg, **options)
+    assert kernel.stats.nswitch == 2
+    assert _stats(kernel) == _stats(array)
+    extra = 0 if alg.stiff.fsal else 1  # f at the state on the way back to the explicit method
+    assert kernel.stats.nf == array.stats.nf + extra
+    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-9)
+
+
+def test_gradients_through_a_switch_are_refused():
+    autograd = pytest.importorskip("autograd")
+
+    def final(a):
+        prob = dxode.ODEProblem(prothero, np.array([1.0]), SPAN, a)
+        return dxode.solve(prob, dxode.AutoSwitch(), kernel=True, saveat=[10.0]).u[-1][0]
+
+    with pytest.raises(NotImplementedError, match="choose one"):
+        autograd.grad(final)(1e4)
+
+
+@pytest.mark.slow
 def test_every_step_is_recorded_across_the_switches():
     prob = dxode.ODEProblem(prothero, np.array([1.0]), SPAN, 1e4)
     sol = dxode.solve(prob, dxode.AutoSwitch(), kernel=True, **TOL)
