@@ -70,27 +70,60 @@ def test_a_lane_switches_both_ways_as_on_the_array_path(generic_lu):
         np.testing.assert_allclose(u, np.cos(SAVEAT), atol=2e-5)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "alg",
-    [
-        dxode.AutoSwitch(nonstiff=dxode.DP5(), stiff=dxode.Rosenbrock23()),
-        dxode.AutoSwitch(stiff=dxode.TRBDF2()),
-    ],
-    ids=["DP5-Rosenbrock23", "Tsit5-TRBDF2"],
-)
-def test_other_method_pairs_switch_as_on_the_array_path(generic_lu, alg):
-    """An FSAL stiff method (Rosenbrock23 hands its ``f(u1)`` on), and TRBDF2 (Newton
-    iterations counted per lane)."""
+PAIRS_SCRIPT = textwrap.dedent(
+    """
+    import dataclasses
+
+    import numpy as np
+    import dxode
+    from dxode.backends import _base, get_backend
+    from test_kernel_autoswitch import SAVEAT, SPAN, TOL, prothero
+
+    numpy_backend = type(get_backend("numpy"))
+    numpy_backend.lu_factor = _base.Backend.lu_factor
+    numpy_backend.lu_solve = _base.Backend.lu_solve
+    fd = {"autodiff": "finite_difference"}
+    pairs = (
+        dxode.AutoSwitch(dxode.DP5(), dxode.Rosenbrock23(**fd)),
+        dxode.AutoSwitch(stiff=dxode.TRBDF2(**fd)),
+    )
     prob = dxode.ODEProblem(prothero, np.array([1.0]), SPAN, 1e4)
-    options = {"saveat": SAVEAT, **TOL}
-    kernel = dxode.solve(prob, alg, kernel=True, **options)
-    array = dxode.solve(prob, alg, **options)
-    assert kernel.stats.nswitch == 2
-    assert _stats(kernel) == _stats(array)
-    extra = 0 if alg.stiff.fsal else 1  # f at the state on the way back to the explicit method
-    assert kernel.stats.nf == array.stats.nf + extra
-    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-9)
+    for alg in pairs:
+        kernel = dxode.solve(prob, alg, kernel=True, saveat=SAVEAT, **TOL)
+        array = dxode.solve(prob, alg, saveat=SAVEAT, **TOL)
+        assert kernel.stats.nswitch == 2, kernel.stats
+        # f at the state on the way back to the explicit method (Rosenbrock23 has it)
+        extra = 0 if alg.stiff.fsal else 1
+        expected = dataclasses.replace(array.stats, nf=array.stats.nf + extra)
+        assert kernel.stats == expected, (alg, kernel.stats, array.stats)
+        assert np.array_equal(np.asarray(kernel.u), np.asarray(array.u)), alg
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_other_method_pairs_are_the_array_path_bit_for_bit_without_avx512():
+    """An FSAL stiff method (Rosenbrock23 hands its ``f(u1)`` on) and TRBDF2 (Newton
+    iterations counted per lane), with the same derivatives (differences of ``f``) and the
+    same elimination on both paths, give the array path's steps, switches and bits where
+    NumPy's ``power`` is the C library's (its AVX-512 loops off, numba compiling for AVX2).
+    With AVX-512 the controllers' powers differ in the last bit; the step sizes drift apart by
+    1e-9 before any switch, and near the stiff transition Rosenbrock23's error estimate
+    amplifies that to 2e-8 in the values and TRBDF2 casts one vote differently."""
+    from cpu_features import avx2_environment
+
+    env = {
+        **avx2_environment(),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    if "DXODE_KERNEL_CACHE" in env:  # kernels compiled for AVX2 kept apart
+        env["DXODE_KERNEL_CACHE"] += "-avx2"
+    done = subprocess.run(
+        [sys.executable, "-c", PAIRS_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
 
 
 def test_gradients_through_a_switch_are_refused():
