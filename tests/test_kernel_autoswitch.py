@@ -126,6 +126,14 @@ def test_other_method_pairs_are_the_array_path_bit_for_bit_without_avx512():
     assert done.stdout.strip().endswith("ok")
 
 
+def test_states_past_the_stiff_limit_are_refused():
+    from dxode.kernels.errors import KernelUnsupportedError
+
+    prob = dxode.ODEProblem(lambda u, p, t: -u, np.ones(40), SPAN)
+    with pytest.raises(KernelUnsupportedError, match=r"at most 32 components.*n = 40"):
+        dxode.solve(prob, dxode.AutoSwitch(), kernel=True)
+
+
 def test_gradients_through_a_switch_are_refused():
     autograd = pytest.importorskip("autograd")
 
