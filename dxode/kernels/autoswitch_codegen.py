@@ -31,6 +31,7 @@ from .codegen import (
     _alloc,
     _combine,
     _const,
+    _sum_of_squares,
     _w,
     _write_attempt,
     _write_block_setup,
@@ -120,23 +121,13 @@ def _write_explicit_attempt(w: _Writer, desc: AutoSwitchDescription, layout: Ker
         prev = _combine(f"u{m}", "hs", ns.a[s - 2], [f"k{i}_{m}" for i in range(s - 2)])
         w(f"dy{m} = v{m} - ({prev})")
         w(f"dk{m} = k{s - 1}_{m} - k{s - 2}_{m}")
-    num = " + ".join(f"dk{m} * dk{m}" for m in range(n))
-    den = " + ".join(f"dy{m} * dy{m}" for m in range(n))
-    w(f"num = math.sqrt({_nested(num)})")
-    w(f"den = math.sqrt({_nested(den)})")
+    # the Euclidean norms over the lane's state, summed in the array path's order
+    w(f"num = math.sqrt({_sum_of_squares([f'dk{m}' for m in range(n)])})")
+    w(f"den = math.sqrt({_sum_of_squares([f'dy{m}' for m in range(n)])})")
     w(f"{_w(layout, pad, 'k', desc.rows - 1)} = num / den if den > DT(0.0) else DT(0.0)")  # type: ignore[arg-type]
     w.dedent()
     w.dedent()
     w()
-
-
-def _nested(total: str) -> str:
-    """``a + b + c`` summed left to right, parenthesized as the array path sums."""
-    terms = total.split(" + ")
-    out = terms[0]
-    for term in terms[1:]:
-        out = f"({out} + {term})"
-    return out
 
 
 def _write_stiff_attempt_with_rho(
