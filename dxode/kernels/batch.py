@@ -14,9 +14,10 @@ import numpy as np
 
 from .. import _pytree
 from .._options import SolverOptions
+from .autoswitch_description import AutoSwitchDescription
 from .codegen import KernelLayout
 from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_mode
-from .description import describe
+from .description import StepperDescription, describe
 from .errors import ARRAY_PATH, KernelUnsupportedError
 from .events import EVENT_CAPACITY, event_arrays, event_layout, merged_tstops
 from .rhs_source import ParamLayout
@@ -35,6 +36,8 @@ class KernelResult:
     ``steps`` holds ``(t, u)`` of every accepted step for recorded one-lane solves;
     ``events`` the host event log ``EVT, EVK, EVUB, EVUA, EVN`` with callbacks (see
     ``events_codegen``).
+    ``switches`` (``AutoSwitch`` only) every lane's switches and attempts with the stiff method,
+    ``(L, 2)``.
     """
 
     retcode: Any
@@ -46,6 +49,7 @@ class KernelResult:
     saved: Any
     steps: tuple[Any, Any] | None = None
     events: tuple[Any, ...] | None = None
+    switches: Any = None
 
 
 @dataclasses.dataclass
@@ -120,14 +124,19 @@ class KernelBatch:
         )
         n = int(self.u0.shape[0])
         derivatives: tuple[tuple[str, Any], ...] = ()
+        mode = lambda fn: user_function_mode(fn, n, dtype, example, target)
+        if self.callbacks is not None and not isinstance(desc, StepperDescription):
+            raise KernelUnsupportedError(
+                f"the compiled kernels run callbacks with explicit Runge–Kutta methods only, "
+                f"not {type(opts.alg).__name__}; use {ARRAY_PATH}"
+            )
         if isinstance(desc, RosenbrockDescription):
-            if self.callbacks is not None:
-                raise KernelUnsupportedError(
-                    f"the compiled kernels run callbacks with explicit Runge–Kutta methods "
-                    f"only, not {type(opts.alg).__name__}; use {ARRAY_PATH}"
-                )
-            mode = lambda fn: user_function_mode(fn, n, dtype, example, target)
             desc, derivatives = stiff_derivatives(desc, opts.alg, n, self.jac, self.tgrad, mode)
+        elif isinstance(desc, AutoSwitchDescription):
+            stiff, derivatives = stiff_derivatives(
+                desc.stiff, opts.alg.stiff, n, self.jac, self.tgrad, mode
+            )
+            desc = dataclasses.replace(desc, stiff=stiff)
         as_array = user_function_mode(self.f, n, dtype, example, target)
         layout = KernelLayout(
             n=int(self.u0.shape[0]),
@@ -192,9 +201,13 @@ class KernelBatch:
         )
 
     def outputs(self) -> tuple[np.ndarray, ...]:
-        """Freshly allocated outputs ``SAVED, UEND, TEND, RET, NACC, NREJ, NF`` (host)."""
+        """Freshly allocated outputs ``SAVED, UEND, TEND, RET, NACC, NREJ, NF`` (host), and
+        ``NSW`` ``(L, 2)`` for ``AutoSwitch`` (see ``KernelResult.switches``)."""
         n, lanes = self.u0.shape
         nsave = 0 if self.save_times is None else self.save_times.shape[0]
+        from ..solvers import AutoSwitch
+
+        switches = isinstance(self.options.alg, AutoSwitch)
         return (
             np.full((lanes, nsave, n), np.nan, dtype=self.dtype),
             np.empty((lanes, n), dtype=self.dtype),
@@ -203,7 +216,7 @@ class KernelBatch:
             np.empty(lanes, dtype=np.int64),
             np.empty(lanes, dtype=np.int64),
             np.empty(lanes, dtype=np.int64),
-        )
+        ) + ((np.zeros((lanes, 2), dtype=np.int64),) if switches else ())
 
     def event_arrays(self) -> tuple[np.ndarray, ...]:
         """The block's event arguments (``()`` without callbacks; see ``events_codegen``)."""

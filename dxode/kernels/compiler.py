@@ -143,6 +143,10 @@ def _source(description: Any, layout: KernelLayout) -> str:
         from .rosenbrock_codegen import generate as generate_rosenbrock
 
         return generate_rosenbrock(description, layout)
+    if not isinstance(description, StepperDescription):  # AutoSwitch
+        from .autoswitch_codegen import generate as generate_autoswitch
+
+        return generate_autoswitch(description, layout)
     return generate(description, layout)
 
 

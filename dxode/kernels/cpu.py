@@ -50,5 +50,16 @@ def run_cpu(
             kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
         else:
             kernel.call(kernel.driver, *args, *outs, *events)
-    saved, u, t, ret, nacc, nrej, nf = outs
-    return KernelResult(ret, t, u, nacc, nrej, nf, saved, steps, events[2:] or None)
+    saved, u, t, ret, nacc, nrej, nf, *switches = outs
+    return KernelResult(
+        ret,
+        t,
+        u,
+        nacc,
+        nrej,
+        nf,
+        saved,
+        steps,
+        events=events[2:] or None,
+        switches=switches[0] if switches else None,
+    )

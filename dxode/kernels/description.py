@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..solvers import ExplicitRungeKutta
+from ..solvers import AutoSwitch, ExplicitRungeKutta
 from ..solvers.tableau import ButcherTableau
+from .autoswitch_description import AutoSwitchDescription
 from .errors import KernelUnsupportedError
 from .rosenbrock_description import RosenbrockDescription, describe_rosenbrock
 
@@ -103,8 +104,20 @@ class StepperDescription:
         )
 
 
-def describe(stepper: Any) -> StepperDescription | RosenbrockDescription:
-    """The description of an algorithm instance, or a clear error for methods kernels lack."""
+def describe(stepper: Any) -> StepperDescription | RosenbrockDescription | AutoSwitchDescription:
+    """The description of an algorithm instance (``StepperDescription``,
+    ``RosenbrockDescription`` or ``AutoSwitchDescription``), or a clear error for methods
+    kernels lack."""
+    if isinstance(stepper, AutoSwitch):
+        return AutoSwitchDescription(
+            describe(stepper.nonstiff),  # type: ignore[arg-type]
+            describe(stepper.stiff),  # type: ignore[arg-type]
+            stepper.stiff_tol,
+            stepper.nonstiff_tol,
+            stepper.stiff_steps,
+            stepper.nonstiff_steps,
+            float(stepper.boundary),
+        )
     if isinstance(stepper, ExplicitRungeKutta):
         return StepperDescription.from_tableau(type(stepper).__name__, stepper.tableau)
     rosenbrock = describe_rosenbrock(stepper)

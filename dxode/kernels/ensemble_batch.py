@@ -61,6 +61,7 @@ def solve_kernel_batch(
         nf=np.asarray(result.nf, dtype=np.int64),
         naccept=np.asarray(result.naccept, dtype=np.int64),
         nreject=np.asarray(result.nreject, dtype=np.int64),
+        nswitch=None if result.switches is None else np.asarray(result.switches[:, 0]),
         events=None if events is None else _for_trajectories(events, indices, as_cupy),
     )
 

@@ -267,9 +267,11 @@ def _write_attempt_function(w: _Writer, desc: RosenbrockDescription, layout: Ker
     w("stepped = t + hs")
     w(f"{_w(layout, desc, 'tn')} = landing if HIT[j] != 0 else stepped")
     w.dedent()
-    if layout.adaptive:
+    if layout.adaptive:  # the controller's factors of the lanes attempted
         w("for j in range(nlive):")
         w.indent()
+        w("if ACT[j] == 0:")
+        w("    continue")
         _write_factor(w, desc, layout)  # type: ignore[arg-type]
         w.dedent()
     w.dedent()

@@ -93,13 +93,17 @@ def solve_kernel(
     else:
         t, u = grid.astype(u0.dtype), result.saved[0]
     naccept, nreject = int(result.naccept[0]), int(result.nreject[0])
-    attempts = naccept + nreject
+    # AutoSwitch: Jacobians and factorizations in its attempts with the stiff method.
+    nswitch, attempts = (
+        (0, naccept + nreject) if result.switches is None else map(int, result.switches[0])
+    )
     stats = SolverStats(
         nf=int(result.nf[0]),
         naccept=naccept,
         nreject=nreject,
         njac=getattr(opts.alg, "jacobians_per_step", 0) * attempts,
         nlu=getattr(opts.alg, "factorizations_per_step", 0) * attempts,
+        nswitch=nswitch,
     )
     retcode = ReturnCode(int(result.retcode[0]))
     return ODESolution(t, u, retcode, stats, prob, opts.alg, None, events)

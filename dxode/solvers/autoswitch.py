@@ -78,8 +78,9 @@ class AutoSwitch(AbstractStepper):
     Notes
     -----
     Runs on the array path (``solve``, ``EnsembleArray``, ``EnsembleSerial``,
-    ``EnsembleDask``), not in the compiled kernels, and gradients do not go through a
-    switch: differentiate with one method.
+    ``EnsembleDask``) and in the compiled kernels (``kernel=True``, ``EnsembleKernel``, with
+    the same estimate, votes and switches per lane); gradients do not go through a switch:
+    differentiate with one method.
     """
 
     fsal = True
