@@ -98,22 +98,29 @@ PAIRS_SCRIPT = textwrap.dedent(
         # f at the state on the way back to the explicit method (Rosenbrock23 has it)
         extra = 0 if alg.stiff.fsal else 1
         expected = dataclasses.replace(array.stats, nf=array.stats.nf + extra)
-        assert kernel.stats == expected, (alg, kernel.stats, array.stats)
-        assert np.array_equal(np.asarray(kernel.u), np.asarray(array.u)), alg
+        difference = np.max(np.abs(np.asarray(kernel.u) - np.asarray(array.u)))
+        if isinstance(alg.stiff, dxode.Rosenbrock23):  # the same steps, to 1e-2 rtol
+            assert kernel.stats == expected, (alg, kernel.stats, array.stats)
+            assert difference < 1e-8, (alg, difference)
+        else:  # one Newton-dependent vote lands one step later: one more step, within rtol
+            assert abs(kernel.stats.naccept - array.stats.naccept) <= 1, kernel.stats
+            assert difference < TOL["rtol"], (alg, difference)
     print("ok")
     """
 )
 
 
 @pytest.mark.slow
-def test_other_method_pairs_are_the_array_path_bit_for_bit_without_avx512():
+def test_other_method_pairs_take_the_array_paths_steps_without_avx512():
     """An FSAL stiff method (Rosenbrock23 hands its ``f(u1)`` on) and TRBDF2 (Newton
     iterations counted per lane), with the same derivatives (differences of ``f``) and the
-    same elimination on both paths, give the array path's steps, switches and bits where
-    NumPy's ``power`` is the C library's (its AVX-512 loops off, numba compiling for AVX2).
-    With AVX-512 the controllers' powers differ in the last bit; the step sizes drift apart by
-    1e-9 before any switch, and near the stiff transition Rosenbrock23's error estimate
-    amplifies that to 2e-8 in the values and TRBDF2 casts one vote differently."""
+    same elimination on both paths, switch as the array path does. The kernel's controller
+    factor is its own log/exp, not NumPy's ``power``: its last-bit step differences leave
+    Rosenbrock23 on the array path's steps (values to a hundredth of the tolerance), and make
+    TRBDF2 cast one vote a step later (one more step, values within the tolerance). Run where
+    NumPy's ``power`` is the C library's (its AVX-512 loops off, numba compiling for AVX2):
+    with AVX-512 the step sizes drift apart by 1e-9 before any switch, and near the stiff
+    transition Rosenbrock23's error estimate amplifies that to 2e-8 in the values."""
     from cpu_features import avx2_environment
 
     env = {

@@ -215,14 +215,19 @@ def test_with_the_same_linear_algebra_the_kernel_is_the_array_path(generic_lu, m
 
 @pytest.mark.slow
 def test_every_step_is_saved_without_saveat(generic_lu):
-    """Without ``saveat`` a single solve records every accepted step, as the array path does
-    (the controller's power may move the step ends in their last bits, see above)."""
+    """Without ``saveat`` a single solve records every accepted step, as the array path does.
+
+    The controller's factor moves the step ends in their last bits (see above), which this
+    stiff problem grows to 0.4 % in the step times: the kernel's states are compared with the
+    array path's dense output at the kernel's own step times, and the end states directly."""
     prob = _problem("vdpol").remake(tspan=(0.0, 0.5))
     kernel = dxode.solve(prob, dxode.Rodas5P(), kernel=True, rtol=1e-6, atol=1e-6)
     array = dxode.solve(prob, dxode.Rodas5P(), rtol=1e-6, atol=1e-6)
-    assert np.asarray(kernel.t).shape == np.asarray(array.t).shape
-    np.testing.assert_allclose(np.asarray(kernel.t), np.asarray(array.t), rtol=1e-7, atol=0)
-    np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-7)
+    t, u = np.asarray(kernel.t), np.asarray(kernel.u)
+    assert t.shape == np.asarray(array.t).shape and t[-1] == array.t[-1]
+    assert kernel.stats.naccept == array.stats.naccept
+    np.testing.assert_allclose(u[-1], np.asarray(array.u)[-1], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(u, np.asarray(array(t)), rtol=1e-5, atol=1e-6)
 
 
 def prothero_robinson(u, p, t):
@@ -238,9 +243,10 @@ def test_user_tgrad_and_one_state(method):
     """A non-autonomous stiff problem (``u = sin t`` exactly), with the user's ``tgrad`` and
     with a forward difference in ``t``, on one state.
 
-    The kernel factors ``W`` by elimination, the array path (NumPy) inverts it with LAPACK:
-    the round-off differs, so a step size can differ in its last bits, and the two solutions
-    agree to the local error the tolerances allow, not to round-off.
+    The kernel factors ``W`` by elimination, the array path (NumPy) inverts it with LAPACK,
+    and the controller's factor is the kernel's log/exp, not NumPy's pow: the round-off
+    differs, so a step size can differ in its last bits, and the two solutions agree to the
+    tolerance (rtol = 1e-5 here), not to round-off.
     """
     alg = getattr(dxode, method)()
     options = {"rtol": 1e-5, "atol": 1e-7, "saveat": np.linspace(0.0, 2.0, 5)}
@@ -252,7 +258,7 @@ def test_user_tgrad_and_one_state(method):
         assert np.max(np.abs(np.asarray(kernel.u)[:, 0] - exact)) < 1e-4
         assert abs(kernel.stats.naccept - array.stats.naccept) <= 2
         assert kernel.stats.nf == array.stats.nf
-        np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(kernel.u), np.asarray(array.u), rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -94,7 +94,7 @@ def generate(desc: RosenbrockDescription, layout: KernelLayout) -> str:
     _write_attempt_function(w, desc, layout)
     _write_block(w, desc, layout)
     if cuda:
-        _write_cuda_driver(w)
+        _write_cuda_driver(w, layout)
     else:
         _write_cpu_driver(w, layout)
     return w.text()
