@@ -23,3 +23,19 @@ def run_script(script: Path, timeout: float) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=timeout,
     )
+
+
+def assert_runs_under_cuda_simulator(source: str, timeout: float = 600) -> None:
+    """Run ``source`` in a fresh interpreter with numba-cuda's simulator on (it is chosen
+    when ``numba.cuda`` first loads, so never in this process) and assert it prints ``ok``
+    last; the tests folder is importable beside this checkout's dxode."""
+    env = {
+        **os.environ,
+        "NUMBA_ENABLE_CUDASIM": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", source], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok"), done.stdout[-3000:]

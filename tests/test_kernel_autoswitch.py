@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import assert_runs_under_cuda_simulator
 
 import dxode
 
@@ -206,13 +207,4 @@ def test_cuda_kernel_under_the_simulator_matches_the_cpu_kernel():
     """The CUDA AutoSwitch kernel under numba-cuda's simulator agrees bitwise with the CPU
     kernel (in a fresh interpreter: the simulator is chosen when ``numba.cuda`` loads)."""
     pytest.importorskip("numba.cuda")
-    env = {
-        **os.environ,
-        "NUMBA_ENABLE_CUDASIM": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", CUDA_SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().endswith("ok")
+    assert_runs_under_cuda_simulator(CUDA_SCRIPT)

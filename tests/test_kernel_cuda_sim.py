@@ -6,18 +6,14 @@ in a fresh interpreter.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from scripts import assert_runs_under_cuda_simulator
 
 pytest.importorskip("numba")
 pytest.importorskip("numba.cuda")
 
-ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent(
     """
@@ -44,13 +40,4 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_cuda_kernel_under_the_simulator_matches_the_cpu_kernel(tmp_path):
-    env = {
-        **os.environ,
-        "NUMBA_ENABLE_CUDASIM": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().endswith("ok")
+    assert_runs_under_cuda_simulator(SCRIPT)

@@ -9,22 +9,19 @@ return codes and statistics).
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("numba")
 
+from scripts import assert_runs_under_cuda_simulator
+
 import dxode
 from dxode.kernels.errors import KernelCompileError
 from dxode.kernels.events import EVENT_CAPACITY
 
-ROOT = Path(__file__).resolve().parents[1]
 GRAVITY = 9.81
 TOL = {"rtol": 1e-8, "atol": 1e-10}
 
@@ -401,13 +398,4 @@ CUDA_SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_cuda_kernel_under_the_simulator_matches_the_cpu_kernel():
     pytest.importorskip("numba.cuda")
-    env = {
-        **os.environ,
-        "NUMBA_ENABLE_CUDASIM": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", CUDA_SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().endswith("ok")
+    assert_runs_under_cuda_simulator(CUDA_SCRIPT)

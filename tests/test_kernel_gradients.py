@@ -8,12 +8,8 @@ the discrete adjoint, an independent implementation) and central differences.
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 import textwrap
 from math import exp
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,11 +18,12 @@ pytest.importorskip("numba")
 autograd = pytest.importorskip("autograd")
 anp = pytest.importorskip("autograd.numpy")
 
+from scripts import assert_runs_under_cuda_simulator  # noqa: E402
+
 import dxode  # noqa: E402
 from dxode.demo.lorenz import lorenz, lorenz_jac, lorenz_paramjac  # noqa: E402
 from dxode.kernels.errors import KernelUnsupportedError  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 TIMES = np.linspace(0.0, 5.0, 11)
 
 
@@ -233,20 +230,7 @@ SIMULATOR_SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_cuda_simulator_gradients_match_the_cpu_kernel():
     pytest.importorskip("numba.cuda")
-    env = {
-        **os.environ,
-        "NUMBA_ENABLE_CUDASIM": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", SIMULATOR_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().endswith("ok")
+    assert_runs_under_cuda_simulator(SIMULATOR_SCRIPT)
 
 
 @pytest.mark.slow

@@ -10,14 +10,11 @@ compiles them; the published reference values are ``stiff_problems``'s.
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import assert_runs_under_cuda_simulator
 from stiff_problems import HIRES, OREGO, ROBER, VDPOL, scd
 from test_bari import EXPECTED
 
@@ -26,8 +23,6 @@ from dxode.kernels.description import describe
 from dxode.kernels.errors import KernelUnsupportedError
 
 pytest.importorskip("numba")
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def vdpol(u, p, t):
@@ -339,13 +334,4 @@ def test_cuda_kernel_under_the_simulator_matches_the_cpu_kernel():
     CPU kernel; ``NUMBA_ENABLE_CUDASIM`` must be set before ``numba.cuda`` is imported, so the
     check runs in a fresh interpreter."""
     pytest.importorskip("numba.cuda")
-    env = {
-        **os.environ,
-        "NUMBA_ENABLE_CUDASIM": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", CUDA_SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().endswith("ok")
+    assert_runs_under_cuda_simulator(CUDA_SCRIPT)

@@ -21,18 +21,16 @@ derivative a non-FSAL Rosenbrock method does not keep) evaluates ``f`` at its ne
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .autoswitch_description import AutoSwitchDescription
 from .codegen import (
-    _ERROR_FLOOR,
     _MAXITERS,
-    CODEGEN_VERSION,
     KernelLayout,
     _alloc,
     _combine,
     _const,
-    _exponent_bounds,
     _sum_of_squares,
     _w,
     _write_attempt,
@@ -40,16 +38,13 @@ from .codegen import (
     _write_control,
     _write_factor,
     _write_lane_starts,
-    _write_minmax,
     _write_outcome,
     _write_retire,
-    _write_rhs,
     _write_step_sizes,
     _Writer,
 )
 from .codegen import _write_saves as _write_explicit_saves
-from .codegen_math import write_helpers
-from .rosenbrock_codegen import _row, _write_lu
+from .rosenbrock_codegen import _row, write_module_head
 from .rosenbrock_codegen import _write_attempt_function as _write_stiff_attempt
 from .rosenbrock_codegen import _write_saves as _write_stiff_saves
 
@@ -77,31 +72,8 @@ class _Padded:
 def generate(desc: AutoSwitchDescription, layout: KernelLayout) -> str:
     """The module source for ``desc`` under ``layout`` (deterministic: a cache key)."""
     w = _Writer()
-    cuda = layout.target == "cuda"
-    st = desc.stiff
-    w(
-        f'"""dxode kernel: {desc.name}, n={layout.n}, {layout.dtype}, target {layout.target}, '
-        f'jac {st.jac}, tgrad {st.tgrad} (generated; codegen {CODEGEN_VERSION})."""'
-    )
-    w("import math")
-    w("import numpy as np")
-    if cuda:
-        w("from numba import cuda")
-        w(f"from numba import {layout.dtype} as DTN")
-        w(f"from numba import {layout.param_dtype} as PDTN")
-    else:
-        w("from numba import prange")
-    w(f"DT = np.{layout.dtype}")
-    w("user_f = None  # bound to the compiled user functions before compiling")
-    w("user_jac = None")
-    w("user_tgrad = None")
-    w(f"HELPERS = {HELPERS!r}")
-    w(f"CALLED = {CALLED!r}")
-    w()
-    _write_minmax(w)
-    write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
-    _write_rhs(w, layout)
-    _write_lu(w, layout.n)
+    named = dataclasses.replace(desc.stiff, name=desc.name)  # its jac and tgrad sources
+    write_module_head(w, named, layout, HELPERS, CALLED)
     _write_explicit_attempt(w, desc, layout)
     _write_stiff_attempt_with_rho(w, desc, layout)
     _write_block(w, desc, layout)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import numpy as np
 
@@ -67,14 +68,28 @@ CALLED = ("lu_factor", "lu_solve")
 def generate(desc: RosenbrockDescription, layout: KernelLayout) -> str:
     """The module source for ``desc`` under ``layout`` (deterministic: a cache key)."""
     w = _Writer()
-    cuda = layout.target == "cuda"
+    write_module_head(w, desc, layout, HELPERS, CALLED)
+    _write_attempt_function(w, desc, layout)
+    _write_block(w, desc, layout)
+    if layout.target == "cuda":
+        _write_cuda_driver(w, layout)
+    else:
+        _write_cpu_driver(w, layout)
+    return w.text()
+
+
+def write_module_head(
+    w: _Writer, desc: Any, layout: KernelLayout, helpers: tuple[str, ...], called: tuple[str, ...]
+) -> None:
+    """A stiff kernel module's docstring, imports, the user functions' slots (``f``, ``jac``,
+    ``tgrad``), its ``HELPERS``/``CALLED`` lists, and the helpers, ``rhs`` and the LU."""
     w(
         f'"""dxode kernel: {desc.name}, n={layout.n}, {layout.dtype}, target {layout.target}, '
         f'jac {desc.jac}, tgrad {desc.tgrad} (generated; codegen {CODEGEN_VERSION})."""'
     )
     w("import math")
     w("import numpy as np")
-    if cuda:
+    if layout.target == "cuda":
         w("from numba import cuda")
         w(f"from numba import {layout.dtype} as DTN")
         w(f"from numba import {layout.param_dtype} as PDTN")
@@ -84,20 +99,13 @@ def generate(desc: RosenbrockDescription, layout: KernelLayout) -> str:
     w("user_f = None  # bound to the compiled user functions before compiling")
     w("user_jac = None")
     w("user_tgrad = None")
-    w(f"HELPERS = {HELPERS!r}")
-    w(f"CALLED = {CALLED!r}")
+    w(f"HELPERS = {helpers!r}")
+    w(f"CALLED = {called!r}")
     w()
     _write_minmax(w)
     write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
     _write_rhs(w, layout)
     _write_lu(w, layout.n)
-    _write_attempt_function(w, desc, layout)
-    _write_block(w, desc, layout)
-    if cuda:
-        _write_cuda_driver(w, layout)
-    else:
-        _write_cpu_driver(w, layout)
-    return w.text()
 
 
 def _write_lu(w: _Writer, n: int) -> None:
