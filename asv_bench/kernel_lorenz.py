@@ -165,12 +165,16 @@ def peak_gflops(flops_per_cycle: float) -> tuple[float, str]:
     return flops_per_cycle * mhz / 1000.0, f"{model} at {mhz:.0f} MHz"
 
 
+# The cores this process may use when it starts (``pin`` narrows the affinity, so it must not
+# read the narrowed set back: pinning to two cores after one kept the one).
+_ALLOWED = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
 def pin(cpus: int) -> None:
-    """Run this process (all its threads) on the first ``cpus`` allowed cores."""
-    if hasattr(os, "sched_getaffinity"):
-        allowed = sorted(os.sched_getaffinity(0))
+    """Run this process (all its threads) on the first ``cpus`` cores it started with."""
+    if _ALLOWED:
         for tid in os.listdir("/proc/self/task"):
-            os.sched_setaffinity(int(tid), set(allowed[:cpus]))
+            os.sched_setaffinity(int(tid), set(_ALLOWED[:cpus]))
 
 
 def stacked_scipy(u0: np.ndarray, ps: np.ndarray):
