@@ -421,17 +421,7 @@ def _write_accept(
     _write_saves(w, desc, layout, n, s, e)
     w.dedent()
     if layout.record:
-        w("if nrec == TREC.shape[0]:")
-        w("    TREC2 = np.empty(2 * nrec, DT)")
-        w(f"    UREC2 = np.empty((2 * nrec, {n}), DT)")
-        w("    TREC2[:nrec] = TREC")
-        w("    UREC2[:nrec] = UREC")
-        w("    TREC = TREC2")
-        w("    UREC = UREC2")
-        w("TREC[nrec] = tn")
-        for m in M:
-            w(f"UREC[nrec, {m}] = {_w(layout, desc, 'u1', m=m)}")
-        w("nrec += 1")
+        _write_record(w, n, [f"UREC[nrec, {m}] = {_w(layout, desc, 'u1', m=m)}" for m in M])
     for m in M:
         w(f"U[{m}, j] = {_w(layout, desc, 'u1', m=m)}")
         if desc.fsal:
@@ -442,6 +432,22 @@ def _write_accept(
     w("    STI[j] += 1")
     if layout.events is not None:
         events_codegen.write_apply(w, layout, _PRIMITIVES)
+
+
+def _write_record(w: _Writer, n: int, copy_state: list[str]) -> None:
+    """Append an accepted step to the record (``tn``, and the state by the lines
+    ``copy_state`` into ``UREC[nrec, :]``), doubling ``TREC``/``UREC`` when they are full."""
+    w("if nrec == TREC.shape[0]:")
+    w("    TREC2 = np.empty(2 * nrec, DT)")
+    w(f"    UREC2 = np.empty((2 * nrec, {n}), DT)")
+    w("    TREC2[:nrec] = TREC")
+    w("    UREC2[:nrec] = UREC")
+    w("    TREC = TREC2")
+    w("    UREC = UREC2")
+    w("TREC[nrec] = tn")
+    for line in copy_state:
+        w(line)
+    w("nrec += 1")
 
 
 def _write_outcome(w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int) -> None:

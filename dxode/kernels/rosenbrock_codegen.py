@@ -49,6 +49,7 @@ from .codegen import (
     _write_lane_starts,
     _write_minmax,
     _write_outcome,
+    _write_record,
     _write_retire,
     _write_rhs,
     _write_step_sizes,
@@ -465,17 +466,8 @@ def _write_accept(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout)
     _write_saves(w, desc, layout)
     w.dedent()
     if layout.record:
-        w("if nrec == TREC.shape[0]:")
-        w("    TREC2 = np.empty(2 * nrec, DT)")
-        w(f"    UREC2 = np.empty((2 * nrec, {n}), DT)")
-        w("    TREC2[:nrec] = TREC")
-        w("    UREC2[:nrec] = UREC")
-        w("    TREC = TREC2")
-        w("    UREC = UREC2")
-        w("TREC[nrec] = tn")
-        w(f"for m in range({n}):")
-        w(f"    UREC[nrec, m] = {_row(layout, desc, 'u1')}")
-        w("nrec += 1")
+        copy = [f"for m in range({n}):", f"    UREC[nrec, m] = {_row(layout, desc, 'u1')}"]
+        _write_record(w, n, copy)
     w(f"for m in range({n}):")
     w(f"    U[m, j] = {_row(layout, desc, 'u1')}")
     if desc.fsal:
