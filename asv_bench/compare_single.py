@@ -3,9 +3,12 @@
 The same solves as the asv suite ``benchmarks/single_solve.py`` (which this script imports):
 ``t in [0, 100]``, ``rtol = atol = 1e-6``, every step saved with dense output, or a
 ``saveat=1.0`` grid without it. Each timing is the best of ``--repeats`` runs after one
-warm-up run. Run from the repository root or from ``asv_bench/``::
+warm-up run. With numba installed it adds the compiled path (``kernel=True``, the same
+Tsit5 without dense output; its first call, the compile or the disk-cache load, is reported
+apart) and its speed-up over SciPy for the whole solve. Run from the repository root or
+from ``asv_bench/``::
 
-    python asv_bench/compare_single.py [--repeats 7]
+    python asv_bench/compare_single.py [--repeats 7] [--no-kernel]
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from benchmarks.single_solve import (
     dxode_steps,
     lorenz,
     run_dxode,
+    run_dxode_kernel,
     run_scipy,
     scipy_steps,
 )
@@ -37,6 +41,7 @@ LABELS = {
     "every_step": "every step + dense output",
     "saveat_1": "saveat=1.0 grid, no dense output",
 }
+KERNEL_LABELS = {"every_step": "every step, no dense output", "saveat_1": LABELS["saveat_1"]}
 
 
 def rhs_floor(repeats: int) -> float:
@@ -52,9 +57,24 @@ def rhs_floor(repeats: int) -> float:
     return best
 
 
+def kernel_row(output: str, repeats: int, t_scipy: float) -> str:
+    """The table row of the compiled solve, its first call timed apart."""
+    start = time.perf_counter()
+    sol = run_dxode_kernel(output)
+    first = time.perf_counter() - start
+    t_kernel = best_time(run_dxode_kernel, output, repeats)
+    steps = dxode_steps(sol)
+    return (
+        f"| {KERNEL_LABELS[output]} | dxode Tsit5 `kernel=True` (first call {first:.2f} s) | {steps} "
+        f"| {sol.stats.nf} | {t_kernel * 1e3:.2f} | {t_kernel / steps * 1e6:.3f} "
+        f"| SciPy / kernel, whole solve: **{t_scipy / t_kernel:.0f}×** |"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per solve (best)")
+    parser.add_argument("--no-kernel", action="store_true", help="skip kernel=True (numba)")
     args = parser.parse_args(argv)
 
     print(
@@ -82,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {label} | SciPy RK45 | {s_theirs:.0f} | {theirs.nfev} | {t_theirs * 1e3:.1f} "
             f"| {t_theirs / s_theirs * 1e6:.1f} | |"
         )
+        if not args.no_kernel:
+            print(kernel_row(output, args.repeats, t_theirs))
     print(f"\nSix calls of the Lorenz RHS alone: {rhs_floor(args.repeats) * 1e6:.1f} µs.")
     return 0
 

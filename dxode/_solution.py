@@ -95,8 +95,8 @@ class ODESolution:
         if self._dense is None:
             raise ValueError(
                 "this solution has no dense output: solve with dense=True (the default when "
-                "saveat is not given) to evaluate sol(t); a differentiated solve has none, so "
-                "ask for the times you need with saveat"
+                "saveat is not given) to evaluate sol(t); a differentiated solve and a compiled "
+                "one (kernel=True) keep none, so ask for the times you need with saveat"
             )
         return self._dense(t)
 

@@ -12,6 +12,8 @@ output configurations:
 Tsit5 and RK45 (Dormand–Prince) are both FSAL 5(4) pairs costing six RHS evaluations per
 step, so time per step compares the per-step overhead of the two codes. ``compare_single.py``
 next to this folder imports the runners below and prints the same comparison as a table.
+The compiled path (``kernel=True``, numba) runs both configurations without dense output
+(the kernels keep none): every accepted step saved, or the ``saveat`` grid.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ def run_dxode(output: str) -> dxode.ODESolution:
     if output == "every_step":
         return dxode.solve(PROBLEM, dxode.Tsit5(), rtol=TOL, atol=TOL)
     return dxode.solve(PROBLEM, dxode.Tsit5(), rtol=TOL, atol=TOL, saveat=1.0, dense=False)
+
+
+def run_dxode_kernel(output: str) -> dxode.ODESolution:
+    """One compiled dxode solve (``kernel=True``; needs numba) in the given configuration."""
+    saves = {} if output == "every_step" else {"saveat": 1.0}
+    return dxode.solve(PROBLEM, dxode.Tsit5(), rtol=TOL, atol=TOL, dense=False, kernel=True, **saves)
 
 
 def run_scipy(output: str):
@@ -119,3 +127,21 @@ class LorenzSingleSolve:
         return ours / theirs
 
     track_per_step_ratio.unit = "ratio"
+
+
+class LorenzSingleSolveKernel:
+    """Wall time of one compiled (``kernel=True``) Lorenz solve, compile excluded."""
+
+    params: ClassVar[list[str]] = list(OUTPUTS)
+    param_names: ClassVar[list[str]] = ["output"]
+    timeout = 300
+
+    def setup(self, output):
+        try:
+            import numba  # noqa: F401
+        except ImportError as exc:
+            raise NotImplementedError("numba is not installed") from exc
+        run_dxode_kernel(output)  # compile (or load from the disk cache)
+
+    def time_dxode_tsit5_kernel(self, output):
+        run_dxode_kernel(output)
