@@ -180,15 +180,29 @@ def test_array_api_strict_backend():
 
 
 @pytest.mark.slow
-def test_dask_ensemble(client):
+def test_dask_ensemble(client, tmp_path):
     from dxode import EnsembleDask
 
-    eprob = dxode.EnsembleProblem(_prothero(0.0), p=np.array([0.0, 1e4, 3e3, 0.0]))
+    amplitudes = np.array([0.0, 1e4, 3e3, 0.0])
+    eprob = dxode.EnsembleProblem(_prothero(0.0), p=amplitudes)
     kwargs = {"trajectories": 4, "saveat": [5.0, 10.0], "batch_size": 2, **TOL}
     sim = dxode.solve(eprob, dxode.AutoSwitch(), EnsembleDask(client), **kwargs)
     local = dxode.solve(eprob, dxode.AutoSwitch(), dxode.EnsembleArray(), **kwargs)
     np.testing.assert_array_equal(sim.stats.nswitch, [0, 2, 2, 0])
     np.testing.assert_array_equal(sim.u, local.u)
+    # The switches travel with the statistics: into a Zarr store, and summed by a reduction.
+    store = str(tmp_path / "switches.zarr")
+    zarr_sim = dxode.solve(
+        eprob, dxode.AutoSwitch(), EnsembleDask(client, output="zarr", store=store), **kwargs
+    )
+    np.testing.assert_array_equal(np.asarray(zarr_sim.stats.nswitch), [0, 2, 2, 0])
+    assert zarr_sim.stats.total_nswitch == 4
+    reduced = dxode.EnsembleProblem(
+        _prothero(0.0), p=amplitudes, reduction=lambda acc, u, idx: (acc + len(idx), False), u_init=0
+    )
+    for alg in (EnsembleDask(client), dxode.EnsembleArray()):
+        total = dxode.solve(reduced, dxode.AutoSwitch(), alg, **kwargs)
+        assert total.stats.nswitch is None and total.stats.total_nswitch == 4
 
 
 def test_bad_method_pairs_and_settings_are_refused():

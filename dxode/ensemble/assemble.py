@@ -75,7 +75,7 @@ def reduce_batches(
     (``retcodes`` is ``None``), so memory stays flat in the number of trajectories.
     """
     acc, converged = eprob.u_init, False
-    t, counts, totals = None, np.zeros(len(ReturnCode), dtype=np.int64), np.zeros(3, np.int64)
+    t, counts, totals = None, np.zeros(len(ReturnCode), dtype=np.int64), np.zeros(4, np.int64)
     for batch in results:
         summary = batch_summary(batch)
         t = summary["t"] if t is None else t
@@ -103,7 +103,14 @@ def batch_summary(batch: BatchResult) -> dict[str, Any]:
     return {
         "t": batch.t if batch.t.ndim == 1 else batch.t[0, ...],
         "counts": np.bincount(batch.retcode, minlength=len(ReturnCode)),
-        "totals": np.array([batch.nf.sum(), batch.naccept.sum(), batch.nreject.sum()]),
+        "totals": np.array(
+            [
+                batch.nf.sum(),
+                batch.naccept.sum(),
+                batch.nreject.sum(),
+                0 if batch.nswitch is None else batch.nswitch.sum(),
+            ]
+        ),
     }
 
 

@@ -432,6 +432,7 @@ class _Run:
                 group["naccept"],
                 group["nreject"],
                 totals=summary["totals"],
+                nswitch=group["nswitch"],
             ),
             eprob=self.eprob,
             alg=self.spec.options.alg,
@@ -481,12 +482,13 @@ def _dask_task(
         rows = slice(indices.start, indices.stop)
         group["u"][rows] = result.u
         for name in _PER_TRAJECTORY:
-            group[name][rows] = getattr(result, name)
+            value = getattr(result, name)
+            group[name][rows] = 0 if value is None else value  # nswitch without AutoSwitch
         result.u = None
     return result
 
 
-_PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject")
+_PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject", "nswitch")
 
 
 def _problem(eprob: EnsembleProblem) -> EnsembleProblem:

@@ -24,13 +24,14 @@ class EnsembleStats:
     ``nswitch`` too (switches between methods, nonzero only with ``AutoSwitch``), where kept.
 
     Reduced ensembles keep only totals (the arrays are then ``None``); those written to Zarr
-    keep the arrays in the store and the totals here.
+    keep the arrays in the store and the totals here. ``totals`` is ``(nf, naccept, nreject,
+    nswitch)`` summed over trajectories.
     """
 
     nf: Any
     naccept: Any
     nreject: Any
-    totals: tuple[int, int, int] | None = None
+    totals: tuple[int, int, int, int] | None = None
     nswitch: Any = None
 
     @property
@@ -44,6 +45,13 @@ class EnsembleStats:
         if self.totals:
             return self.totals[1] + self.totals[2]
         return int(np.sum(self.naccept) + np.sum(self.nreject))
+
+    @property
+    def total_nswitch(self) -> int:
+        """Switches between methods (``AutoSwitch``) summed over trajectories."""
+        if self.totals:
+            return self.totals[3]
+        return 0 if self.nswitch is None else int(np.sum(self.nswitch))
 
 
 @dataclasses.dataclass(frozen=True)
