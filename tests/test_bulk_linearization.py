@@ -61,15 +61,22 @@ def per_step(monkeypatch, func, x):
 
 @pytest.fixture
 def traces(monkeypatch):
-    """Counts the traces of f the backward pass makes (``TracedRHS.pullback`` calls)."""
+    """Records the traces of f the backward pass makes: ``True`` for a bulk linearization's
+    (``state_jacobian`` over a chunk's columns), ``False`` for a per-stage VJP's
+    (``TracedRHS.pullback``)."""
     calls = []
-    original = TracedRHS.pullback
+    pullback, jacobian = TracedRHS.pullback, bulk_linearization.state_jacobian
 
-    def counted(self, *args, **kwargs):
-        calls.append(kwargs.get("columns", False) or (len(args) > 4 and args[4]))
-        return original(self, *args, **kwargs)
+    def per_stage(self, *args, **kwargs):
+        calls.append(False)
+        return pullback(self, *args, **kwargs)
 
-    monkeypatch.setattr(TracedRHS, "pullback", counted)
+    def bulk(*args, **kwargs):
+        calls.append(True)
+        return jacobian(*args, **kwargs)
+
+    monkeypatch.setattr(TracedRHS, "pullback", per_stage)
+    monkeypatch.setattr(bulk_linearization, "state_jacobian", bulk)
     return calls
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
+from .._row_jacobian import parameter_vjp, state_jacobian
 from .._traced_rhs import TracedRHS
 from ..backends._base import ordered_sum
 from . import rhs_cost
@@ -51,7 +52,7 @@ MAX_STATE = 8  # state components above which the per-step sweep runs (J: n² pe
 # traced operation (2-core CPU, 2026-11-23: Lorenz, an MLP and a dense tanh system, 1 to
 # 1,000 lanes, put the break-even point between 3,000 and 4,500).
 CALL_ELEMENTS = 4000
-CHUNK_BYTES = 2 * 2**20  # per chunk: Jacobians, copies of the columns, trace (cache-sized)
+CHUNK_BYTES = 4 * 2**20  # per chunk: Jacobians, columns, the trace of f (cache-sized)
 
 
 def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
@@ -100,7 +101,7 @@ class BulkSweep:
         self.xp = sweep.xp
         self.n = math.prod(sweep.shape)
         itemsize = self.xp.finfo(sweep.u_bar.dtype).bits // 8
-        self.chunk_columns = max(1, CHUNK_BYTES // (itemsize * self.n * (2 * self.n + 12)))
+        self.chunk_columns = max(1, CHUNK_BYTES // (itemsize * self.n * (self.n + 4)))
         rhs = sweep.rhs
         self.lane_diff = [rhs.lane_leaf[i] for i in sweep.diff_idx]
         self.totals: list[Any] | None = None  # parameter cotangents, all lanes
@@ -145,44 +146,15 @@ class BulkSweep:
                 sweep.step_back(j, inputs[j - first])
             return
         y, t, lanes = columns
-        jac, param_rows = self._jacobians(y, t, lanes)
-        stage_vjp = _StageVJP(xp, jac, sweep.shape)
+        state = xp.reshape(y, (*sweep.shape, y.shape[-1]))
+        leaves = sweep._leaves_at(lanes)
+        stage_vjp = _StageVJP(xp, state_jacobian(sweep.rhs, state, t, leaves), sweep.shape)
         for j in range(end - 1, first - 1, -1):
             sweep.step_back(j, handles[j - first], vjp=stage_vjp)
-        k_bars = stage_vjp.k_bars
-        rows = iter(param_rows)
-        leaf_bars = [_weighted(xp, next(rows), k_bars) if lane else None for lane in self.lane_diff]
-        if not all(self.lane_diff):  # shared leaves: their cotangents summed by one VJP
-            shared = [i for i, lane in zip(sweep.diff_idx, self.lane_diff, strict=True) if not lane]
-            state = xp.reshape(y, (*sweep.shape, y.shape[-1]))
-            _, pull = sweep.rhs.pullback(state, t, sweep._leaves_at(lanes), shared, True)
-            bars = iter(pull(xp.reshape(k_bars, tuple(state.shape)))[1])
-            leaf_bars = [next(bars) if bar is None else bar for bar in leaf_bars]
-        self._add(leaf_bars, first, plans)
-
-    def _jacobians(self, y: Array, t: Array, lanes: np.ndarray) -> tuple[Array, list[list]]:
-        """``J = df/dy`` ``(n, n, K)`` at the columns ``y`` ``(n, K)`` (times ``t``, host lane
-        numbers ``lanes``), and for each differentiated per-lane leaf the rows of ``df/dp``
-        (``n`` arrays ``(..., K)``): one trace of ``f`` over ``n`` copies of the columns and
-        one VJP whose cotangent is one-hot in row ``r`` on copy ``r``."""
-        xp, sweep, n = self.xp, self.sweep, self.n
-        k = y.shape[-1]
-        lane_wrt = [i for i, lane in zip(sweep.diff_idx, self.lane_diff, strict=True) if lane]
-        copies = xp.reshape(xp.concat([y] * n, axis=-1), (*sweep.shape, n * k))
-        leaves = sweep._leaves_at(np.tile(lanes, n))
-        _, pull = sweep.rhs.pullback(copies, xp.concat([t] * n), leaves, lane_wrt, True)
-        one_hot = xp.zeros((n, n, k), dtype=y.dtype)
-        for r in range(n):
-            one_hot[r, r, :] = 1.0
-        y_bar, bars = pull(xp.reshape(one_hot, tuple(copies.shape)))
-        # y_bar[c, r K + i] = df_r/dy_c at column i
-        jac = xp.permute_dims(xp.reshape(xp.asarray(y_bar, dtype=y.dtype), (n, n, k)), (1, 0, 2))
-        param_rows = []
-        for bar in bars:
-            lead = tuple(bar.shape[:-1])
-            split = xp.reshape(bar, (-1, n, k))
-            param_rows.append([xp.reshape(split[:, r, :], (*lead, k)) for r in range(n)])
-        return jac, param_rows
+        if sweep.diff_idx:  # the parameter cotangents: ONE VJP over the chunk's columns
+            k_bars = xp.reshape(stage_vjp.k_bars, tuple(state.shape))
+            bars = parameter_vjp(sweep.rhs, state, t, leaves, sweep.diff_idx, k_bars)
+            self._add(bars, first, plans)
 
     def _stack(self, first: int, plans: list, inputs: list) -> tuple[Any, list]:
         """The chunk's columns ``(y (n, K), t (K,), host lane numbers (K,))`` (``None`` if
@@ -247,16 +219,6 @@ class BulkSweep:
                 lanes = sweep._device_index(sweep.lane[first + k])
                 total = sweep.backend.add_to_lanes(total, lanes, ordered_sum(xp, per_stage))
             self.totals[m] = xp.reshape(total, tuple(self.totals[m].shape))
-
-
-def _weighted(xp: Any, rows: list[Array], weights: Array) -> Array:
-    """``Σ_r rows[r] * weights[r]`` in order: a per-lane leaf's cotangent per column
-    ``(..., K)`` from the rows of ``df/dp`` (each ``(..., K)``) and the stage cotangents
-    ``(n, K)``."""
-    total = rows[0] * weights[0, :]
-    for r in range(1, len(rows)):
-        total = total + rows[r] * weights[r, :]
-    return total
 
 
 class _StageVJP:
