@@ -231,3 +231,27 @@ def test_the_per_step_sweep_where_f_is_wide_and_lanes_many(monkeypatch, traces):
         assert traces and all(traces) == bulk and any(traces) == bulk
         reference = per_step(monkeypatch, lambda th, n=lanes: loss(th, n), theta)
         np.testing.assert_allclose(g, reference, rtol=1e-12)
+
+
+def test_rows_that_are_constant_or_depend_on_parameters_only(monkeypatch, traces):
+    """``f`` returns a list of rows: one a Python number, one the (per-lane) parameter alone
+    (no state in either, so zero rows of the state Jacobian). A projectile's height
+    ``x0 + v0 t - g t² / 2``: the gradient in closed form."""
+
+    def f(u, p, t):
+        return [u[1], -p[0], 0.0]
+
+    times = np.array([0.25, 0.5, 1.0])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(f, anp.array([theta[0], theta[1], 1.0]), (0.0, 1.0), theta[2:])
+        eprob = dxode.EnsembleProblem(prob, p=theta[None, 2:] * np.array([[1.0], [2.0]]))
+        sim = dxode.solve(eprob, trajectories=2, saveat=times, rtol=1e-8)
+        return anp.sum(sim.u[:, :, 0] * np.array([[1.0], [3.0]]))
+
+    theta = np.array([0.3, 2.0, 9.81])
+    bulk = autograd.grad(loss)(theta)
+    assert traces and all(traces)
+    exact = np.array([4 * 3, 4 * np.sum(times), -np.sum(times**2) / 2 * (1 + 3 * 2)])
+    np.testing.assert_allclose(bulk, exact, rtol=1e-12)
+    np.testing.assert_allclose(bulk, per_step(monkeypatch, loss, theta), rtol=1e-12)
