@@ -255,3 +255,20 @@ def test_rows_that_are_constant_or_depend_on_parameters_only(monkeypatch, traces
     exact = np.array([4 * 3, 4 * np.sum(times), -np.sum(times**2) / 2 * (1 + 3 * 2)])
     np.testing.assert_allclose(bulk, exact, rtol=1e-12)
     np.testing.assert_allclose(bulk, per_step(monkeypatch, loss, theta), rtol=1e-12)
+
+
+def test_a_plain_numpy_function_in_f_names_the_fix(traces):
+    """``np.stack`` (not ``anp.stack``) hides the state from autograd: the bulk linearization
+    says so, as the per-step sweep does, instead of returning a wrong gradient."""
+
+    def f(u, p, t):
+        return np.stack([u[1], -p[0] * u[0]])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(f, np.array([1.0, 0.0]), (0.0, 1.0), theta)
+        eprob = dxode.EnsembleProblem(prob, p=theta[None, :] * np.array([[1.0], [2.0]]))
+        return anp.sum(dxode.solve(eprob, trajectories=2, saveat=0.5).u)
+
+    with pytest.raises(TypeError, match="plain `numpy` function"):
+        autograd.grad(loss)(np.array([1.5]))
+    assert traces and all(traces)
