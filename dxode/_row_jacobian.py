@@ -89,9 +89,9 @@ def _output_rows(out: Any, state: Any, n: int, k: int) -> list[Any]:
     them for a 1-D state, else indexes of the stacked, flattened output."""
     import autograd.numpy as anp
 
-    if type(out) in (list, tuple) and len(out) == n and len(state.shape) == 2:
-        if all(np.shape(row) == (k,) or isinstance(row, (int, float)) for row in out):
-            return list(out)
+    own_rows = type(out) in (list, tuple) and len(out) == n and len(state.shape) == 2
+    if own_rows and all(np.shape(row) == (k,) or isinstance(row, (int, float)) for row in out):
+        return list(out)
     whole = _as_traced_array(out, state, _column_boxes.stack_rows)
     flat = anp.reshape(whole, (n, k))
     return [_column_boxes.take_row(flat, r) for r in range(n)]
