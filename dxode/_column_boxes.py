@@ -21,8 +21,9 @@ Array = Any
 
 
 @functools.cache
-def _primitives() -> tuple[type, Any]:
-    """The ``Columns`` type (registered with autograd on first use) and ``stack_rows``."""
+def _primitives() -> tuple[type, Any, Any]:
+    """The ``Columns`` type (registered with autograd on first use), ``stack_rows`` and the
+    indexing primitive ``take_basic``."""
     from autograd.extend import SparseObject, defvjp, defvjp_argnums, primitive, vspace
     from autograd.numpy.numpy_boxes import ArrayBox
     from autograd.numpy.numpy_vspaces import ArrayVSpace
@@ -60,7 +61,7 @@ def _primitives() -> tuple[type, Any]:
         return np.stack(rows)
 
     defvjp_argnums(stack_rows, lambda argnums, ans, args, kwargs: lambda g: [g[i] for i in argnums])
-    return Columns, stack_rows
+    return Columns, stack_rows, take_basic
 
 
 def _basic(idx: Any) -> bool:
@@ -80,3 +81,8 @@ def as_columns(x: Array) -> Array:
 def stack_rows(rows: list[Array]) -> Array:
     """The rows (traced or not, all of one shape) stacked along a new first axis."""
     return _primitives()[1](*rows)
+
+
+def take_row(x: Array, r: int) -> Array:
+    """``x[r]`` (traced or not) through the indexing primitive with the in-place VJP."""
+    return _primitives()[2](x, r)

@@ -61,15 +61,22 @@ def per_step(monkeypatch, func, x):
 
 @pytest.fixture
 def traces(monkeypatch):
-    """Counts the traces of f the backward pass makes (``TracedRHS.pullback`` calls)."""
+    """Records the traces of f the backward pass makes: ``True`` for a bulk linearization's
+    (``state_jacobian`` over a chunk's columns), ``False`` for a per-stage VJP's
+    (``TracedRHS.pullback``)."""
     calls = []
-    original = TracedRHS.pullback
+    pullback, jacobian = TracedRHS.pullback, bulk_linearization.state_jacobian
 
-    def counted(self, *args, **kwargs):
-        calls.append(kwargs.get("columns", False) or (len(args) > 4 and args[4]))
-        return original(self, *args, **kwargs)
+    def per_stage(self, *args, **kwargs):
+        calls.append(False)
+        return pullback(self, *args, **kwargs)
 
-    monkeypatch.setattr(TracedRHS, "pullback", counted)
+    def bulk(*args, **kwargs):
+        calls.append(True)
+        return jacobian(*args, **kwargs)
+
+    monkeypatch.setattr(TracedRHS, "pullback", per_stage)
+    monkeypatch.setattr(bulk_linearization, "state_jacobian", bulk)
     return calls
 
 
@@ -224,3 +231,44 @@ def test_the_per_step_sweep_where_f_is_wide_and_lanes_many(monkeypatch, traces):
         assert traces and all(traces) == bulk and any(traces) == bulk
         reference = per_step(monkeypatch, lambda th, n=lanes: loss(th, n), theta)
         np.testing.assert_allclose(g, reference, rtol=1e-12)
+
+
+def test_rows_that_are_constant_or_depend_on_parameters_only(monkeypatch, traces):
+    """``f`` returns a list of rows: one a Python number, one the (per-lane) parameter alone
+    (no state in either, so zero rows of the state Jacobian). A projectile's height
+    ``x0 + v0 t - g t² / 2``: the gradient in closed form."""
+
+    def f(u, p, t):
+        return [u[1], -p[0], 0.0]
+
+    times = np.array([0.25, 0.5, 1.0])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(f, anp.array([theta[0], theta[1], 1.0]), (0.0, 1.0), theta[2:])
+        eprob = dxode.EnsembleProblem(prob, p=theta[None, 2:] * np.array([[1.0], [2.0]]))
+        sim = dxode.solve(eprob, trajectories=2, saveat=times, rtol=1e-8)
+        return anp.sum(sim.u[:, :, 0] * np.array([[1.0], [3.0]]))
+
+    theta = np.array([0.3, 2.0, 9.81])
+    bulk = autograd.grad(loss)(theta)
+    assert traces and all(traces)
+    exact = np.array([4 * 3, 4 * np.sum(times), -np.sum(times**2) / 2 * (1 + 3 * 2)])
+    np.testing.assert_allclose(bulk, exact, rtol=1e-12)
+    np.testing.assert_allclose(bulk, per_step(monkeypatch, loss, theta), rtol=1e-12)
+
+
+def test_a_plain_numpy_function_in_f_names_the_fix(traces):
+    """``np.stack`` (not ``anp.stack``) hides the state from autograd: the bulk linearization
+    says so, as the per-step sweep does, instead of returning a wrong gradient."""
+
+    def f(u, p, t):
+        return np.stack([u[1], -p[0] * u[0]])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(f, np.array([1.0, 0.0]), (0.0, 1.0), theta)
+        eprob = dxode.EnsembleProblem(prob, p=theta[None, :] * np.array([[1.0], [2.0]]))
+        return anp.sum(dxode.solve(eprob, trajectories=2, saveat=0.5).u)
+
+    with pytest.raises(TypeError, match="plain `numpy` function"):
+        autograd.grad(loss)(np.array([1.5]))
+    assert traces and all(traces)

@@ -6,15 +6,17 @@ After the forward pass every stage input ``y_i`` of every step is known, so the 
 linearizes ``f`` at all of them at once, a chunk of iterations at a time (all their steps ×
 stages × lanes stacked as one batch of columns):
 
-* one trace of ``f`` over ``n`` copies of the chunk's columns and one VJP of it, whose
-  cotangent is one-hot in row ``r`` on copy ``r``, give the state Jacobians ``J = df/dy``
-  ``(n, n, K)`` of every column and, for parameter leaves with a lane axis, the rows of
-  ``df/dp`` per column;
+* one trace of ``f`` over the chunk's columns, with only the state traced, and one reverse
+  pass from each output row (``dxode._row_jacobian.state_jacobian``) give the state
+  Jacobians ``J = df/dy`` ``(n, n, K)`` of every column; where ``f`` returns a list of rows,
+  each pass visits only the operations its row depends on;
 * the recursion of the discrete adjoint (``discrete_adjoint._step_vjp``) then takes each
-  stage's ``ȳ_i = J_iᵀ k̄_i`` as a product with the stored Jacobians, and keeps ``k̄_i``;
-* the parameter cotangent is linear in the ``k̄_i``: per-lane leaves get ``Σ_r k̄_ir df_r/dp``
-  per column, summed over each step's stages; leaves shared by the lanes get the chunk's
-  sum from ONE more VJP of ``f`` over the chunk, with all its ``k̄_i`` stacked.
+  stage's ``ȳ_i = J_iᵀ k̄_i`` as a product with the stored Jacobians (plain NumPy, nothing
+  traced), and keeps ``k̄_i``;
+* the parameter cotangent is linear in the ``k̄_i``: ONE VJP of ``f`` over the chunk's
+  columns with all their ``k̄_i`` stacked, with only the parameter leaves traced
+  (``dxode._row_jacobian.parameter_vjp``), gives per-lane leaves their cotangent per column
+  (then summed over each step's stages) and shared leaves their sum.
 
 Autograd traces the columns as ``dxode._column_boxes.Columns``, whose indexing VJP does not
 go through ``np.add.at`` (ten times the arithmetic of ``f`` over this many columns).
@@ -22,9 +24,10 @@ go through ``np.add.at`` (ten times the arithmetic of ``f`` over this many colum
 It is the same discrete adjoint, evaluated in another order: the cotangents agree with the
 per-step sweep to rounding. The chunks follow from the record alone, so a checkpointed
 sweep (which replays segments into them) keeps the bits of an uncheckpointed one. Memory per
-chunk: ``K n²`` Jacobian entries plus ``n`` copies of the columns and their trace, for
-``K`` columns within ``CHUNK_BYTES`` (at least one iteration). Above ``MAX_STATE`` state
-components (``n`` copies per column instead of one, ``n²`` entries) the per-step sweep
+chunk: ``K n²`` Jacobian entries plus the columns, their cotangents and a trace of ``f``,
+for ``K`` columns within ``CHUNK_BYTES`` (at least one iteration; a few iterations of 1,000
+lanes run faster than one, by autograd's fixed cost per call, or than many, by the cache).
+Above ``MAX_STATE`` state components (``n`` reverse passes, ``n²`` entries) the per-step sweep
 runs instead, and so it does where ``pays`` finds the extra arithmetic (``f``'s work per
 lane, counted) larger than the overhead saved. Only autograd-traced RHSs over a lane axis
 take this path: a hand-written ``vjp`` or ``jac`` + ``paramjac`` has no tracing overhead to
@@ -40,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
+from .._row_jacobian import parameter_vjp, state_jacobian
 from .._traced_rhs import TracedRHS
 from ..backends._base import ordered_sum
 from . import rhs_cost
@@ -51,7 +55,7 @@ MAX_STATE = 8  # state components above which the per-step sweep runs (J: n² pe
 # traced operation (2-core CPU, 2026-11-23: Lorenz, an MLP and a dense tanh system, 1 to
 # 1,000 lanes, put the break-even point between 3,000 and 4,500).
 CALL_ELEMENTS = 4000
-CHUNK_BYTES = 2 * 2**20  # per chunk: Jacobians, copies of the columns, trace (cache-sized)
+CHUNK_BYTES = 4 * 2**20  # per chunk: Jacobians, columns, the trace of f (cache-sized)
 
 
 def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
@@ -67,11 +71,13 @@ def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
 
 def pays(sweep: Any) -> bool:
     """Whether the bulk linearization should cost less than the per-step sweep for this
-    batch: its extra arithmetic, ``f``'s ``n`` copies per column (and one more pass where
-    parameters are shared by the lanes) plus the ``n²`` Jacobian products, against autograd's
-    overhead per traced operation saved, from ``f``'s operation and element counts
-    (``rhs_cost.probe`` at the first iteration's start; shapes only, so the same choice on
-    every run, checkpointed or not)."""
+    batch: its extra arithmetic, up to ``n`` reverse passes of ``f`` per column (fewer where
+    ``f`` returns its rows) and one more trace, plus the ``n²`` Jacobian products, against
+    autograd's overhead per traced operation saved, from ``f``'s operation and element
+    counts (``rhs_cost.probe`` at the first iteration's start; shapes only, so the same
+    choice on every run, checkpointed or not). ``CALL_ELEMENTS`` was measured for an
+    earlier bulk linearization (``f`` traced over ``n`` copies of the columns, about three
+    times the work per column), so the choice errs towards the per-step sweep."""
     rhs, trials = sweep.rhs, sweep.trials
     if not trials:
         return False
@@ -83,10 +89,9 @@ def pays(sweep: Any) -> bool:
     except Exception:  # f that cannot take the counting array: the per-step sweep
         return False
     n = math.prod(sweep.shape)
-    shared = any(not rhs.lane_leaf[i] for i in sweep.diff_idx)
     lanes = float(np.mean([sweep.size(j) for j in range(len(trials))]))
     per_lane = elements / y.shape[-1]
-    extra = ((n + shared - 1) * per_lane + n * n) * lanes
+    extra = (n * per_lane + n * n) * lanes
     return extra <= calls * CALL_ELEMENTS
 
 
@@ -100,7 +105,7 @@ class BulkSweep:
         self.xp = sweep.xp
         self.n = math.prod(sweep.shape)
         itemsize = self.xp.finfo(sweep.u_bar.dtype).bits // 8
-        self.chunk_columns = max(1, CHUNK_BYTES // (itemsize * self.n * (2 * self.n + 12)))
+        self.chunk_columns = max(1, CHUNK_BYTES // (itemsize * self.n * (self.n + 4)))
         rhs = sweep.rhs
         self.lane_diff = [rhs.lane_leaf[i] for i in sweep.diff_idx]
         self.totals: list[Any] | None = None  # parameter cotangents, all lanes
@@ -145,44 +150,15 @@ class BulkSweep:
                 sweep.step_back(j, inputs[j - first])
             return
         y, t, lanes = columns
-        jac, param_rows = self._jacobians(y, t, lanes)
-        stage_vjp = _StageVJP(xp, jac, sweep.shape)
+        state = xp.reshape(y, (*sweep.shape, y.shape[-1]))
+        leaves = sweep._leaves_at(lanes)
+        stage_vjp = _StageVJP(xp, state_jacobian(sweep.rhs, state, t, leaves), sweep.shape)
         for j in range(end - 1, first - 1, -1):
             sweep.step_back(j, handles[j - first], vjp=stage_vjp)
-        k_bars = stage_vjp.k_bars
-        rows = iter(param_rows)
-        leaf_bars = [_weighted(xp, next(rows), k_bars) if lane else None for lane in self.lane_diff]
-        if not all(self.lane_diff):  # shared leaves: their cotangents summed by one VJP
-            shared = [i for i, lane in zip(sweep.diff_idx, self.lane_diff, strict=True) if not lane]
-            state = xp.reshape(y, (*sweep.shape, y.shape[-1]))
-            _, pull = sweep.rhs.pullback(state, t, sweep._leaves_at(lanes), shared, True)
-            bars = iter(pull(xp.reshape(k_bars, tuple(state.shape)))[1])
-            leaf_bars = [next(bars) if bar is None else bar for bar in leaf_bars]
-        self._add(leaf_bars, first, plans)
-
-    def _jacobians(self, y: Array, t: Array, lanes: np.ndarray) -> tuple[Array, list[list]]:
-        """``J = df/dy`` ``(n, n, K)`` at the columns ``y`` ``(n, K)`` (times ``t``, host lane
-        numbers ``lanes``), and for each differentiated per-lane leaf the rows of ``df/dp``
-        (``n`` arrays ``(..., K)``): one trace of ``f`` over ``n`` copies of the columns and
-        one VJP whose cotangent is one-hot in row ``r`` on copy ``r``."""
-        xp, sweep, n = self.xp, self.sweep, self.n
-        k = y.shape[-1]
-        lane_wrt = [i for i, lane in zip(sweep.diff_idx, self.lane_diff, strict=True) if lane]
-        copies = xp.reshape(xp.concat([y] * n, axis=-1), (*sweep.shape, n * k))
-        leaves = sweep._leaves_at(np.tile(lanes, n))
-        _, pull = sweep.rhs.pullback(copies, xp.concat([t] * n), leaves, lane_wrt, True)
-        one_hot = xp.zeros((n, n, k), dtype=y.dtype)
-        for r in range(n):
-            one_hot[r, r, :] = 1.0
-        y_bar, bars = pull(xp.reshape(one_hot, tuple(copies.shape)))
-        # y_bar[c, r K + i] = df_r/dy_c at column i
-        jac = xp.permute_dims(xp.reshape(xp.asarray(y_bar, dtype=y.dtype), (n, n, k)), (1, 0, 2))
-        param_rows = []
-        for bar in bars:
-            lead = tuple(bar.shape[:-1])
-            split = xp.reshape(bar, (-1, n, k))
-            param_rows.append([xp.reshape(split[:, r, :], (*lead, k)) for r in range(n)])
-        return jac, param_rows
+        if sweep.diff_idx:  # the parameter cotangents: ONE VJP over the chunk's columns
+            k_bars = xp.reshape(stage_vjp.k_bars, tuple(state.shape))
+            bars = parameter_vjp(sweep.rhs, state, t, leaves, sweep.diff_idx, k_bars)
+            self._add(bars, first, plans)
 
     def _stack(self, first: int, plans: list, inputs: list) -> tuple[Any, list]:
         """The chunk's columns ``(y (n, K), t (K,), host lane numbers (K,))`` (``None`` if
@@ -244,25 +220,21 @@ class BulkSweep:
                     continue
                 span = flat[:, int(ends[k]) - len(plan) * width : int(ends[k])]
                 per_stage = xp.moveaxis(xp.reshape(span, (leaf_rows, len(plan), width)), 1, 0)
+                summed = ordered_sum(xp, per_stage)
+                if width == sweep.n_lanes:  # every lane, in order (working sets are sorted)
+                    total += summed
+                    continue
                 lanes = sweep._device_index(sweep.lane[first + k])
-                total = sweep.backend.add_to_lanes(total, lanes, ordered_sum(xp, per_stage))
+                total = sweep.backend.add_to_lanes(total, lanes, summed)
             self.totals[m] = xp.reshape(total, tuple(self.totals[m].shape))
-
-
-def _weighted(xp: Any, rows: list[Array], weights: Array) -> Array:
-    """``Σ_r rows[r] * weights[r]`` in order: a per-lane leaf's cotangent per column
-    ``(..., K)`` from the rows of ``df/dp`` (each ``(..., K)``) and the stage cotangents
-    ``(n, K)``."""
-    total = rows[0] * weights[0, :]
-    for r in range(1, len(rows)):
-        total = total + rows[r] * weights[r, :]
-    return total
 
 
 class _StageVJP:
     """``vjp(handle, t, v, out=None) -> (Jᵀ v, [])`` for the stage whose columns are
     ``handle = (a, b)`` of the chunk's Jacobians ``J`` ``(n, n, K)``; keeps ``v`` (the stage's
-    ``k̄``) in column ``a .. b`` of ``k_bars`` ``(n, K)`` for the parameter cotangents."""
+    ``k̄``) in column ``a .. b`` of ``k_bars`` ``(n, K)`` for the parameter cotangents. NumPy
+    only (as the bulk linearization): ``Jᵀ v`` is written into ``out`` where given, its
+    ``n`` terms added in order (as ``ordered_sum``)."""
 
     def __init__(self, xp: Any, jac: Array, shape: tuple[int, ...]) -> None:
         self.xp, self.jac, self.shape = xp, jac, shape
@@ -271,9 +243,14 @@ class _StageVJP:
     def __call__(
         self, handle: tuple[int, int], t: Array, v: Array, out: Array | None = None
     ) -> tuple[Array, list[Any]]:
-        xp = self.xp
         a, b = handle
-        flat = xp.reshape(v, (self.k_bars.shape[0], b - a))
+        n = self.k_bars.shape[0]
+        flat = np.reshape(v, (n, b - a))
         self.k_bars[:, a:b] = flat
-        y_bar = ordered_sum(xp, self.jac[:, :, a:b] * flat[:, None, :])
-        return xp.reshape(y_bar, tuple(v.shape)), []
+        jac = self.jac[:, :, a:b]
+        if out is None or out.shape != v.shape or not out.flags.c_contiguous:
+            out = np.empty(v.shape, dtype=self.k_bars.dtype)
+        y_bar = np.multiply(jac[0], flat[0], out=np.reshape(out, (n, b - a)))
+        for r in range(1, n):
+            y_bar += jac[r] * flat[r]
+        return out, []

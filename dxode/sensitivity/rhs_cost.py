@@ -1,6 +1,6 @@
 """How much array work one evaluation of ``f`` does per lane, counted (not timed).
 
-The bulk linearization (``bulk_linearization``) pays ``f``'s arithmetic about ``n + 1`` times
+The bulk linearization (``bulk_linearization``) pays ``f``'s arithmetic up to ``n + 1`` times
 per column to save autograd's fixed cost per traced call; whether that pays depends on how
 many operations ``f`` makes and how many elements they produce per lane. ``probe`` evaluates
 ``f`` once on a working set whose state is a counting ``ndarray`` subclass: every NumPy call
