@@ -22,13 +22,19 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import _pytree
-from ..sensitivity.algorithms import ForwardSensitivity
+from ..sensitivity.algorithms import DiscreteAdjoint, ForwardSensitivity
 from .batch import KernelBatch, lane_params
 from .compiler import dtype_name, user_function_mode
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
 
-__all__ = ["KernelForwardSensitivity", "kernel_sensealg"]
+__all__ = ["ADJOINT_ABOVE", "KernelForwardSensitivity", "kernel_sensealg"]
+
+# The default (``sensealg=None``) differentiates with forward sensitivities up to this many
+# differentiated inputs per trajectory (u0 components and parameter elements), above it with
+# the discrete adjoint (``adjoint``), on the CPU through explicit methods (measured in
+# ``asv_bench/kernel_gradient_scaling.py``; see the gradients guide).
+ADJOINT_ABOVE = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +44,9 @@ class KernelForwardSensitivity(ForwardSensitivity):
     device: str = "cpu"
     block_size: int = 32
     threads: int | None = None
+    # Hand batches with more differentiated inputs than this to the discrete adjoint
+    # (``None``: never; the default sensealg sets ``ADJOINT_ABOVE``).
+    adjoint_above: int | None = None
 
     compiled: ClassVar[bool] = True  # its forward pass takes lanes, not array-path batches
 
@@ -65,6 +74,11 @@ class KernelForwardSensitivity(ForwardSensitivity):
         p = _pytree.rebuild(static.p_template, leaves)
         layout, params = lane_params(p, static.lane_leaf, lanes, u0.dtype)
         dirs = directions(static, leaves, n)
+        if self._adjoint_instead(static, len(dirs)):
+            from .adjoint import KernelDiscreteAdjoint
+
+            adjoint = KernelDiscreteAdjoint()
+            return adjoint.forward_lanes(static, u0, leaves, t0, t1, save_grid, stops)
         offsets = np.cumsum([0, *layout.leaf_rows])
         rows = [None if pos is None else int(offsets[pos]) + j for pos, j in dirs]
         f_aug = _augmented(static, layout, params, n, rows, dtype_name(u0.dtype), self.device)
@@ -85,6 +99,15 @@ class KernelForwardSensitivity(ForwardSensitivity):
             "nreject": np.asarray(result.nreject, dtype=np.int64),
         }
         return BatchForward(np.ascontiguousarray(saved[..., :n]), record, outcome, self)
+
+    def _adjoint_instead(self, static: Any, inputs: int) -> bool:
+        """Whether the default hands this batch to the discrete adjoint: more than
+        ``adjoint_above`` differentiated inputs, on the CPU, through an explicit method."""
+        from .description import StepperDescription, describe
+
+        if self.adjoint_above is None or inputs <= self.adjoint_above or self.device != "cpu":
+            return False
+        return isinstance(describe(static.options.alg), StepperDescription)
 
     def _run(self, batch: KernelBatch) -> Any:
         if self.device == "cuda":
@@ -120,13 +143,25 @@ def _augmented(
     )
 
 
-def kernel_sensealg(sensealg: Any, **device: Any) -> KernelForwardSensitivity:
-    """The kernel's sensitivity algorithm for the user's ``sensealg`` (``None`` or
-    ``ForwardSensitivity()``; adjoints are array-path only)."""
-    if sensealg is not None and type(sensealg) is not ForwardSensitivity:
-        raise KernelUnsupportedError(
-            f"the compiled kernels differentiate with forward sensitivities "
-            f"(sensealg=None or ForwardSensitivity()), not {sensealg!r}; use {ARRAY_PATH} "
-            f"for adjoints"
-        )
-    return KernelForwardSensitivity(**device)
+def kernel_sensealg(sensealg: Any, **device: Any) -> Any:
+    """The kernel's sensitivity algorithm for the user's ``sensealg``: ``None`` (forward
+    sensitivities up to ``ADJOINT_ABOVE`` differentiated inputs, the discrete adjoint above),
+    ``ForwardSensitivity()`` or ``DiscreteAdjoint()`` (CPU, explicit methods)."""
+    if sensealg is None:
+        return KernelForwardSensitivity(adjoint_above=ADJOINT_ABOVE, **device)
+    if type(sensealg) is ForwardSensitivity:
+        return KernelForwardSensitivity(**device)
+    if type(sensealg) is DiscreteAdjoint and sensealg.checkpoint_every is None:
+        if device.get("device", "cpu") != "cpu":
+            raise KernelUnsupportedError(
+                "the kernel discrete adjoint runs on the CPU; on CUDA differentiate with "
+                "sensealg=None or ForwardSensitivity()"
+            )
+        from .adjoint import KernelDiscreteAdjoint
+
+        return KernelDiscreteAdjoint()
+    raise KernelUnsupportedError(
+        f"the compiled kernels differentiate with forward sensitivities or the discrete "
+        f"adjoint (sensealg=None, ForwardSensitivity() or DiscreteAdjoint()), not "
+        f"{sensealg!r}; use {ARRAY_PATH} for the others"
+    )
