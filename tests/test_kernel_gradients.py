@@ -192,10 +192,10 @@ def test_user_jacobians_differentiate_a_non_analytic_f():
     np.testing.assert_allclose(kernel, array, rtol=1e-5)
 
 
-def test_adjoints_are_refused_on_the_kernel_path():
+def test_continuous_adjoints_are_refused_on_the_kernel_path():
     prob = dxode.ODEProblem(damped, np.array([1.0, 0.5]), (0.0, 1.0), (1.6, 0.3))
     with pytest.raises(KernelUnsupportedError, match="ForwardSensitivity"):
-        dxode.solve(prob, "tsit5", kernel=True, sensealg=dxode.DiscreteAdjoint())
+        dxode.solve(prob, "tsit5", kernel=True, sensealg=dxode.InterpolatingAdjoint())
     # Nothing differentiated: ForwardSensitivity() is accepted and changes nothing.
     plain = dxode.solve(prob, "tsit5", kernel=True, saveat=[0.5, 1.0])
     forward = dxode.ForwardSensitivity()

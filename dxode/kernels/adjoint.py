@@ -28,7 +28,7 @@ from ..sensitivity.algorithms import DiscreteAdjoint
 from .batch import KernelBatch, lane_params
 from .description import StepperDescription, describe
 from .ensemble_batch import check_state
-from .errors import ARRAY_PATH, KernelUnsupportedError
+from .errors import KernelUnsupportedError
 
 __all__ = ["KernelDiscreteAdjoint"]
 
@@ -66,7 +66,7 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
                 f"the kernel discrete adjoint replays explicit Runge–Kutta steps, not "
                 f"{static.options.alg!r}; use sensealg=ForwardSensitivity()"
             )
-        n, lanes = u0.shape
+        lanes = u0.shape[1]
         p = _pytree.rebuild(static.p_template, leaves)
         layout, params = lane_params(p, static.lane_leaf, lanes, u0.dtype)
         batch = KernelBatch(
@@ -110,4 +110,3 @@ def _recorded_lanes(batch: KernelBatch) -> tuple[list[tuple[Any, Any]], Any, dic
         "nreject": np.asarray(nrej, dtype=np.int64),
     }
     return steps, np.ascontiguousarray(saved), outcome
-

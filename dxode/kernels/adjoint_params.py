@@ -60,7 +60,7 @@ def autograd_rows(
         ]
         try:
             value, pull = rhs.pullback(ys[part].T, ts[part], columns)
-        except Exception:  # noqa: BLE001 - any f that does not trace over columns
+        except Exception:
             return None
         value = np.reshape(np.asarray(value), ks[part].T.shape)
         scale = np.max(np.abs(ks[part]), initial=1.0)
@@ -135,7 +135,9 @@ def _source(
             terms = " + ".join(f"PJ[{m}][{row}] * KB[e, {m}]" for m in range(n))
         else:
             u = state([f"complex(YS[e, {m}], 0.0)" for m in range(n)], "complex128")
-            lines.append(f"        c = user_cplx({u}, {_complex_params(layout.structure, paths, row)}, t)")
+            lines.append(
+                f"        c = user_cplx({u}, {_complex_params(layout.structure, paths, row)}, t)"
+            )
             terms = " + ".join(f"(c[{m}].imag / H) * KB[e, {m}]" for m in range(n))
         lines.append(f"        OUT[{d}, g] += {terms}")
     return "\n".join(lines) + "\n"

@@ -12,10 +12,10 @@ the step, the method's extra interpolation stages), then runs their derivative b
 * stages in reverse: ``ȳ_i = J(y_i)ᵀ k̄_i``, ``ū_k += ȳ_i``, ``k̄_j += h a_ij ȳ_i`` (``j < i``).
 
 ``J(y)ᵀ v`` comes from ``n`` complex-step JVPs (``Im f(y + i h e_m) / h`` is column ``m`` of
-``J``, exact to rounding), or the problem's ``jac``. Every stage's ``(y_i, t_i, k̄_i)`` is
-written out (with ``k_i``): the parameter cotangent ``Σ (∂f/∂p)ᵀ k̄_i`` is linear in them and is computed
-afterwards over the whole record (``adjoint_params``). The sweep runs in float64 whatever the
-state's dtype.
+``J``, exact to rounding), or the problem's ``jac``. Every stage's ``(y_i, t_i, k_i, k̄_i)``
+is written out: the parameter cotangent ``Σ (∂f/∂p)ᵀ k̄_i`` is linear in the ``k̄_i`` and is
+computed afterwards over the whole record (``adjoint_params``). The sweep runs in float64
+whatever the state's dtype.
 """
 
 from __future__ import annotations
