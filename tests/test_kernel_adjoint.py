@@ -128,20 +128,20 @@ def test_ensemble_adjoint_matches_forward_sensitivities_and_the_array_path(share
     np.testing.assert_allclose(adjoint, array, rtol=1e-9)
 
 
-def _lorenz_math(u, p, t):  # math.exp: autograd cannot trace it, complex step can
+def _lorenz_math(u, p, t):  # math.exp: traced as autograd.numpy.exp in the parameter pass
     x, y, z = u
     sigma, rho, beta = p
     return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z * math.exp(0.0 * t)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["complex-step", "jacobians"])
-def test_parameter_cotangents_without_autograd(how):
-    """``f`` that autograd cannot trace: the parameter pass by complex step; with ``jac``
-    and ``paramjac``: from them (both compiled)."""
+@pytest.mark.parametrize("how", ["math-functions", "jacobians"])
+def test_parameter_cotangents_of_kernel_style_f(how):
+    """``f`` calling ``math`` functions (autograd traces its copy with ``autograd.numpy``'s);
+    with ``jac`` and ``paramjac``: from them (compiled)."""
     p = np.array([10.0, 28.0, 8 / 3]) * SCALES[:, None]
     kernel = dxode.EnsembleKernel()
-    if how == "complex-step":
+    if how == "math-functions":
         loss = lambda q, s: _lorenz_loss(q, kernel, False, s, f=_lorenz_math)
     else:
         hand = {"jac": lorenz_jac, "paramjac": lorenz_paramjac}
@@ -230,6 +230,18 @@ def test_what_the_kernel_adjoint_refuses():
 
     with pytest.raises(KernelUnsupportedError, match="CPU"):
         autograd.grad(ensemble_loss)(U0S[:2, :2])
+
+
+def test_the_traceable_copy_of_a_kernel_style_f():
+    from dxode.kernels.adjoint_params import traceable_copy
+
+    def g(x):
+        return math.exp(0.5 * x) * np.sin(x) + math.pi
+
+    copy = traceable_copy(g)
+    assert copy(0.3) == g(0.3)
+    exact = 0.5 * math.exp(0.15) * math.sin(0.3) + math.exp(0.15) * math.cos(0.3)
+    np.testing.assert_allclose(autograd.grad(copy)(0.3), exact, rtol=1e-15)
 
 
 def _mixing(u, p, t):

@@ -7,10 +7,13 @@ for parameters they share. It is computed, in this order of preference:
 
 1. from the problem's ``paramjac`` (compiled, one call per stage);
 2. by ONE reverse-mode VJP of ``f`` traced by autograd over all the stages at once as
-   columns ``(n, N)`` (per-lane parameters indexed per column) — its cost does not grow
-   with the number of parameters. Used where ``f`` traces over columns and its values there
-   agree with the compiled ``k_i`` (an ``f`` that is not written elementwise, such as one
-   summing over ``u``, would mix the columns: it is then not used);
+   columns ``(n, N)`` (per-lane parameters indexed per column; chunks of ``CHUNK`` columns)
+   — its cost does not grow with the number of parameters. ``f`` is traced as a copy whose
+   ``math`` and NumPy functions are autograd's (``math.tanh`` and ``np.tanh`` become
+   ``autograd.numpy.tanh``), so kernel-style ``f`` qualifies. Used where that copy traces
+   over columns and its values there agree with the compiled ``k_i`` (an ``f`` that is not
+   written elementwise, such as one summing over ``u``, would mix the columns: it is then
+   not used);
 3. otherwise by complex step, one complex evaluation of ``f`` per parameter and stage
    (compiled).
 
@@ -48,7 +51,8 @@ def autograd_rows(
     over columns or gives other values there than the compiled ``f``."""
     from .._traced_rhs import TracedRHS
 
-    rhs = TracedRHS(static.f, static.p_template, static.lane_leaf, static.diff_leaf, False)
+    f = traceable_copy(static.f)
+    rhs = TracedRHS(f, static.p_template, static.lane_leaf, static.diff_leaf, False)
     diff = [i for i, d in enumerate(static.diff_leaf) if d]
     out = [np.zeros((*_lane_shape(leaves[i], static.lane_leaf[i]), n_lanes)) for i in diff]
     ys, ts, kb, ks, lane = (record[k] for k in ("y", "t", "kbar", "k", "lane"))
@@ -77,6 +81,56 @@ def autograd_rows(
             else:  # shared: its sum over the chunk, carried by lane 0
                 out[j].reshape(-1, n_lanes)[:, 0] += bar.reshape(-1)
     return out
+
+
+def traceable_copy(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``f`` with the ``math`` and NumPy functions it names (as modules, or imported by
+    name) replaced by ``autograd.numpy``'s of the same name, so that autograd traces it."""
+    import math
+    import types
+
+    import autograd.numpy as anp
+
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return f
+    names = set(code.co_names)
+    for const in code.co_consts:  # nested functions and comprehensions
+        if isinstance(const, types.CodeType):
+            names |= set(const.co_names)
+    namespace = dict(f.__globals__)
+    for name in names & set(namespace):
+        value = namespace[name]
+        if value is math:
+            namespace[name] = _AutogradMath()
+        elif value is np:
+            namespace[name] = anp
+        elif callable(value) and getattr(value, "__module__", "") in ("math", "numpy"):
+            namespace[name] = getattr(anp, _ANP_NAMES.get(value.__name__, value.__name__), value)
+    return types.FunctionType(code, namespace, f.__name__, f.__defaults__, f.__closure__)
+
+
+_ANP_NAMES = {
+    "asin": "arcsin",
+    "acos": "arccos",
+    "atan": "arctan",
+    "asinh": "arcsinh",
+    "acosh": "arccosh",
+    "atanh": "arctanh",
+    "pow": "power",
+}
+
+
+class _AutogradMath:
+    """``math`` with its functions taken from ``autograd.numpy`` (constants kept)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import math
+
+        import autograd.numpy as anp
+
+        value = getattr(math, name)
+        return getattr(anp, _ANP_NAMES.get(name, name), value) if callable(value) else value
 
 
 def _lane_shape(leaf: Any, per_lane: bool) -> tuple[int, ...]:
