@@ -18,6 +18,7 @@ import argparse
 import importlib.util
 import os
 import platform
+import sys
 import tempfile
 import time
 from datetime import date
@@ -52,6 +53,7 @@ def forced_rhs(terms: int):
         handle.write(SOURCE.format(K=terms))
     spec = importlib.util.spec_from_file_location(f"dxode_forced_{terms}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # importable: numba's cache imports f's module
     spec.loader.exec_module(module)
     return module.forced
 

@@ -47,48 +47,39 @@ def backward(
     n_lanes, _, n = g.shape
     example = eval(layout.expression("0"), {"P": params[:, :1]})
     as_array = user_function_mode(static.f, n, "float64", example, "cpu")
-    sweep = lane_sweep(static.f, n, as_array, _float64(example), static.jac)
+    lanes = lane_sweep(static.f, n, as_array, layout.expression("g"), _float64(example), static.jac)
     a, b, c, w = tableau_arrays(desc)
     s, e = desc.stages, desc.extra_stages
-    params64 = params.astype(np.float64)
-    u0_bar = np.zeros((n, n_lanes))
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("y", "t", "kbar", "k", "lane")}
-    for lane, (t_rec, u_rec) in enumerate(steps):
-        p = eval(layout.expression("COL").replace("COL", str(lane)), {"P": params64})
-        nst = t_rec.shape[0] - 1
-        out = {k: np.zeros((nst, s + e, n)) for k in ("y", "kbar", "k")}
-        tt = np.zeros((nst, s + e))
-        times = grid[:, lane].astype(np.float64)
-        direction = float(record["direction"][lane])
-        ubar = np.zeros(n)
-        sweep(
-            t_rec.astype(np.float64),
-            u_rec.astype(np.float64),
-            nst,
-            p,
-            times,
-            g[lane].astype(np.float64),
-            a,
-            b,
-            c,
-            w,
-            s,
-            e,
-            direction,
-            ubar,
-            out["y"],
-            tt,
-            out["kbar"],
-            out["k"],
-        )
-        u0_bar[:, lane] = ubar
-        for key in ("y", "kbar", "k"):
-            parts[key].append(out[key].reshape(-1, n))
-        parts["t"].append(tt.reshape(-1))
-        parts["lane"].append(np.full(tt.size, lane, dtype=np.int64))
-    stages = {k: np.concatenate(v) for k, v in parts.items()}
+    params64 = np.ascontiguousarray(params, dtype=np.float64)
+    counts = np.array([t.shape[0] for t, _ in steps], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    rows = int(np.sum(counts - 1)) * (s + e)
+    stages = {key: np.empty((rows, n)) for key in ("y", "kbar", "k")}
+    stages["t"] = np.empty(rows)
+    u0_bar = np.zeros((n_lanes, n))
+    lanes(
+        np.concatenate([t for t, _ in steps]).astype(np.float64),
+        np.concatenate([u for _, u in steps]).astype(np.float64),
+        offsets,
+        params64,
+        np.ascontiguousarray(grid.T, dtype=np.float64),
+        np.ascontiguousarray(g, dtype=np.float64),
+        a,
+        b,
+        c,
+        w,
+        s,
+        e,
+        np.asarray(record["direction"], dtype=np.float64),
+        u0_bar,
+        stages["y"],
+        stages["t"],
+        stages["kbar"],
+        stages["k"],
+    )
+    stages["lane"] = np.repeat(np.arange(n_lanes), (counts - 1) * (s + e))
     leaf_bars = _leaf_cotangents(static, leaves, stages, params64, layout, n, as_array, n_lanes)
-    return _finish(static, u0_bar, leaf_bars, leaves, retcode, g.dtype)
+    return _finish(static, u0_bar.T.copy(), leaf_bars, leaves, retcode, g.dtype)
 
 
 def _float64(tree: Any) -> Any:

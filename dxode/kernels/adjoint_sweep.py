@@ -1,6 +1,7 @@
 """The kernel discrete adjoint's compiled backward sweep, one lane at a time.
 
-``lane_sweep(n, ...)`` writes (and imports) a module whose ``sweep`` replays one lane's
+``lane_sweep(n, ...)`` writes (and imports) a module whose ``lanes`` runs ``sweep`` for every
+lane of a batch; ``sweep`` replays one lane's
 recorded accepted steps backward. For step ``k`` (from ``T[k]``, ``U[k]`` to ``T[k+1]``,
 ``U[k+1]``, step size ``h = T[k+1] - T[k]`` held fixed) it recomputes the stages
 ``y_i = U[k] + h Σ_j a_ij k_j``, ``k_i = f(y_i, t + c_i h)`` (and, where a save point falls in
@@ -35,8 +36,9 @@ _MODULES: dict[str, Any] = {}
 
 # The generic backward sweep (n-independent; ``call`` and ``jt`` are generated per n).
 _SWEEP = '''
-def sweep(T, U, nst, p, TS, G, A, BW, C, WI, S, E, D, UBAR, YS, TT, KB, KS):
-    """One lane: cotangent of U[0] into UBAR (n,); stage records into YS, TT, KB, KS."""
+def sweep(T, U, nst, p, TS, G, A, BW, C, WI, S, E, D, UBAR, YS, TT, KB, KS, base):
+    """One lane: cotangent of U[0] into UBAR (n,); stage k, i into row base + k NS + i of
+    YS, TT, KB, KS."""
     n = U.shape[1]
     NS = S + E
     ub = np.zeros(n)
@@ -85,27 +87,43 @@ def sweep(T, U, nst, p, TS, G, A, BW, C, WI, S, E, D, UBAR, YS, TT, KB, KS):
             un[m] += ub[m]
         for i in range(stages - 1, -1, -1):
             jt(Y[i], p, t + C[i] * h, kb[i], yb)
+            row = base + k * NS + i
             for m in range(n):
                 un[m] += yb[m]
-                YS[k, i, m] = Y[i, m]
-                KB[k, i, m] = kb[i, m]
-                KS[k, i, m] = K[i, m]
-            TT[k, i] = t + C[i] * h
+                YS[row, m] = Y[i, m]
+                KB[row, m] = kb[i, m]
+                KS[row, m] = K[i, m]
+            TT[row] = t + C[i] * h
             for j in range(i):
                 for m in range(n):
                     kb[j, m] += h * A[i, j] * yb[m]
         for i in range(stages, NS):
+            row = base + k * NS + i
             for m in range(n):
-                KB[k, i, m] = 0.0
-                YS[k, i, m] = Y[0, m]
-                KS[k, i, m] = K[0, m]
-            TT[k, i] = t
+                KB[row, m] = 0.0
+                YS[row, m] = Y[0, m]
+                KS[row, m] = K[0, m]
+            TT[row] = t
         ub[:] = un
     while si >= 0:  # saves at the start (t_s == t0)
         for m in range(n):
             ub[m] += G[si, m]
         si -= 1
     UBAR[:] = ub
+
+
+def lanes(TA, UA, OFF, P, TSG, G, A, BW, C, WI, S, E, DIRS, UBAR, YS, TT, KB, KS):
+    """Every lane: its steps TA[OFF[g]:OFF[g+1]], UA[...]; its p from P[:, g]."""
+    NS = S + E
+    for g in range(OFF.shape[0] - 1):
+        first = OFF[g]
+        end = OFF[g + 1]
+        p = PARAMS
+        base = (first - g) * NS
+        T = TA[first:end]
+        U = UA[first:end]
+        sweep(T, U, end - first - 1, p, TSG[g], G[g], A, BW, C, WI, S, E, DIRS[g], UBAR[g],
+              YS, TT, KB, KS, base)
 '''
 
 
@@ -119,8 +137,9 @@ def _state(n: int, values: list[str], kind: str, as_array: bool, lines: list[str
     return name
 
 
-def _source(n: int, as_array: bool, jacobian: bool, keys: str) -> str:
-    """The sweep module's source: ``call``, ``jt`` and the generic ``sweep``."""
+def _source(n: int, as_array: bool, jacobian: bool, params: str, keys: str) -> str:
+    """The sweep module's source: ``call``, ``jt``, the generic ``sweep`` and the lane
+    loop ``lanes`` (``params``: one lane's ``p`` from ``P[k, g]``)."""
     lines = [
         f'"""dxode kernel discrete adjoint sweep: n={n} (generated)."""',
         "import numpy as np",
@@ -147,41 +166,46 @@ def _source(n: int, as_array: bool, jacobian: bool, keys: str) -> str:
             lines.append(f"    c = user_cplx({z}, p, t)")
             terms = " + ".join(f"(c[{m}].imag / H) * v[{m}]" for m in range(n))
             lines.append(f"    out[{k}] = {terms}")
-    return "\n".join(lines) + "\n" + _SWEEP
+    return "\n".join(lines) + "\n" + _SWEEP.replace("PARAMS", params)
 
 
 def lane_sweep(
     f: Callable[..., Any],
     n: int,
     as_array: bool,
+    params: str,
     p_example: Any,
     jac: Callable[..., Any] | None = None,
 ) -> Callable[..., Any]:
-    """The compiled ``sweep`` for ``f`` with ``n`` components (``u`` as an array with
-    ``as_array``); ``jac`` (per lane, ``J[i][k]``) replaces complex step when given;
-    ``p_example`` is one lane's ``p`` (for type checks)."""
+    """The compiled lane loop ``lanes`` for ``f`` with ``n`` components (``u`` as an array
+    with ``as_array``; one lane's ``p`` is the source ``params`` in ``P[k, g]``); ``jac``
+    (per lane, ``J[i][k]``) replaces complex step when given; ``p_example`` is one lane's
+    ``p`` (for type checks)."""
     import numba
-    from numba.extending import register_jitable
 
+    # Inlined as compile_kernel inlines f (no function of their own whose environment a
+    # cached load would have to import: f's module may be one numba cannot import).
+    inline = numba.njit(inline="always", error_model="numpy")
     keys = f"f={function_key(f)}@{where_defined(f)}" + (
         f" jac={function_key(jac)}" if jac is not None else ""
     )
-    source = _source(n, as_array, jac is not None, keys)
+    source = _source(n, as_array, jac is not None, params, keys)
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     module = _MODULES.get(digest)
     if module is None:
         path = _write_source(source, f"dxode_adjoint_{digest}.py")
         module = _import(path, f"_dxode_adjoint_{digest}")
-        module.user_real = register_jitable(numba_ready(f))
+        module.user_real = inline(numba_ready(f))
         if jac is not None:
-            module.user_jac = register_jitable(numba_ready(jac, _RowsToTuples()))
+            module.user_jac = inline(numba_ready(jac, _RowsToTuples()))
         else:
             copy = complex_copy(f)
             check_compiles(copy, f, n, as_array, p_example)
-            module.user_cplx = register_jitable(copy)
+            module.user_cplx = inline(copy)
         compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
-        module.call = register_jitable(module.call)
-        module.jt = register_jitable(module.jt)
+        module.call = inline(module.call)
+        module.jt = inline(module.jt)
         module.sweep = compiled(module.sweep)
+        module.lanes = compiled(module.lanes)
         _MODULES[digest] = module
-    return module.sweep
+    return module.lanes
