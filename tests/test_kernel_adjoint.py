@@ -284,3 +284,16 @@ def test_mixing_f_gets_exact_gradients_by_complex_step():
     adjoint = autograd.grad(lambda th: loss(th, ADJOINT))(theta)
     forward = autograd.grad(lambda th: loss(th, FORWARD))(theta)
     np.testing.assert_allclose(adjoint, forward, rtol=1e-10)
+
+
+def test_forward_sensitivities_beyond_the_kernels_argument_limit_are_refused_clearly():
+    """2 states, 20 weights: 42 components, over the 28 a kernel can pass to its RHS (numba
+    refuses a call with more than 30 arguments); the error names the adjoint (no compile)."""
+
+    def loss(w):
+        prob = dxode.ODEProblem(_many, np.array([1.0, 0.0]), (0.0, 3.0), (w,))
+        sol = dxode.solve(prob, "tsit5", saveat=[3.0], kernel=True, sensealg=FORWARD)
+        return anp.sum(sol.u**2)
+
+    with pytest.raises(KernelUnsupportedError, match=r"42 components.*DiscreteAdjoint"):
+        autograd.grad(loss)(np.linspace(-1.0, 1.0, 20))

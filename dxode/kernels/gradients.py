@@ -1,4 +1,5 @@
-"""Gradients through the compiled kernels: forward sensitivities integrated by the kernel.
+"""Gradients through the compiled kernels: forward sensitivities integrated by the kernel
+(and the choice between them and the discrete adjoint of ``adjoint``).
 
 ``KernelForwardSensitivity`` is the sensitivity algorithm of ``solve(..., kernel=True)`` and
 ``EnsembleKernel`` when autograd differentiates them. Its forward pass integrates each
@@ -28,12 +29,17 @@ from .compiler import dtype_name, user_function_mode
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
 
-__all__ = ["ADJOINT_ABOVE", "KernelForwardSensitivity", "kernel_sensealg"]
+__all__ = ["ADJOINT_ABOVE", "MAX_FORWARD_COMPONENTS", "KernelForwardSensitivity", "kernel_sensealg"]
 
+# The kernels pass every state component to the RHS as an argument, and a Python call with
+# more than 30 arguments (the state, p and t) is compiled as a call with *args, which numba
+# refuses: forward sensitivities integrate at most this many components, n (1 + inputs).
+MAX_FORWARD_COMPONENTS = 28
 # The default (``sensealg=None``) differentiates with forward sensitivities up to this many
-# differentiated inputs per trajectory (u0 components and parameter elements), above it with
-# the discrete adjoint (``adjoint``), on the CPU through explicit methods (measured in
-# ``asv_bench/kernel_gradient_scaling.py``; see the gradients guide).
+# differentiated inputs per trajectory (u0 components and parameter elements) and
+# ``MAX_FORWARD_COMPONENTS``, above either with the discrete adjoint (``adjoint``), on the CPU
+# through explicit methods (measured in ``asv_bench/kernel_gradient_scaling.py``; see the
+# gradients guide).
 ADJOINT_ABOVE = 16
 
 
@@ -74,7 +80,7 @@ class KernelForwardSensitivity(ForwardSensitivity):
         p = _pytree.rebuild(static.p_template, leaves)
         layout, params = lane_params(p, static.lane_leaf, lanes, u0.dtype)
         dirs = directions(static, leaves, n)
-        if self._adjoint_instead(static, len(dirs)):
+        if self._adjoint_instead(static, n, len(dirs)):
             from .adjoint import KernelDiscreteAdjoint
 
             adjoint = KernelDiscreteAdjoint()
@@ -100,14 +106,28 @@ class KernelForwardSensitivity(ForwardSensitivity):
         }
         return BatchForward(np.ascontiguousarray(saved[..., :n]), record, outcome, self)
 
-    def _adjoint_instead(self, static: Any, inputs: int) -> bool:
+    def _adjoint_instead(self, static: Any, n: int, inputs: int) -> bool:
         """Whether the default hands this batch to the discrete adjoint: more than
-        ``adjoint_above`` differentiated inputs, on the CPU, through an explicit method."""
+        ``adjoint_above`` differentiated inputs or ``MAX_FORWARD_COMPONENTS``, on the CPU,
+        through an explicit method. Otherwise too many components raise, naming the fix."""
         from .description import StepperDescription, describe
 
-        if self.adjoint_above is None or inputs <= self.adjoint_above or self.device != "cpu":
-            return False
-        return isinstance(describe(static.options.alg), StepperDescription)
+        components = n * (1 + inputs)
+        many = components > MAX_FORWARD_COMPONENTS
+        adjoint_can = self.device == "cpu" and isinstance(
+            describe(static.options.alg), StepperDescription
+        )
+        default = self.adjoint_above is not None
+        if default and adjoint_can and (many or inputs > self.adjoint_above):  # type: ignore[operator]
+            return True
+        if many:
+            raise KernelUnsupportedError(
+                f"forward sensitivities of {inputs} inputs integrate n (1 + {inputs}) = "
+                f"{components} components, the compiled kernels at most "
+                f"{MAX_FORWARD_COMPONENTS}; differentiate with sensealg=DiscreteAdjoint() "
+                f"(or None; CPU, explicit methods), or use {ARRAY_PATH}"
+            )
+        return False
 
     def _run(self, batch: KernelBatch) -> Any:
         if self.device == "cuda":
