@@ -297,3 +297,39 @@ def test_forward_sensitivities_beyond_the_kernels_argument_limit_are_refused_cle
 
     with pytest.raises(KernelUnsupportedError, match=r"42 components.*DiscreteAdjoint"):
         autograd.grad(loss)(np.linspace(-1.0, 1.0, 20))
+
+
+def _fall(u, p, t):
+    _, v = u
+    return [v, -p[0]]
+
+
+def _bounce(u, p, t, fired):
+    return [u[0], -p[1] * u[1]]
+
+
+def _ground(u, p, t):
+    return u[0]
+
+
+@pytest.mark.slow
+def test_ensemble_adjoint_through_event_segments():
+    """Bouncing balls: each segment between events is a kernel adjoint solve, the jumps are
+    traced; against the kernel's forward sensitivities and the array path."""
+    ball = dxode.ContinuousCallback(_ground, _bounce, direction="down")
+
+    def loss(theta, sensealg, alg):
+        u0s = np.array([[1.0, 0.0], [1.5, 0.5]]) * theta[0]
+        prob = dxode.ODEProblem(_fall, u0s[0], (0.0, 1.2), (9.81, theta[1]))
+        options = {"saveat": [0.3, 0.9, 1.2], "rtol": 1e-10, "atol": 1e-10, "callback": ball}
+        eprob = dxode.EnsembleProblem(prob, u0=u0s)
+        sim = dxode.solve(eprob, "tsit5", alg, trajectories=2, sensealg=sensealg, **options)
+        return anp.sum(sim.u[:, :, 0] ** 2)
+
+    theta = np.array([1.0, 0.8])
+    kernel = dxode.EnsembleKernel()
+    adjoint = autograd.grad(lambda th: loss(th, ADJOINT, kernel))(theta)
+    forward = autograd.grad(lambda th: loss(th, FORWARD, kernel))(theta)
+    array = autograd.grad(lambda th: loss(th, None, dxode.EnsembleArray()))(theta)
+    np.testing.assert_allclose(adjoint, forward, rtol=1e-10)
+    np.testing.assert_allclose(adjoint, array, rtol=1e-8)
