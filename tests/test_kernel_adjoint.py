@@ -102,7 +102,7 @@ U0S = np.array([[1.0, 0.0, 0.0], [0.5, 1.0, 2.0], [-1.0, 2.0, 20.0], [3.0, -2.0,
 SCALES = np.array([1.0, 0.95, 1.05, 1.1])
 
 
-def _lorenz_loss(p, ensemble_alg, shared, sensealg, f=lorenz, **problem):
+def _lorenz_loss(p, ensemble_alg, shared, sensealg, f=lorenz, batch_size=None, **problem):
     base = dxode.ODEProblem(f, U0S[0], (0.0, 1.0), (10.0, 28.0, 8 / 3), **problem)
     if shared:  # one parameter vector for every trajectory: its cotangents are summed
         eprob = dxode.EnsembleProblem(base.remake(p=p), u0=U0S)
@@ -110,9 +110,28 @@ def _lorenz_loss(p, ensemble_alg, shared, sensealg, f=lorenz, **problem):
         eprob = dxode.EnsembleProblem(base, u0=U0S, p=p)
     options = {"saveat": [0.25, 0.5, 1.0], "rtol": 1e-10, "atol": 1e-10}
     sim = dxode.solve(
-        eprob, dxode.Tsit5(), ensemble_alg, trajectories=4, sensealg=sensealg, **options
+        eprob,
+        dxode.Tsit5(),
+        ensemble_alg,
+        trajectories=4,
+        sensealg=sensealg,
+        batch_size=batch_size,
+        **options,
     )
     return anp.sum(sim.u**2)
+
+
+@pytest.mark.slow
+def test_dask_workers_run_the_kernel_adjoint(client):
+    """``EnsembleDask(kernel=...)``: each batch's record stays on its worker, whose backward
+    sweep gives the local kernel's per-lane cotangents bit for bit."""
+    pytest.importorskip("distributed")
+    p = np.array([10.0, 28.0, 8 / 3]) * SCALES[:, None]
+    local = dxode.EnsembleKernel(threads=1)
+    dask = dxode.EnsembleDask(client, kernel=local)
+    here = autograd.grad(lambda q: _lorenz_loss(q, local, False, ADJOINT))(p)
+    there = autograd.grad(lambda q: _lorenz_loss(q, dask, False, ADJOINT, batch_size=2))(p)
+    np.testing.assert_array_equal(there, here)
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["shared-p", "per-lane-p"])

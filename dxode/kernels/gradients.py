@@ -40,7 +40,7 @@ MAX_FORWARD_COMPONENTS = 28
 # ``MAX_FORWARD_COMPONENTS``, above either with the discrete adjoint (``adjoint``), on the CPU
 # through explicit methods (measured in ``asv_bench/kernel_gradient_scaling.py``; see the
 # gradients guide).
-ADJOINT_ABOVE = 16
+ADJOINT_ABOVE = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +171,12 @@ def kernel_sensealg(sensealg: Any, **device: Any) -> Any:
         return KernelForwardSensitivity(adjoint_above=ADJOINT_ABOVE, **device)
     if type(sensealg) is ForwardSensitivity:
         return KernelForwardSensitivity(**device)
-    if type(sensealg) is DiscreteAdjoint and sensealg.checkpoint_every is None:
+    if type(sensealg) is DiscreteAdjoint:
+        if sensealg.checkpoint_every is not None:
+            raise KernelUnsupportedError(
+                "the kernel discrete adjoint keeps every accepted step (no checkpoints): use "
+                f"DiscreteAdjoint() without checkpoint_every, or {ARRAY_PATH}"
+            )
         if device.get("device", "cpu") != "cpu":
             raise KernelUnsupportedError(
                 "the kernel discrete adjoint runs on the CPU; on CUDA differentiate with "
