@@ -117,8 +117,8 @@ class KernelForwardSensitivity(ForwardSensitivity):
         adjoint_can = self.device == "cpu" and isinstance(
             describe(static.options.alg), StepperDescription
         )
-        default = self.adjoint_above is not None
-        if default and adjoint_can and (many or inputs > self.adjoint_above):  # type: ignore[operator]
+        above = self.adjoint_above
+        if above is not None and adjoint_can and (many or inputs > above):
             return True
         if many:
             raise KernelUnsupportedError(
