@@ -12,7 +12,8 @@ Forward sensitivities integrate ``n`` components per differentiated input; the a
 cost is one backward sweep (``n`` JVPs per stage) plus the parameter pass, whatever the
 number of parameters. Like ``DiscreteAdjoint`` it differentiates the computed solution with
 the step sizes held fixed; step sizes are taken as ``t_{k+1} - t_k`` of the record (the
-kernel's own ``h`` to rounding). CPU only; explicit Runge–Kutta methods; no callbacks.
+kernel's own ``h`` to rounding). CPU only; explicit Runge–Kutta methods; callbacks only
+through ``EnsembleKernel``'s event segments (each segment a solve without callbacks).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import _pytree
-from .._retcode import ReturnCode
 from ..sensitivity.algorithms import DiscreteAdjoint
 from .batch import KernelBatch, lane_params
 from .description import StepperDescription, describe
@@ -31,8 +31,6 @@ from .ensemble_batch import check_state
 from .errors import KernelUnsupportedError
 
 __all__ = ["KernelDiscreteAdjoint"]
-
-_OK = (int(ReturnCode.Success), int(ReturnCode.Terminated))
 
 
 @dataclasses.dataclass(frozen=True)
