@@ -201,6 +201,32 @@ def _many(u, p, t):
     return [v, -x - 0.1 * v + 0.05 * force]
 
 
+def test_which_algorithm_the_default_picks():
+    """Forward sensitivities up to ADJOINT_ABOVE inputs and MAX_FORWARD_COMPONENTS, the
+    adjoint above, on the CPU through explicit methods (checked without compiling)."""
+    from types import SimpleNamespace
+
+    from dxode.kernels.gradients import (
+        ADJOINT_ABOVE,
+        MAX_FORWARD_COMPONENTS,
+        KernelForwardSensitivity,
+    )
+
+    default = KernelForwardSensitivity(adjoint_above=ADJOINT_ABOVE)
+    explicit = SimpleNamespace(options=SimpleNamespace(alg=dxode.Tsit5()))
+    stiff = SimpleNamespace(options=SimpleNamespace(alg=dxode.Rodas5P()))
+    assert not default._adjoint_instead(explicit, 2, ADJOINT_ABOVE)
+    assert default._adjoint_instead(explicit, 2, ADJOINT_ABOVE + 1)
+    n = MAX_FORWARD_COMPONENTS // 4 + 1  # 8 states, 3 inputs: 32 components
+    assert default._adjoint_instead(explicit, n, 3)
+    assert not default._adjoint_instead(stiff, 2, ADJOINT_ABOVE + 1)  # no adjoint: forward
+    with pytest.raises(KernelUnsupportedError, match="components"):
+        default._adjoint_instead(stiff, n, 3)
+    cuda = KernelForwardSensitivity(device="cuda", adjoint_above=ADJOINT_ABOVE)
+    assert not cuda._adjoint_instead(explicit, 2, ADJOINT_ABOVE + 1)
+
+
+@pytest.mark.slow
 def test_the_default_switches_to_the_adjoint_above_the_threshold(monkeypatch):
     from dxode.kernels import adjoint, gradients
 
