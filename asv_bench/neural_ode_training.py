@@ -17,7 +17,11 @@ configuration:
   so they share one step size, controlled by the RMS error over all of them);
 - controller: ``adaptive`` (``PIDController``, rtol/atol below; a differentiated solve also
   steps onto every save time) or ``fixed`` (``dt=0.1, adaptive=False``: one step per save
-  interval).
+  interval);
+- in process only, mode ``kernel``: ``EnsembleKernel`` (per-lane, compiled with numba), the
+  same MLP written for one trajectory with loops over its weights (``mlp_kernel``), its
+  gradient the kernel's discrete adjoint (252 parameters: the default); the first epoch
+  compiles or loads the kernels (excluded from the epoch time, not from the runtime).
 
 Then the in-process epoch time against the number of trajectories, and weak scaling
 (trajectories per worker fixed) and strong scaling (total fixed) from one to two workers, at
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import math
 import os
 import sys
 import time
@@ -115,14 +120,56 @@ def mlp(u: Any, theta: Any, t: Any) -> Any:
     return anp.reshape(anp.dot(w2, hidden) + b2[:, None], anp.shape(u))
 
 
+KERNEL_HALF = 25  # hidden units per parameter leaf of mlp_kernel (the kernels' tuples: <= 30)
+
+
+def mlp_kernel(u: Any, p: Any, t: Any) -> Any:
+    """The same MLP for one trajectory, as the compiled kernels take it: loops over the
+    weights of ``kernel_params(theta)``."""
+    x, y = u
+    w1x, w1y, b1, w2x, w2y, b2 = p
+    o0 = b2[0]
+    o1 = b2[1]
+    for half in range(2):
+        for j in range(KERNEL_HALF):
+            h = math.tanh(w1x[half][j] * x + w1y[half][j] * y + b1[half][j])
+            o0 = o0 + w2x[half][j] * h
+            o1 = o1 + w2y[half][j] * h
+    return [o0, o1]
+
+
+def kernel_params(theta: Any) -> tuple[Any, ...]:
+    """``mlp_kernel``'s ``p`` from the flat parameters: ``W1[:, 0]``, ``W1[:, 1]``, ``b1``,
+    ``W2[0]``, ``W2[1]`` in halves of 25 hidden units, and ``b2``."""
+
+    def halves(v: Any) -> tuple[Any, Any]:
+        return (v[:KERNEL_HALF], v[KERNEL_HALF:])
+
+    h = HIDDEN
+    return (
+        halves(theta[0 : 2 * h : 2]),
+        halves(theta[1 : 2 * h : 2]),
+        halves(theta[2 * h : 3 * h]),
+        halves(theta[3 * h : 4 * h]),
+        halves(theta[4 * h : 5 * h]),
+        theta[5 * h : 5 * h + 2],
+    )
+
+
 def make_loss(
-    u0: np.ndarray, data: np.ndarray, groups: int, lockstep: bool, alg: Any, solve_kw: dict
+    u0: np.ndarray,
+    data: np.ndarray,
+    groups: int,
+    lockstep: bool,
+    alg: Any,
+    solve_kw: dict,
+    kernel: bool = False,
 ) -> Callable[[Any], Any]:
     """Mean squared error of the model's saved states, the trajectories split in ``groups``.
 
     Per-lane: an ensemble of ``n`` lanes in batches of ``n / groups``. Lock-step: an ensemble
     of ``groups`` lanes, each one ODE system stacking ``n / groups`` trajectories (state
-    ``(2, n / groups)``), so a group shares its steps.
+    ``(2, n / groups)``), so a group shares its steps. ``kernel``: ``mlp_kernel`` (per-lane).
     """
     n = len(u0)
     size = n // groups
@@ -136,7 +183,8 @@ def make_loss(
         arrays = {"u0": u0}
 
     def loss(theta: Any) -> Any:
-        prob = dxode.ODEProblem(mlp, first, (0.0, T1), theta)
+        f, p = (mlp_kernel, kernel_params(theta)) if kernel else (mlp, theta)
+        prob = dxode.ODEProblem(f, first, (0.0, T1), p)
         sim = dxode.solve(
             dxode.EnsembleProblem(prob, **arrays),
             dxode.Tsit5(),
@@ -210,7 +258,10 @@ def run_config(
     u0, data = training_data(n)
     groups = max(workers, 1)
     alg = dxode.EnsembleArray() if client is None else dxode.EnsembleDask(client)
-    loss = make_loss(u0, data, groups, mode == "lock-step", alg, CONTROLLERS[controller](args.rtol))
+    if mode == "kernel":
+        alg = dxode.EnsembleKernel()
+    options = CONTROLLERS[controller](args.rtol)
+    loss = make_loss(u0, data, groups, mode == "lock-step", alg, options, mode == "kernel")
     result = adam_train(loss, init_theta(), epochs, args.lr, lambda: cpu_seconds(client))
     times = result["times"]
     return {
@@ -361,6 +412,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.02, help="Adam step size")
     parser.add_argument("--quick", action="store_true", help="a smoke test: small and short")
     parser.add_argument("--out", default=None, help="append the tables to this file")
+    parser.add_argument(
+        "--in-process", action="store_true", help="only the in-process rows of the main table"
+    )
     args = parser.parse_args()
     if args.quick:
         args.trajectories, args.epochs, args.large, args.large_epochs = 64, 4, 256, 3
@@ -375,30 +429,35 @@ def main() -> None:
         return [("per-lane", c, size, epochs) for size in sizes for c in CONTROLLERS]
 
     sweep = sorted({n // 8, n // 2, large} - {n})
+    kernel_jobs = [("kernel", c, n, args.epochs) for c in CONTROLLERS]
     jobs = {
-        0: main_jobs + per_lane(*sweep),
+        0: main_jobs + kernel_jobs + per_lane(*sweep),
         1: main_jobs + per_lane(n // 2, epochs=args.epochs) + per_lane(large // 2, large),
         2: main_jobs + per_lane(large),
     }
+    if args.in_process:
+        jobs = {0: main_jobs + kernel_jobs}
     results = []
     for workers, worker_jobs in jobs.items():
         results += with_cluster(workers, worker_jobs, args)
         print(f"done: {workers} workers", file=sys.stderr, flush=True)
     main_rows = [r for r in results if r["n"] == n and r["epochs"] == args.epochs]
-    text = "\n\n".join(
-        [
-            f"Machine: {machine()}, autograd {importlib.metadata.version('autograd')}",
-            f"Command: python {' '.join(sys.argv)}",
-            f"### Neural ODE training, {n} trajectories, {args.epochs} epochs "
-            f"(adaptive: rtol={args.rtol:g}, atol={args.rtol * 1e-2:g})",
-            main_table(main_rows),
+    parts = [
+        f"Machine: {machine()}, autograd {importlib.metadata.version('autograd')}",
+        f"Command: python {' '.join(sys.argv)}",
+        f"### Neural ODE training, {n} trajectories, {args.epochs} epochs "
+        f"(adaptive: rtol={args.rtol:g}, atol={args.rtol * 1e-2:g})",
+        main_table(main_rows),
+    ]
+    if not args.in_process:
+        parts += [
             "### Epoch time against batch size, in one process (per-lane)",
             size_table(results, sorted({*sweep, n})),
             "### Weak and strong scaling, 1 -> 2 workers (per-lane; weak: half the "
             "trajectories on 1 worker)",
             scaling_table(results, [n, large]),
         ]
-    )
+    text = "\n\n".join(parts)
     print(text)
     if args.out:
         with open(args.out, "a", encoding="utf-8") as fh:

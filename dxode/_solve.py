@@ -106,14 +106,16 @@ def solve(
         its memory), ``InterpolatingAdjoint()`` (the default for stiff methods),
         ``BacksolveAdjoint()`` or ``ForwardSensitivity()`` (see the gradients guide for which
         to use when). Ignored when nothing is differentiated. The compiled kernels
-        (``kernel=True``, ``EnsembleKernel``) compute forward sensitivities only.
+        (``kernel=True``, ``EnsembleKernel``) take ``None``, ``ForwardSensitivity()`` or
+        ``DiscreteAdjoint()`` (see the kernels guide).
     kernel : bool
         Single problems: integrate with a compiled kernel (numba, ``dxode[kernel]``) instead
         of the array path: the same method and step control, much less overhead per step
         (see the kernels guide for what ``f`` may contain). Every step is saved without
         ``saveat``; no dense output. Ensembles use ``ensemble_alg=EnsembleKernel()``.
-        Differentiable with autograd: forward sensitivities compiled with the kernel, the
-        derivatives of ``f`` by complex step (or its ``jac`` and ``paramjac``).
+        Differentiable with autograd: forward sensitivities compiled with the kernel, or its
+        discrete adjoint for many parameters, the derivatives of ``f`` by complex step (or
+        its ``jac`` and ``paramjac``).
 
     Other Parameters
     ----------------

@@ -127,8 +127,9 @@ def test_dict_parameters_are_refused_clearly():
         dxode.solve(prob, "tsit5", kernel=True)
 
 
-def test_adjoints_are_refused_clearly():
-    # The kernels differentiate with forward sensitivities (test_kernel_gradients.py).
+def test_continuous_adjoints_are_refused_clearly():
+    # The kernels differentiate with forward sensitivities or the discrete adjoint
+    # (test_kernel_gradients.py, test_kernel_adjoint.py).
     from autograd import grad
 
     def loss(p):

@@ -24,8 +24,9 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
     The method's tableau, the step-size control, the return codes and statistics are the
     array path's (``EnsembleArray``), lane by lane; ``f`` is compiled once per method and
     option signature and reused (see the kernels guide for what ``f`` may contain).
-    Differentiable with autograd (forward sensitivities compiled with the kernel, the
-    derivatives of ``f`` by complex step or from its ``jac`` and ``paramjac``).
+    Differentiable with autograd (forward sensitivities compiled with the kernel, or for many
+    parameters its discrete adjoint; the derivatives of ``f`` by complex step or from its
+    ``jac`` and ``paramjac``).
 
     Parameters
     ----------
@@ -62,7 +63,8 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
         return 1_000_000 if self.device == "cuda" else 100_000
 
     def gradient_sensealg(self, sensealg: Any) -> Any:
-        """Forward sensitivities compiled with the kernel (see ``kernels.gradients``)."""
+        """Forward sensitivities compiled with the kernel or its discrete adjoint (see
+        ``kernels.gradients``)."""
         from .gradients import kernel_sensealg
 
         return kernel_sensealg(

@@ -1,4 +1,5 @@
-"""Gradients through the compiled kernels: forward sensitivities integrated by the kernel.
+"""Gradients through the compiled kernels: forward sensitivities integrated by the kernel
+(and the choice between them and the discrete adjoint of ``adjoint``).
 
 ``KernelForwardSensitivity`` is the sensitivity algorithm of ``solve(..., kernel=True)`` and
 ``EnsembleKernel`` when autograd differentiates them. Its forward pass integrates each
@@ -22,13 +23,24 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import _pytree
-from ..sensitivity.algorithms import ForwardSensitivity
+from ..sensitivity.algorithms import DiscreteAdjoint, ForwardSensitivity
 from .batch import KernelBatch, lane_params
 from .compiler import dtype_name, user_function_mode
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
 
-__all__ = ["KernelForwardSensitivity", "kernel_sensealg"]
+__all__ = ["ADJOINT_ABOVE", "MAX_FORWARD_COMPONENTS", "KernelForwardSensitivity", "kernel_sensealg"]
+
+# The kernels pass every state component to the RHS as an argument, and a Python call with
+# more than 30 arguments (the state, p and t) is compiled as a call with *args, which numba
+# refuses: forward sensitivities integrate at most this many components, n (1 + inputs).
+MAX_FORWARD_COMPONENTS = 28
+# The default (``sensealg=None``) differentiates with forward sensitivities up to this many
+# differentiated inputs per trajectory (u0 components and parameter elements) and
+# ``MAX_FORWARD_COMPONENTS``, above either with the discrete adjoint (``adjoint``), on the CPU
+# through explicit methods (measured in ``asv_bench/kernel_gradient_scaling.py``; see the
+# gradients guide).
+ADJOINT_ABOVE = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +50,9 @@ class KernelForwardSensitivity(ForwardSensitivity):
     device: str = "cpu"
     block_size: int = 32
     threads: int | None = None
+    # Hand batches with more differentiated inputs than this to the discrete adjoint
+    # (``None``: never; the default sensealg sets ``ADJOINT_ABOVE``).
+    adjoint_above: int | None = None
 
     compiled: ClassVar[bool] = True  # its forward pass takes lanes, not array-path batches
 
@@ -65,6 +80,11 @@ class KernelForwardSensitivity(ForwardSensitivity):
         p = _pytree.rebuild(static.p_template, leaves)
         layout, params = lane_params(p, static.lane_leaf, lanes, u0.dtype)
         dirs = directions(static, leaves, n)
+        if self._adjoint_instead(static, n, len(dirs)):
+            from .adjoint import KernelDiscreteAdjoint
+
+            adjoint = KernelDiscreteAdjoint()
+            return adjoint.forward_lanes(static, u0, leaves, t0, t1, save_grid, stops)
         offsets = np.cumsum([0, *layout.leaf_rows])
         rows = [None if pos is None else int(offsets[pos]) + j for pos, j in dirs]
         f_aug = _augmented(static, layout, params, n, rows, dtype_name(u0.dtype), self.device)
@@ -85,6 +105,29 @@ class KernelForwardSensitivity(ForwardSensitivity):
             "nreject": np.asarray(result.nreject, dtype=np.int64),
         }
         return BatchForward(np.ascontiguousarray(saved[..., :n]), record, outcome, self)
+
+    def _adjoint_instead(self, static: Any, n: int, inputs: int) -> bool:
+        """Whether the default hands this batch to the discrete adjoint: more than
+        ``adjoint_above`` differentiated inputs or ``MAX_FORWARD_COMPONENTS``, on the CPU,
+        through an explicit method. Otherwise too many components raise, naming the fix."""
+        from .description import StepperDescription, describe
+
+        components = n * (1 + inputs)
+        many = components > MAX_FORWARD_COMPONENTS
+        adjoint_can = self.device == "cpu" and isinstance(
+            describe(static.options.alg), StepperDescription
+        )
+        above = self.adjoint_above
+        if above is not None and adjoint_can and (many or inputs > above):
+            return True
+        if many:
+            raise KernelUnsupportedError(
+                f"forward sensitivities of {inputs} inputs integrate n (1 + {inputs}) = "
+                f"{components} components, the compiled kernels at most "
+                f"{MAX_FORWARD_COMPONENTS}; differentiate with sensealg=DiscreteAdjoint() "
+                f"(or None; CPU, explicit methods), or use {ARRAY_PATH}"
+            )
+        return False
 
     def _run(self, batch: KernelBatch) -> Any:
         if self.device == "cuda":
@@ -120,13 +163,30 @@ def _augmented(
     )
 
 
-def kernel_sensealg(sensealg: Any, **device: Any) -> KernelForwardSensitivity:
-    """The kernel's sensitivity algorithm for the user's ``sensealg`` (``None`` or
-    ``ForwardSensitivity()``; adjoints are array-path only)."""
-    if sensealg is not None and type(sensealg) is not ForwardSensitivity:
-        raise KernelUnsupportedError(
-            f"the compiled kernels differentiate with forward sensitivities "
-            f"(sensealg=None or ForwardSensitivity()), not {sensealg!r}; use {ARRAY_PATH} "
-            f"for adjoints"
-        )
-    return KernelForwardSensitivity(**device)
+def kernel_sensealg(sensealg: Any, **device: Any) -> Any:
+    """The kernel's sensitivity algorithm for the user's ``sensealg``: ``None`` (forward
+    sensitivities up to ``ADJOINT_ABOVE`` differentiated inputs, the discrete adjoint above),
+    ``ForwardSensitivity()`` or ``DiscreteAdjoint()`` (CPU, explicit methods)."""
+    if sensealg is None:
+        return KernelForwardSensitivity(adjoint_above=ADJOINT_ABOVE, **device)
+    if type(sensealg) is ForwardSensitivity:
+        return KernelForwardSensitivity(**device)
+    if type(sensealg) is DiscreteAdjoint:
+        if sensealg.checkpoint_every is not None:
+            raise KernelUnsupportedError(
+                "the kernel discrete adjoint keeps every accepted step (no checkpoints): use "
+                f"DiscreteAdjoint() without checkpoint_every, or {ARRAY_PATH}"
+            )
+        if device.get("device", "cpu") != "cpu":
+            raise KernelUnsupportedError(
+                "the kernel discrete adjoint runs on the CPU; on CUDA differentiate with "
+                "sensealg=None or ForwardSensitivity()"
+            )
+        from .adjoint import KernelDiscreteAdjoint
+
+        return KernelDiscreteAdjoint()
+    raise KernelUnsupportedError(
+        f"the compiled kernels differentiate with forward sensitivities or the discrete "
+        f"adjoint (sensealg=None, ForwardSensitivity() or DiscreteAdjoint()), not "
+        f"{sensealg!r}; use {ARRAY_PATH} for the others"
+    )

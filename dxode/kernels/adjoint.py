@@ -1,0 +1,110 @@
+"""A discrete adjoint for the compiled kernels: gradients for many parameters.
+
+``KernelDiscreteAdjoint`` is the kernel path's ``DiscreteAdjoint``. Its forward pass runs the
+plain compiled kernel lane by lane, recording every accepted step's time and state (the
+steps and saved states are those of the solve without gradients, bit for bit). Its backward
+pass, per lane, replays the steps backward in compiled code (``adjoint_sweep``: state
+Jacobians from ``n`` complex-step JVPs, or the problem's ``jac``) and then computes the
+parameter cotangent over the whole record at once (``adjoint_params``: the problem's
+``paramjac``, one autograd VJP over all stages, or complex step).
+
+Forward sensitivities integrate ``n`` components per differentiated input; the adjoint's
+cost is one backward sweep (``n`` JVPs per stage) plus the parameter pass, whatever the
+number of parameters. Like ``DiscreteAdjoint`` it differentiates the computed solution with
+the step sizes held fixed; step sizes are taken as ``t_{k+1} - t_k`` of the record (the
+kernel's own ``h`` to rounding). CPU only; explicit Runge–Kutta methods; callbacks only
+through ``EnsembleKernel``'s event segments (each segment a solve without callbacks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import _pytree
+from ..sensitivity.algorithms import DiscreteAdjoint
+from .batch import KernelBatch, lane_params
+from .description import StepperDescription, describe
+from .ensemble_batch import check_state
+from .errors import KernelUnsupportedError
+
+__all__ = ["KernelDiscreteAdjoint"]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelDiscreteAdjoint(DiscreteAdjoint):
+    """The discrete adjoint of the compiled kernel's steps, on the CPU."""
+
+    compiled: ClassVar[bool] = True
+
+    def steps_onto_save_times(self, options: Any) -> bool:
+        return False  # saves come from the dense output, as without gradients
+
+    def forward_lanes(
+        self,
+        static: Any,
+        u0: np.ndarray,
+        leaves: list[Any],
+        t0: np.ndarray,
+        t1: np.ndarray,
+        save_grid: np.ndarray,
+        stops: np.ndarray | None,
+    ) -> Any:
+        """One batch's forward pass: ``u0`` ``(n, L)``, parameter leaves, spans ``(L,)``,
+        save times ``(nsave, L)``; a ``BatchForward`` whose record holds every lane's
+        accepted steps."""
+        from ..sensitivity.passes import BatchForward
+
+        u0 = np.asarray(u0)
+        check_state(u0[..., 0])
+        if not isinstance(describe(static.options.alg), StepperDescription):
+            raise KernelUnsupportedError(
+                f"the kernel discrete adjoint replays explicit Runge–Kutta steps, not "
+                f"{static.options.alg!r}; use sensealg=ForwardSensitivity()"
+            )
+        lanes = u0.shape[1]
+        p = _pytree.rebuild(static.p_template, leaves)
+        layout, params = lane_params(p, static.lane_leaf, lanes, u0.dtype)
+        batch = KernelBatch(
+            static.f, u0, params, layout, t0, t1, save_grid, stops, static.options, jac=None
+        )
+        steps, saved, outcome = _recorded_lanes(batch)
+        record = {
+            "steps": steps,
+            "save_grid": save_grid,
+            "params": params,
+            "layout": layout,
+            "direction": np.where(np.asarray(t1) >= np.asarray(t0), 1.0, -1.0),
+        }
+        return BatchForward(saved, record, outcome, self)
+
+    def backward(
+        self, static: Any, record: Any, leaves: list[Any], retcode: Any, t0: Any, g: Any
+    ) -> Any:
+        """Cotangents of ``u0`` ``(n, L)`` and of the differentiated leaves (NaN for lanes
+        that failed)."""
+        from .adjoint_backward import backward
+
+        return backward(static, record, leaves, np.asarray(retcode), np.asarray(g))
+
+
+def _recorded_lanes(batch: KernelBatch) -> tuple[list[tuple[Any, Any]], Any, dict[str, Any]]:
+    """Integrate every lane alone with the recording kernel: each lane's ``(times, states)``
+    of its accepted steps, the saved states ``(L, nsave, n)`` and the statistics."""
+    kernel = batch.prepare("cpu", 1, record=True)
+    args = batch.arguments()
+    outs = batch.outputs()
+    steps = []
+    for g in range(batch.n_lanes):
+        t_rec, u_rec, count = kernel.call(kernel.block, g, batch.n_lanes, *args, *outs)
+        steps.append((t_rec[:count].copy(), u_rec[:count].copy()))
+    saved, _, _, ret, nacc, nrej, nf = outs[:7]
+    outcome = {
+        "retcode": np.asarray(ret, dtype=np.int64),
+        "nf": np.asarray(nf, dtype=np.int64),
+        "naccept": np.asarray(nacc, dtype=np.int64),
+        "nreject": np.asarray(nrej, dtype=np.int64),
+    }
+    return steps, np.ascontiguousarray(saved), outcome
