@@ -65,8 +65,8 @@ def kernel_row(output: str, repeats: int, t_scipy: float) -> str:
     t_kernel = best_time(run_dxode_kernel, output, repeats)
     steps = dxode_steps(sol)
     return (
-        f"| {KERNEL_LABELS[output]} | dxode Tsit5 `kernel=True` (first call {first:.2f} s) | {steps} "
-        f"| {sol.stats.nf} | {t_kernel * 1e3:.2f} | {t_kernel / steps * 1e6:.3f} "
+        f"| {KERNEL_LABELS[output]} | dxode Tsit5 `kernel=True` (first call {first:.2f} s) "
+        f"| {steps} | {sol.stats.nf} | {t_kernel * 1e3:.2f} | {t_kernel / steps * 1e6:.3f} "
         f"| SciPy / kernel, whole solve: **{t_scipy / t_kernel:.0f}×** |"
     )
 

@@ -198,7 +198,10 @@ def test_dask_ensemble(client, tmp_path):
     np.testing.assert_array_equal(np.asarray(zarr_sim.stats.nswitch), [0, 2, 2, 0])
     assert zarr_sim.stats.total_nswitch == 4
     reduced = dxode.EnsembleProblem(
-        _prothero(0.0), p=amplitudes, reduction=lambda acc, u, idx: (acc + len(idx), False), u_init=0
+        _prothero(0.0),
+        p=amplitudes,
+        reduction=lambda acc, u, idx: (acc + len(idx), False),
+        u_init=0,
     )
     for alg in (EnsembleDask(client), dxode.EnsembleArray()):
         total = dxode.solve(reduced, dxode.AutoSwitch(), alg, **kwargs)

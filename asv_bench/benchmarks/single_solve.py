@@ -56,7 +56,9 @@ def run_dxode(output: str) -> dxode.ODESolution:
 def run_dxode_kernel(output: str) -> dxode.ODESolution:
     """One compiled dxode solve (``kernel=True``; needs numba) in the given configuration."""
     saves = {} if output == "every_step" else {"saveat": 1.0}
-    return dxode.solve(PROBLEM, dxode.Tsit5(), rtol=TOL, atol=TOL, dense=False, kernel=True, **saves)
+    return dxode.solve(
+        PROBLEM, dxode.Tsit5(), rtol=TOL, atol=TOL, dense=False, kernel=True, **saves
+    )
 
 
 def run_scipy(output: str):
