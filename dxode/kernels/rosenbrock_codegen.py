@@ -86,11 +86,10 @@ def write_module_head(
     w: _Writer, desc: Any, layout: KernelLayout, helpers: tuple[str, ...], called: tuple[str, ...]
 ) -> None:
     """A stiff kernel module's docstring, imports, the user functions' slots (``f``, ``jac``,
-    ``tgrad``), its ``HELPERS``/``CALLED`` lists (with the LU's functions when it is not
-    written out), and the helpers, ``rhs`` and those functions."""
+    ``tgrad``), its ``HELPERS``/``CALLED`` lists (with ``select`` and the LU's functions),
+    and the helpers, ``rhs`` and those functions."""
     lanes = lanes_for(desc, layout)
-    if not lanes.unrolled:
-        called = ("lu_factor", "lu_solve", *called)
+    called = ("select", "lu_factor", "lu_solve", *called)
     w(
         f'"""dxode kernel: {desc.name}, n={layout.n}, {layout.dtype}, target {layout.target}, '
         f'jac {desc.jac}, tgrad {desc.tgrad} (generated; codegen {CODEGEN_VERSION})."""'
@@ -113,6 +112,11 @@ def write_module_head(
     _write_minmax(w)
     write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
     _write_rhs(w, layout)
+    # The lane loops' selects: a call (one block in numba's IR, where a conditional
+    # expression makes three) that LLVM inlines as a select instruction.
+    w("def select(c, a, b):")
+    w("    return a if c else b")
+    w()
     lanes.write_functions(w)
 
 

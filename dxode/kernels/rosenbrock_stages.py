@@ -60,9 +60,10 @@ def _k(lanes: Lanes, i: int, m: int) -> str:
 
 def _rhs(w: _Writer, lanes: Lanes, args: list[str], t: str, into: list[str]) -> None:
     """``into[m] = f(args, p, t)[m]`` for one lane."""
-    w(f"r = rhs({', '.join(args)}, p, {t})")
+    r = lanes.fresh("r")
+    w(f"{r} = rhs({', '.join(args)}, p, {t})")
     for m, target in enumerate(into):
-        w(f"{target} = r[{m}]")
+        w(f"{target} = {r}[{m}]")
 
 
 def _row(lanes: Lanes, name: str) -> list[str]:
@@ -95,11 +96,11 @@ def write_derivatives(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dty
         lanes.open(w)
         pick = ul[-1]
         for m in range(n - 2, -1, -1):
-            pick = f"({ul[m]} if c == {m} else {pick})"
+            pick = f"select(c == {m}, {ul[m]}, {pick})"
         w(f"uc = {pick}")
         w(f"yc = uc + {root_eps} * maximum(abs(uc), DT(1.0))")
         w("dj = yc - uc")
-        w(f"r = rhs({', '.join(f'(yc if c == {m} else {ul[m]})' for m in range(n))}, p, t)")
+        w(f"r = rhs({', '.join(f'select(c == {m}, yc, {ul[m]})' for m in range(n))}, p, t)")
         for m in range(n):
             w(f"{lanes.at('JC', m)} = (r[{m}] - {f0[m]}) / dj")
         lanes.close(w)
@@ -136,13 +137,16 @@ def write_derivatives(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dty
 def write_rho(w: _Writer, lanes: Lanes) -> None:
     """``rho = max_i sum_m |J_im|`` of the Jacobian, before it is shifted (an open loop)."""
     n = lanes.n
+    rho = ""
     for i in range(n):
         total = f"abs({lanes.jm(i, 0)})"
         for m in range(1, n):
             total = f"({total} + abs({lanes.jm(i, m)}))"
-        w(f"rs = {total}")
-        w("rho = rs" if i == 0 else "rho = maximum(rho, rs)")
-    w(f"{lanes.at('rho')} = rho")
+        rs, new = lanes.fresh("rs"), lanes.fresh("rho")
+        w(f"{rs} = {total}")
+        w(f"{new} = {rs}" if i == 0 else f"{new} = maximum({rho}, {rs})")
+        rho = new
+    w(f"{lanes.at('rho')} = {rho}")
 
 
 def _write_shift_and_factor(w: _Writer, lanes: Lanes, diagonal: str, scale: str | None) -> None:
@@ -155,7 +159,9 @@ def _write_shift_and_factor(w: _Writer, lanes: Lanes, diagonal: str, scale: str 
             entry = lanes.jm(i, m)
             w(f"{entry} = -({scale} * {entry})" if scale else f"{entry} = -{entry}")
         w(f"{lanes.jm(i, i)} = diag + {lanes.jm(i, i)}")
+    lanes.close(w)
     lanes.factor(w)
+    lanes.open(w)
 
 
 def write_stages(
@@ -179,17 +185,19 @@ def _write_rodas_stages(w: _Writer, desc: RosenbrockDescription, lanes: Lanes) -
     for i in range(S):
         ks = [[_k(lanes, s, m) for s in range(i)] for m in range(n)]
         if i > 0:
+            ys = [lanes.fresh(f"y{m}") for m in range(n)]
             for m in range(n):
-                w(f"y{m} = {ul[m]} + {_lincomb(desc.a[i], ks[m])}")
-            w(f"r = rhs({', '.join(f'y{m}' for m in range(n))}, p, t + {_const(desc.c[i])} * hs)")
+                w(f"{ys[m]} = {ul[m]} + {_lincomb(desc.a[i], ks[m])}")
+            r = lanes.fresh("r")
+            w(f"{r} = rhs({', '.join(ys)}, p, t + {_const(desc.c[i])} * hs)")
         for m in range(n):
-            w(f"gm = {lanes.at('F0', m)}" if i == 0 else f"gm = r[{m}]")
+            gm = lanes.at("F0", m) if i == 0 else f"{r}[{m}]"
             if desc.d[i] != 0.0:
-                w(f"gm = gm + ({_const(desc.d[i])} * hs) * {lanes.at('DF', m)}")
+                gm = f"{gm} + ({_const(desc.d[i])} * hs) * {lanes.at('DF', m)}"
             coupling = _lincomb(desc.C[i], ks[m])
             if coupling is not None:
-                w(f"gm = gm + {coupling} / hs")
-            w(f"{g[m]} = gm")
+                gm = f"({gm}) + {coupling} / hs"
+            w(f"{g[m]} = {gm}")
         lanes.solve(w)
         for m in range(n):
             w(f"{_k(lanes, i, m)} = {g[m]}")
@@ -303,25 +311,27 @@ def _write_newton(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, time: s
         w(f"{g[m]} = ({f1[m]} + dh * r[{m}]) - {v[m]}")
     lanes.solve(w)
     w(f"active = {act} != DT(0.0)")
-    w("ss = DT(0.0)")
+    ss = "DT(0.0)"
     for m in range(n):
-        w(f"q = {g[m]} / (RTOL * abs({ul[m]}) + atol{m})")
-        w("ss = ss + q * q")
-        w(f"{v[m]} = {v[m]} + {g[m]} if active else {v[m]}")
-    w(f"norm = math.sqrt(ss / DT({n}))")
-    w(f"{lanes.at('nfx')} = {lanes.at('nfx')} + (DT(1.0) if active else DT(0.0))")
+        q, total = lanes.fresh("q"), lanes.fresh("ss")
+        w(f"{q} = {g[m]} / (RTOL * abs({ul[m]}) + atol{m})")
+        w(f"{total} = {ss} + {q} * {q}")
+        w(f"{v[m]} = select(active, {v[m]} + {g[m]}, {v[m]})")
+        ss = total
+    w(f"norm = math.sqrt({ss} / DT({n}))")
+    w(f"{lanes.at('nfx')} = {lanes.at('nfx')} + select(active, DT(1.0), DT(0.0))")
     w("if itn == 0:")
     w("    done = norm <= kappa")
     w("    bad = not math.isfinite(norm)")
     w("else:")
     w(f"    rate = norm / {prev}")
     w("    contracting = rate < DT(1.0)")
-    w("    rate = rate if contracting else DT(0.0)")
-    w("    done = contracting and (rate / (DT(1.0) - rate) * norm <= kappa)")
+    w("    rate = select(contracting, rate, DT(0.0))")
+    w("    done = contracting & (rate / (DT(1.0) - rate) * norm <= kappa)")
     w("    bad = not contracting")
-    w(f"{conv} = DT(1.0) if (active and done) else {conv}")
-    w(f"{act} = DT(1.0) if (active and not done and not bad) else DT(0.0)")
-    w(f"{prev} = norm if active else {prev}")
+    w(f"{conv} = select(active & done, DT(1.0), {conv})")
+    w(f"{act} = select(active & (not done) & (not bad), DT(1.0), DT(0.0))")
+    w(f"{prev} = select(active, norm, {prev})")
     lanes.close(w)
     w.dedent()
 
@@ -334,22 +344,23 @@ def write_finish(
     n = lanes.n
     lanes.open(w)
     conv = f"({lanes.at('conv')} != DT(0.0))" if desc.family == "trbdf2" else "True"
-    w("ss = DT(0.0)")
-    w(f"finite = {conv}")
+    ss, finite = "DT(0.0)", conv
     for m in range(n):
         u, vm = lanes.at("UL", m), lanes.at("V", m)
-        w(f"q = {lanes.at('G', m)} / (RTOL * maximum(abs({u}), abs({vm})) + atol{m})")
-        w("ss = ss + q * q")
-        w(f"finite = finite and math.isfinite({vm})")
+        q, total, fin = lanes.fresh("q"), lanes.fresh("ss"), lanes.fresh("finite")
+        w(f"{q} = {lanes.at('G', m)} / (RTOL * maximum(abs({u}), abs({vm})) + atol{m})")
+        w(f"{total} = {ss} + {q} * {q}")
+        w(f"{fin} = {finite} & math.isfinite({vm})")
+        ss, finite = total, fin
     if layout.adaptive:
         # A stage whose Newton iteration failed: the largest finite error, which the
         # controller treats as the array path treats its infinite one for failed lanes
         # (reject, shrink the step the most, fail with DtLessThanMin rather than Unstable).
         big = _const(float(np.finfo(layout.dtype).max))
-        w(f"{lanes.at('err')} = math.sqrt(ss / DT({n})) if {conv} else {big}")
+        w(f"{lanes.at('err')} = select({conv}, math.sqrt({ss} / DT({n})), {big})")
     else:  # fixed steps: codegen's control reads the error row as "u1 is finite"
-        w(f"{lanes.at('err')} = DT(1.0) if finite else DT(0.0)")
+        w(f"{lanes.at('err')} = select({finite}, DT(1.0), DT(0.0))")
     w(f"landing = {lanes.at('tg')}")
     w("stepped = t + hs")
-    w(f"{lanes.at('tn')} = landing if {lanes.at('hit')} != DT(0.0) else stepped")
+    w(f"{lanes.at('tn')} = select({lanes.at('hit')} != DT(0.0), landing, stepped)")
     lanes.close(w)

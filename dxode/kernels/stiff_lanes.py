@@ -11,10 +11,11 @@ vary with an outer loop variable keep LLVM from proving the lanes independent).
 The factorization is Gaussian elimination with partial pivoting that takes the first largest
 pivot (``dxode._lu``'s choice), with the row exchanges as selects: each lane keeps its own
 pivot rows, and its arithmetic is that of the scalar elimination, operation for operation.
-Up to ``UNROLLED_LU_STATES`` states the factorization and the solves are written out
-statement by statement into the attempt's lane loops; past that (their size grows as
-``n**3``) they are the functions ``lu_factor(S, nw)``/``lu_solve(S, nw)``, compiled once
-and called, with loops over the matrix indices (the same arithmetic, not vectorized).
+The factorization and the solve are the functions ``lu_factor(S, nw)``/``lu_solve(S, nw)``,
+compiled once and called: up to ``UNROLLED_LU_STATES`` states written out statement by
+statement in one lane loop (vectorized), past that (the written-out factorization grows as
+``n**3``, and its compile time with it) with loops over the matrix indices (the same
+arithmetic, not vectorized).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from .codegen import _Writer
 
 __all__ = ["UNROLLED_LU_STATES", "Lanes"]
 
-# The largest state whose LU is written out statement by statement (vectorized).
-UNROLLED_LU_STATES = 12
+# The largest state whose LU is written out statement by statement (vectorized; at n = 8 the
+# written-out factorization took 26 s to compile against 14 s looped, on a busy 2-core VM).
+UNROLLED_LU_STATES = 6
 
 
 class Lanes:
@@ -43,6 +45,7 @@ class Lanes:
         self.preamble = preamble
         self.offsets: dict[str, int] = {}
         self.size = 0
+        self.names = 0
         for name, count in (("JM", n * n), ("PV", n), ("G", n)):
             self.add(name, count)
 
@@ -55,6 +58,11 @@ class Lanes:
         if isinstance(e, int):
             return f"S[{(base + e) * self.width} + v]"
         return f"S[{base * self.width} + ({e}) * {self.width} + v]"
+
+    def fresh(self, base: str) -> str:
+        """A local name not used before in the generated module."""
+        self.names += 1
+        return f"{base}_{self.names}"
 
     def jm(self, r: int | str, c: int | str) -> str:
         if isinstance(r, int) and isinstance(c, int):
@@ -72,85 +80,106 @@ class Lanes:
         w.dedent()
 
     def factor(self, w: _Writer) -> None:
-        """Factor ``JM`` in place, pivots into ``PV`` (inside an open lane loop)."""
-        if self.unrolled:
-            _write_factor_lines(w, self)
-            return
-        self.close(w)
+        """Factor ``JM`` in place, pivots into ``PV`` (between lane loops)."""
         w("lu_factor(S, nw)")
-        self.open(w)
 
     def solve(self, w: _Writer) -> None:
-        """Overwrite ``G`` with the solution of ``JM x = G`` (inside an open lane loop)."""
-        if self.unrolled:
-            _write_solve_lines(w, self)
-            return
+        """Overwrite ``G`` with the solution of ``JM x = G`` (inside an open lane loop: it is
+        closed for the call and opened again)."""
         self.close(w)
         w("lu_solve(S, nw)")
         self.open(w)
 
     def write_functions(self, w: _Writer) -> None:
-        """``lu_factor``/``lu_solve`` of the looped LU (nothing when it is written out)."""
-        if self.unrolled:
+        """``lu_factor(S, nw)``/``lu_solve(S, nw)``: written out in one lane loop each, or
+        with loops over the matrix indices past ``UNROLLED_LU_STATES``."""
+        if not self.unrolled:
+            _write_looped_factor(w, self)
+            _write_looped_solve(w, self)
             return
-        w("def lu_factor(S, nw):")
-        w.indent()
-        w(f"nw = min({self.width}, nw)")
-        w(f"for k in range({self.n}):")
-        w.indent()
-        w("for v in range(nw):")
-        w.indent()
-        _write_pivot(w, self, "k", None)
-        w.dedent()
-        w(f"for i in range(k + 1, {self.n}):")
-        w.indent()
-        w(f"for c in range({self.n}):")
-        w.indent()
-        w("for v in range(nw):")
-        _write_swap(w, self, "k", "i", "c", "    ")
-        w.dedent()
-        ik, ic = self.jm("i", "k"), self.jm("i", "c")
-        w("for v in range(nw):")
-        w(f"    {ik} = {ik} / {self.jm('k', 'k')}")
-        w(f"for c in range(k + 1, {self.n}):")
-        w("    for v in range(nw):")
-        w(f"        {ic} = {ic} - {ik} * {self.jm('k', 'c')}")
-        w.dedent()
-        w.dedent()
-        w.dedent()
-        w()
-        _write_looped_solve(w, self)
+        for name, body in (("lu_factor", _write_factor_lines), ("lu_solve", _write_solve_lines)):
+            w(f"def {name}(S, nw):")
+            w.indent()
+            w(f"nw = min({self.width}, nw)")
+            w("for v in range(nw):")
+            w.indent()
+            body(w, self)
+            w.dedent()
+            w.dedent()
+            w()
+
+
+def _write_looped_factor(w: _Writer, lanes: Lanes) -> None:
+    """``lu_factor(S, nw)``: ``_write_factor_lines`` with loops over the matrix indices."""
+    n = lanes.n
+    w("def lu_factor(S, nw):")
+    w.indent()
+    w(f"nw = min({lanes.width}, nw)")
+    w(f"for k in range({n}):")
+    w.indent()
+    w("for v in range(nw):")
+    w.indent()
+    _write_pivot(w, lanes, "k", None)
+    w.dedent()
+    w(f"for i in range(k + 1, {n}):")
+    w.indent()
+    w(f"for c in range({n}):")
+    w.indent()
+    w("for v in range(nw):")
+    w.indent()
+    _write_swap(w, lanes, "k", "i", "c")
+    w.dedent()
+    w.dedent()
+    ik, ic = lanes.jm("i", "k"), lanes.jm("i", "c")
+    w("for v in range(nw):")
+    w(f"    {ik} = {ik} / {lanes.jm('k', 'k')}")
+    w(f"for c in range(k + 1, {n}):")
+    w("    for v in range(nw):")
+    w(f"        {ic} = {ic} - {ik} * {lanes.jm('k', 'c')}")
+    w.dedent()
+    w.dedent()
+    w.dedent()
+    w()
 
 
 def _write_pivot(w: _Writer, lanes: Lanes, k: int | str, rows: range | None) -> None:
     """``PV[k]``: the first row of the largest ``|JM[i, k]|``, ``i`` from ``k`` on (one lane;
     ``rows`` the rows below ``k`` written out, or ``None``: a loop over them)."""
-    w(f"big = abs({lanes.jm(k, k)})")
-    w(f"piv = DT({k})")
+    big, piv = lanes.fresh("big"), lanes.fresh("piv")
+    w(f"{big} = abs({lanes.jm(k, k)})")
+    w(f"{piv} = DT({k})")
     if rows is not None:
         for i in rows:
-            w(f"a = abs({lanes.jm(i, k)})")
-            w("better = a > big")
-            w("big = a if better else big")
-            w(f"piv = DT({i}) if better else piv")
+            a, better = lanes.fresh("a"), lanes.fresh("better")
+            w(f"{a} = abs({lanes.jm(i, k)})")
+            w(f"{better} = {a} > {big}")
+            big2, piv2 = lanes.fresh("big"), lanes.fresh("piv")
+            w(f"{big2} = select({better}, {a}, {big})")
+            w(f"{piv2} = select({better}, DT({i}), {piv})")
+            big, piv = big2, piv2
     else:
         w(f"for i in range(k + 1, {lanes.n}):")
         w(f"    a = abs({lanes.jm('i', k)})")
-        w("    better = a > big")
-        w("    big = a if better else big")
-        w("    piv = DT(i) if better else piv")
-    w(f"{lanes.at('PV', k)} = piv")
+        w(f"    better = a > {big}")
+        w(f"    {big} = select(better, a, {big})")
+        w(f"    {piv} = select(better, DT(i), {piv})")
+    w(f"{lanes.at('PV', k)} = {piv}")
 
 
-def _write_swap(
-    w: _Writer, lanes: Lanes, k: int | str, i: int | str, c: int | str, pad: str
-) -> None:
+def _write_swap(w: _Writer, lanes: Lanes, k: int | str, i: int | str, c: int | str) -> None:
     """Exchange ``JM[k, c]`` and ``JM[i, c]`` where lane ``v``'s pivot row is ``i``."""
-    w(f"{pad}swap = {lanes.at('PV', k)} == DT({i})")
-    w(f"{pad}x = {lanes.jm(k, c)}")
-    w(f"{pad}y = {lanes.jm(i, c)}")
-    w(f"{pad}{lanes.jm(k, c)} = y if swap else x")
-    w(f"{pad}{lanes.jm(i, c)} = x if swap else y")
+    _write_exchange(w, lanes, lanes.at("PV", k), i, lanes.jm(k, c), lanes.jm(i, c))
+
+
+def _write_exchange(w: _Writer, lanes: Lanes, pivot: str, i: int | str, a: str, b: str) -> None:
+    """Exchange the entries ``a`` and ``b`` where ``pivot`` is ``i`` (fresh names: numba's
+    SSA pass slows down with every redefinition of a name in one long block)."""
+    swap, x, y = lanes.fresh("swap"), lanes.fresh("x"), lanes.fresh("y")
+    w(f"{swap} = {pivot} == DT({i})")
+    w(f"{x} = {a}")
+    w(f"{y} = {b}")
+    w(f"{a} = select({swap}, {y}, {x})")
+    w(f"{b} = select({swap}, {x}, {y})")
 
 
 def _write_factor_lines(w: _Writer, lanes: Lanes) -> None:
@@ -160,12 +189,13 @@ def _write_factor_lines(w: _Writer, lanes: Lanes) -> None:
         _write_pivot(w, lanes, k, range(k + 1, n))
         for i in range(k + 1, n):
             for c in range(n):
-                _write_swap(w, lanes, k, i, c, "")
+                _write_swap(w, lanes, k, i, c)
         for i in range(k + 1, n):
-            w(f"mult = {lanes.jm(i, k)} / {lanes.jm(k, k)}")
-            w(f"{lanes.jm(i, k)} = mult")
+            mult = lanes.fresh("mult")
+            w(f"{mult} = {lanes.jm(i, k)} / {lanes.jm(k, k)}")
+            w(f"{lanes.jm(i, k)} = {mult}")
             for c in range(k + 1, n):
-                w(f"{lanes.jm(i, c)} = {lanes.jm(i, c)} - mult * {lanes.jm(k, c)}")
+                w(f"{lanes.jm(i, c)} = {lanes.jm(i, c)} - {mult} * {lanes.jm(k, c)}")
 
 
 def _write_solve_lines(w: _Writer, lanes: Lanes) -> None:
@@ -174,11 +204,7 @@ def _write_solve_lines(w: _Writer, lanes: Lanes) -> None:
     g = [lanes.at("G", m) for m in range(n)]
     for k in range(n - 1):
         for i in range(k + 1, n):
-            w(f"swap = {lanes.at('PV', k)} == DT({i})")
-            w(f"x = {g[k]}")
-            w(f"y = {g[i]}")
-            w(f"{g[k]} = y if swap else x")
-            w(f"{g[i]} = x if swap else y")
+            _write_exchange(w, lanes, lanes.at("PV", k), i, g[k], g[i])
     for k in range(n - 1):
         for i in range(k + 1, n):
             w(f"{g[i]} = {g[i]} - {lanes.jm(i, k)} * {g[k]}")
@@ -198,11 +224,11 @@ def _write_looped_solve(w: _Writer, lanes: Lanes) -> None:
     w(f"for k in range({n - 1}):")
     w(f"    for i in range(k + 1, {n}):")
     w("        for v in range(nw):")
-    w(f"            swap = {lanes.at('PV', 'k')} == DT(i)")
-    w(f"            x = {gk}")
-    w(f"            y = {gi}")
-    w(f"            {gk} = y if swap else x")
-    w(f"            {gi} = x if swap else y")
+    w.indent().indent().indent()
+    _write_exchange(w, lanes, lanes.at("PV", "k"), "i", gk, gi)
+    w.dedent()
+    w.dedent()
+    w.dedent()
     w(f"for k in range({n - 1}):")
     w(f"    for i in range(k + 1, {n}):")
     w("        for v in range(nw):")
