@@ -17,8 +17,9 @@ What differs is the attempt and the dense output:
     added to ``NFX``), the solution, its error norm and the dense-output rows, scattered
     into the workspace ``W``. Every step of a chunk runs in lane loops that the CPU compiler
     vectorizes across trajectories; an inactive lane costs nothing.
-``lu_factor(S, nw)`` / ``lu_solve(S, nw)``
-    Past ``UNROLLED_LU_STATES`` states: the chunk's factorization and a solve, called.
+``lu_factor(S, nw)`` / ``lu_solve(S, nw)``, ``select(c, a, b)``
+    The chunk's factorization and a solve (``stiff_lanes``), and the lane loops' selects:
+    compiled once and called (LLVM inlines ``select``).
 
 A kernel that switches method per lane (an automatic stiffness switch) can call codegen's
 explicit attempt and this one on the same workspace layout: both write ``u1``, the error and
