@@ -52,7 +52,7 @@ from .rosenbrock_codegen import _write_saves as _write_stiff_saves
 __all__ = ["CALLED", "HELPERS", "generate"]
 
 HELPERS = ("maximum", "minimum", "rhs", "split_exponent", "pow2")
-CALLED = ("attempt_stiff",)  # with the LU's functions where it is looped (write_module_head)
+CALLED = ("attempt_stiff",)  # write_module_head adds select and the LU functions
 
 
 class _Padded:
