@@ -12,7 +12,9 @@ Two comparisons, every code in the same process and run (one thread: run with
 2. **Robertson, N trajectories** (``benchmarks/stiff.py``'s problem: per-trajectory ``k1``,
    ``t in [0, 1e5]``, 10 log-spaced saves, ``rtol = 1e-6``, ``atol = 1e-10``, analytic
    Jacobian): ``EnsembleKernel()`` against ``EnsembleArray()``, Rodas5P, and their largest
-   difference.
+   difference; and Diffrax ``Kvaerno5`` (PID controller, same tolerances, x64) under
+   ``jax.jit(jax.vmap(...))``, timed in steady state after an ahead-of-time compile, its saves
+   compared with the kernel's (skipped, with the reason, where JAX or Diffrax is missing).
 
 Compile times are reported apart; times are the best of ``--repeats``.
 
@@ -150,19 +152,57 @@ def robertson_ensemble(n: int, repeats: int) -> None:
     diff = float(np.max(np.abs(uk - ua) / (np.abs(ua) + ATOL)))
     steps_k = np.array([s.stats.naccept for s in k])
     steps_a = np.array([s.stats.naccept for s in a])
-    print("| code | time (s) | per trajectory (ms) | array / kernel |")
-    print("|---|---|---|---|")
+    print("| code | time (s) | per trajectory (ms) | time / kernel | steps per trajectory |")
+    print("|---|---|---|---|---|")
     print(
-        f"| EnsembleKernel (CPU) | {t_kernel:.3f} | {t_kernel / n * 1e3:.3f} | "
-        f"{t_array / t_kernel:.1f}× |"
+        f"| EnsembleKernel (CPU) | {t_kernel:.3f} | {t_kernel / n * 1e3:.3f} | 1.0× | "
+        f"{steps_k.mean():.1f} |"
     )
-    print(f"| EnsembleArray | {t_array:.3f} | {t_array / n * 1e3:.3f} | 1.0× |")
+    print(
+        f"| EnsembleArray | {t_array:.3f} | {t_array / n * 1e3:.3f} | "
+        f"{t_array / t_kernel:.1f}× | {steps_a.mean():.1f} |"
+    )
+    peer = diffrax_kvaerno5(n, repeats, uk)
+    if peer is not None:
+        seconds, steps, note = peer
+        print(
+            f"| Diffrax Kvaerno5 jit(vmap) | {seconds:.3f} | {seconds / n * 1e3:.3f} | "
+            f"{seconds / t_kernel:.1f}× | {steps:.1f} |"
+        )
     print(
         f"\nkernel first call (compile) {first:.1f} s; steps per trajectory kernel "
         f"{steps_k.mean():.1f}, array {steps_a.mean():.1f} (largest difference "
         f"{int(np.abs(steps_k - steps_a).max())}); largest relative difference of the saves "
-        f"{diff:.1e}"
+        f"kernel vs array {diff:.1e}"
     )
+    if peer is not None:
+        print(note)
+
+
+def diffrax_kvaerno5(n: int, repeats: int, u_kernel: np.ndarray) -> tuple[float, float, str] | None:
+    """Diffrax's Kvaerno5 on the same ensemble: ``(best time, mean steps, a note comparing
+    its saves with the kernel's)``, or ``None`` (the reason printed) without JAX/Diffrax."""
+    import compare_ensemble as common  # its one-thread XLA flags, set before JAX loads
+
+    try:
+        peer = common.Diffrax(
+            robertson, "Kvaerno5", U0, SAVE_TIMES, T_SPAN, RTOL, ATOL, max_steps=1_000_000
+        )
+    except ImportError as exc:
+        print(f"| Diffrax Kvaerno5 jit(vmap) | skipped: cannot import ({exc}) | | | |")
+        return None
+    run, compile_s = peer.compile(parameters(n))
+    seconds, (ys, steps, result) = best_of(run, max(1, repeats - 2))
+    ys = np.asarray(ys)
+    failed = int(np.sum(np.asarray(result) != 0))
+    rel = np.linalg.norm(ys - u_kernel, axis=-1) / np.linalg.norm(u_kernel, axis=-1)
+    y2 = np.abs(ys[..., 1] - u_kernel[..., 1]) / np.abs(u_kernel[..., 1])
+    note = (
+        f"Diffrax: compile {compile_s:.1f} s, {failed} trajectories failed; its saves against "
+        f"the kernel's: largest relative difference {rel.max():.1e} (state, 2-norm), "
+        f"{y2.max():.1e} (y2)"
+    )
+    return seconds, float(np.mean(np.asarray(steps))), note
 
 
 def main() -> None:

@@ -285,6 +285,23 @@ def test_float32_runs_in_float32():
     assert abs(kernel.stats.naccept - array.stats.naccept) <= max(2, 0.05 * array.stats.naccept)
 
 
+@pytest.mark.slow
+def test_the_looped_lu_of_larger_states_is_the_written_out_one(monkeypatch):
+    """Past ``UNROLLED_LU_STATES`` the LU is looped and called instead of written out into the
+    lane loops: the same elimination, operation for operation, so the same bits."""
+    from dxode.kernels import compiler, rosenbrock_codegen
+
+    prob = _problem("vdpol", with_jac=False)
+    written = _final("vdpol", prob, dxode.Rodas5P(), kernel=True)
+    monkeypatch.setattr(rosenbrock_codegen, "UNROLLED_LU_STATES", 1)
+    monkeypatch.setattr(compiler, "_COMPILED", {})  # built anew, not the kernel just used
+    looped = _final("vdpol", prob, dxode.Rodas5P(), kernel=True)
+    (kernel,) = compiler._COMPILED.values()
+    assert "for k in range(2):" in kernel.source_path.read_text()  # the looped factorization
+    assert np.array_equal(np.asarray(looped.u), np.asarray(written.u))
+    assert looped.stats == written.stats
+
+
 def _big(u, p, t):
     return [-u[i] for i in range(33)]
 

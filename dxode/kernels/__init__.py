@@ -16,6 +16,9 @@ Modules, one job each:
     Python source of the per-lane integration, generated from a description.
 ``rosenbrock_description`` / ``rosenbrock_codegen``
     The same for Rosenbrock23, Rodas4, Rodas5P and TRBDF2: per-lane Jacobians and LU.
+``stiff_lanes`` / ``rosenbrock_stages``
+    The stiff attempt vectorized across a chunk of lanes: its workspace rows and dense LU
+    with branch-free pivoting, and the derivatives, stages and error norm written in them.
 ``events_codegen`` / ``events``
     Callbacks in the kernels: their generated code, and the user's functions checked and
     compiled, the event arrays and the event records.

@@ -52,7 +52,7 @@ from .rosenbrock_codegen import _write_saves as _write_stiff_saves
 __all__ = ["CALLED", "HELPERS", "generate"]
 
 HELPERS = ("maximum", "minimum", "rhs", "split_exponent", "pow2")
-CALLED = ("lu_factor", "lu_solve", "attempt_stiff")
+CALLED = ("attempt_stiff",)  # write_module_head adds select and the LU functions
 
 
 class _Padded:
@@ -119,25 +119,12 @@ def _write_stiff_attempt_with_rho(
     """``attempt_stiff``: ``rosenbrock_codegen``'s attempt, renamed, that also stores
     ``rho = max_i sum_m |J_im|`` of the Jacobian before it is shifted and factored."""
     pad = _Padded(desc.stiff, desc.rows)
+    rho_row = _w(layout, pad, "k", desc.rows - 1)  # type: ignore[arg-type]
     inner = _Writer()
-    _write_stiff_attempt(inner, pad, layout)  # type: ignore[arg-type]
+    _write_stiff_attempt(inner, pad, layout, rho_row)  # type: ignore[arg-type]
     lines = inner.lines
     assert lines[0].startswith("def attempt(")
     lines[0] = lines[0].replace("def attempt(", "def attempt_stiff(", 1)
-    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("diag = "))
-    indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
-    rho_row = _w(layout, pad, "k", desc.rows - 1)  # type: ignore[arg-type]
-    n = layout.n
-    block = [
-        "rho = DT(0.0)",
-        f"for i in range({n}):",
-        "    rs = abs(JM[i, 0])",
-        f"    for m in range(1, {n}):",
-        "        rs = rs + abs(JM[i, m])",
-        "    rho = maximum(rho, rs) if i > 0 else rs",
-        f"{rho_row} = rho",
-    ]
-    lines[at:at] = [indent + line for line in block]
     w.lines.extend(lines)
 
 

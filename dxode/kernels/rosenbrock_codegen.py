@@ -7,17 +7,19 @@ out as theirs: ``desc.stages`` rows of per-step data, then ``u1``, the error, th
 What differs is the attempt and the dense output:
 
 ``attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT, NFX)``
-    For each active lane of the block in turn: ``f`` at the step's start, the Jacobian (the
-    user's ``jac``, or forward differences of ``f`` as ``dxode._jacobian`` takes them),
-    ``df/dt`` (the user's ``tgrad``, or a forward difference), the shifted matrix
-    ``W = I/(h gamma) - J`` (Rosenbrock23, TRBDF2: ``I - d h J``) factored by ``lu_factor``
-    (Gaussian elimination with partial pivoting, in a lane-local ``(n, n)`` array), then the
-    stages (TRBDF2: two simplified Newton iterations, their RHS evaluations added to
-    ``NFX``), the solution, its error norm and the dense-output rows into the workspace
-    ``W``. Lanes are not vectorized across (pivoting branches on lane data); an inactive
-    lane costs nothing.
-``lu_factor(A, PIV)`` / ``lu_solve(A, PIV, X)``
-    One lane's factorization in place, and a solve in place.
+    The block's active lanes, gathered in order into chunks of up to ``LANE_WIDTH`` lanes
+    (``stiff_lanes``): per chunk, ``f`` at the step's start, the Jacobian (the user's
+    ``jac``, or forward differences of ``f`` as ``dxode._jacobian`` takes them), ``df/dt``
+    (the user's ``tgrad``, or a forward difference), the shifted matrix
+    ``W = I/(h gamma) - J`` (Rosenbrock23, TRBDF2: ``I - d h J``) factored (Gaussian
+    elimination with partial pivoting, the exchanges as selects), then the stages
+    (``rosenbrock_stages``; TRBDF2: two simplified Newton iterations, their RHS evaluations
+    added to ``NFX``), the solution, its error norm and the dense-output rows, scattered
+    into the workspace ``W``. Every step of a chunk runs in lane loops that the CPU compiler
+    vectorizes across trajectories; an inactive lane costs nothing.
+``lu_factor(S, nw)`` / ``lu_solve(S, nw)``, ``select(c, a, b)``
+    The chunk's factorization and a solve (``stiff_lanes``), and the lane loops' selects:
+    compiled once and called (LLVM inlines ``select``).
 
 A kernel that switches method per lane (an automatic stiffness switch) can call codegen's
 explicit attempt and this one on the same workspace layout: both write ``u1``, the error and
@@ -26,11 +28,8 @@ the end time to the same rows, so the controller and the lane bookkeeping stay s
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
-
-import numpy as np
 
 from .codegen import (
     _ERROR_FLOOR,
@@ -57,13 +56,18 @@ from .codegen import (
 )
 from .codegen_math import write_helpers
 from .rosenbrock_description import RosenbrockDescription
+from .rosenbrock_stages import add_rows, write_derivatives, write_finish, write_rho, write_stages
+from .stiff_lanes import UNROLLED_LU_STATES, Lanes
 
-__all__ = ["CALLED", "HELPERS", "generate"]
+__all__ = ["CALLED", "HELPERS", "LANE_WIDTH", "generate", "lanes_for"]
 
 # Generated helper functions compiled inline into ``attempt`` and ``block``, and those
-# compiled once and called (inlining the LU's loops at every solve made compiling slow).
+# compiled once and called (besides the looped LU's ``lu_factor``/``lu_solve``).
 HELPERS = ("maximum", "minimum", "rhs", "split_exponent", "pow2")
-CALLED = ("lu_factor", "lu_solve")
+CALLED: tuple[str, ...] = ()
+
+# Lanes a stiff attempt steps at once on the CPU: one 512-bit vector (two 256-bit ones).
+LANE_WIDTH = {"float64": 8, "float32": 16}
 
 
 def generate(desc: RosenbrockDescription, layout: KernelLayout) -> str:
@@ -83,7 +87,10 @@ def write_module_head(
     w: _Writer, desc: Any, layout: KernelLayout, helpers: tuple[str, ...], called: tuple[str, ...]
 ) -> None:
     """A stiff kernel module's docstring, imports, the user functions' slots (``f``, ``jac``,
-    ``tgrad``), its ``HELPERS``/``CALLED`` lists, and the helpers, ``rhs`` and the LU."""
+    ``tgrad``), its ``HELPERS``/``CALLED`` lists (with ``select`` and the LU's functions),
+    and the helpers, ``rhs`` and those functions."""
+    lanes = lanes_for(desc, layout)
+    called = ("select", "lu_factor", "lu_solve", *called)
     w(
         f'"""dxode kernel: {desc.name}, n={layout.n}, {layout.dtype}, target {layout.target}, '
         f'jac {desc.jac}, tgrad {desc.tgrad} (generated; codegen {CODEGEN_VERSION})."""'
@@ -106,46 +113,12 @@ def write_module_head(
     _write_minmax(w)
     write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
     _write_rhs(w, layout)
-    _write_lu(w, layout.n)
-
-
-def _write_lu(w: _Writer, n: int) -> None:
-    """``lu_factor``/``lu_solve``: partial pivoting, the first largest pivot (as ``_lu``)."""
-    w("def lu_factor(A, PIV):")
-    w(f"    for k in range({n}):")
-    w("        piv = k")
-    w("        big = abs(A[k, k])")
-    w(f"        for i in range(k + 1, {n}):")
-    w("            if abs(A[i, k]) > big:")
-    w("                big = abs(A[i, k])")
-    w("                piv = i")
-    w("        PIV[k] = piv")
-    w("        if piv != k:")
-    w(f"            for c in range({n}):")
-    w("                x = A[k, c]")
-    w("                A[k, c] = A[piv, c]")
-    w("                A[piv, c] = x")
-    w("        pivot = A[k, k]")
-    w(f"        for i in range(k + 1, {n}):")
-    w("            mult = A[i, k] / pivot")
-    w("            A[i, k] = mult")
-    w(f"            for c in range(k + 1, {n}):")
-    w("                A[i, c] = A[i, c] - mult * A[k, c]")
+    # The lane loops' selects: a call (one block in numba's IR, where a conditional
+    # expression makes three) that LLVM inlines as a select instruction.
+    w("def select(c, a, b):")
+    w("    return a if c else b")
     w()
-    w("def lu_solve(A, PIV, X):")
-    w(f"    for k in range({n - 1}):")
-    w("        piv = PIV[k]")
-    w("        x = X[k]")
-    w("        X[k] = X[piv]")
-    w("        X[piv] = x")
-    w(f"    for k in range({n - 1}):")
-    w(f"        for i in range(k + 1, {n}):")
-    w("            X[i] = X[i] - A[i, k] * X[k]")
-    w(f"    for k in range({n - 1}, -1, -1):")
-    w("        X[k] = X[k] / A[k, k]")
-    w("        for i in range(k):")
-    w("            X[i] = X[i] - A[i, k] * X[k]")
-    w()
+    lanes.write_functions(w)
 
 
 def _row(layout: KernelLayout, desc: RosenbrockDescription, what: str, i: int = 0) -> str:
@@ -157,124 +130,71 @@ def _row(layout: KernelLayout, desc: RosenbrockDescription, what: str, i: int = 
     return f"W[{match.group(1)} + m * {layout.block} + j]"
 
 
-def _lincomb(weights: tuple[float, ...], terms: list[str]) -> str | None:
-    """``sum_j w_j * t_j`` in order, zero weights skipped (``stiff.linear_combination``)."""
-    total = None
-    for weight, term in zip(weights, terms, strict=False):
-        if weight == 0.0:
-            continue
-        product = term if weight == 1.0 else f"{_const(weight)} * {term}"
-        total = product if total is None else f"({total} + {product})"
-    return total
-
-
-def _call_rhs(w: _Writer, n: int, args: str, t: str, into: str) -> None:
-    """``into[m] = f(args, p, t)[m]`` for every ``m`` (``args``: a template with ``{m}``)."""
-    w(f"r = rhs({', '.join(args.format(m=m) for m in range(n))}, p, {t})")
-    for m in range(n):
-        w(f"{into}[{m}] = r[{m}]")
-
-
-def _user_u(desc_source: str, n: int) -> str:
-    """``u`` as the user's ``jac``/``tgrad`` takes it (a tuple, or the lane's array ``UL``)."""
-    if desc_source == "array":
-        return "UL"
-    return "(" + "".join(f"UL[{m}], " for m in range(n)) + ")"
-
-
-def _write_derivatives(w: _Writer, desc: RosenbrockDescription, n: int, dtype: str) -> None:
-    """``JM = J`` and ``DF = df/dt`` at ``(UL, t)``, ``F0 = f(UL, t)`` already known."""
-    root_eps = _const(math.sqrt(float(np.finfo(dtype).eps)))
-    if desc.jac == "finite_difference":
-        w(f"for c in range({n}):")
-        w.indent()
-        w(f"for m in range({n}):")
-        w("    Y[m] = UL[m]")
-        w(f"Y[c] = UL[c] + {root_eps} * maximum(abs(UL[c]), DT(1.0))")
-        w("dj = Y[c] - UL[c]")
-        w(f"r = rhs({', '.join(f'Y[{m}]' for m in range(n))}, p, t)")
-        for m in range(n):
-            w(f"JM[{m}, c] = (r[{m}] - F0[{m}]) / dj")
-        w.dedent()
+def lanes_for(desc: RosenbrockDescription, layout: KernelLayout) -> Lanes:
+    """The attempt's chunk layout: ``LANE_WIDTH`` lanes (fewer in smaller blocks, one lane
+    per CUDA thread), the LU written out up to ``UNROLLED_LU_STATES`` states."""
+    width = 1 if layout.target == "cuda" else min(layout.block, LANE_WIDTH[layout.dtype])
+    lanes = Lanes(layout.n, width, layout.n <= UNROLLED_LU_STATES, [])
+    add_rows(lanes, desc)
+    if _params_in_rows(layout):  # one array read and written: no run-time alias checks
+        lanes.add("P", layout.param_rows)
+        params = re.sub(r"P\[(\d+), COL\]", lambda g: lanes.at("P", int(g[1])), layout.params)
     else:
-        w(f"rj = user_jac({_user_u(desc.jac, n)}, p, t)")
-        for i in range(n):
-            for m in range(n):
-                w(f"JM[{i}, {m}] = DT(rj[{i}][{m}])")
-    if not desc.needs_tgrad:
-        return
-    if desc.tgrad == "finite_difference":
-        w(f"t_step = t + {root_eps} * maximum(abs(t), DT(1.0))")
-        w("dt = t_step - t")
-        w(f"r = rhs({', '.join(f'UL[{m}]' for m in range(n))}, p, t_step)")
-        for m in range(n):
-            w(f"DF[{m}] = (r[{m}] - F0[{m}]) / dt")
-    else:
-        w(f"rt = user_tgrad({_user_u(desc.tgrad, n)}, p, t)")
-        for m in range(n):
-            w(f"DF[{m}] = DT(rt[{m}])")
+        params = layout.params.replace("P[", "PC[").replace("COL", "v")
+    lanes.preamble = [f"t = {lanes.at('t')}", f"hs = {lanes.at('hs')}", f"p = {params}"]
+    if desc.family != "rodas":
+        lanes.preamble.append(f"dh = {_const(desc.gamma)} * hs")
+    return lanes
 
 
-def _write_shift_and_factor(w: _Writer, n: int, diagonal: str, scale: str | None) -> None:
-    """``JM <- diagonal * I - scale * JM`` (``stiff.shifted_jacobian``), then factor it."""
-    w(f"diag = {diagonal}")
-    w(f"for i in range({n}):")
-    w(f"    for m in range({n}):")
-    w(f"        JM[i, m] = -({scale} * JM[i, m])" if scale else "        JM[i, m] = -JM[i, m]")
-    w("    JM[i, i] = diag + JM[i, i]")
-    w("lu_factor(JM, PIV)")
+def _params_in_rows(layout: KernelLayout) -> bool:
+    """Whether the chunk's parameters go to rows of ``S`` (the state's dtype), not ``PC``."""
+    return layout.param_dtype == layout.dtype and layout.target != "cuda"
 
 
-def _write_attempt_function(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) -> None:
-    """``attempt``: one trial step of each active lane of a block (see the module docstring)."""
-    n, S = layout.n, desc.method_stages
+def _write_attempt_function(
+    w: _Writer, desc: RosenbrockDescription, layout: KernelLayout, rho_row: str | None = None
+) -> None:
+    """``attempt``: one trial step of each active lane of a block (see the module docstring);
+    with ``rho_row`` (a workspace entry) also each lane's ``||J||_inf`` there."""
+    n = layout.n
+    lanes = lanes_for(desc, layout)
+    width = lanes.width
     w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT, NFX):")
     w.indent()
-    for name in ("UL", "F0", "Y", "G", "DF", "V", "F1"):
-        w(f"{name} = {_alloc(layout, str(n))}")
-    w(f"K = {_alloc(layout, f'({S}, {n})')}")
-    w(f"JM = {_alloc(layout, f'({n}, {n})')}")
-    w(f"PIV = {_alloc(layout, str(n), 'int')}")
+    w(f"S = {_alloc(layout, f'({lanes.size * width},)')}")
+    if layout.target == "cuda":
+        w(f"PC = {_alloc(layout, '', 'P')}")
+    elif not _params_in_rows(layout):
+        w(f"PC = np.empty((PB.shape[0], {width}), PB.dtype)")
+    w(f"IDX = {_alloc(layout, f'({layout.block},)', 'int')}")
+    if "array" in (desc.jac, desc.tgrad):
+        w(f"UA = {_alloc(layout, str(n))}")
+    for m in range(n):
+        w(f"atol{m} = ATOL[{m}]")
+    w("nsel = 0")  # the active lanes, in order, are stepped in chunks of ``width``
     w("for j in range(nlive):")
+    w("    if ACT[j] != 0:")
+    w("        IDX[nsel] = j")
+    w("        nsel += 1")
+    w(f"for c0 in range(0, nsel, {width}):")
     w.indent()
-    w("if ACT[j] == 0:")
-    w("    continue")
-    w("t = T[j]")
-    w("hs = HS[j]")
-    w(f"p = {layout.params.replace('P[', 'PB[').replace('COL', 'j')}")
-    w(f"for m in range({n}):")
-    w("    UL[m] = U[m, j]")
-    if desc.fsal:
-        w(f"for m in range({n}):")
-        w("    F0[m] = F[m, j]")
-    else:
-        _call_rhs(w, n, "UL[{m}]", "t", "F0")
-    _write_derivatives(w, desc, n, layout.dtype)
-    w("conv = True")
-    if desc.family == "rodas":
-        _write_rodas_stages(w, desc, layout)
-    elif desc.family == "rosenbrock23":
-        _write_rosenbrock23_stages(w, desc, layout)
-    else:
-        _write_trbdf2_stages(w, desc, layout)
-    w("ss = DT(0.0)")
-    w("finite = conv")
-    w(f"for m in range({n}):")
-    w("    q = G[m] / (RTOL * maximum(abs(UL[m]), abs(V[m])) + ATOL[m])")
-    w("    ss = ss + q * q")
-    w("    finite = finite and math.isfinite(V[m])")
-    w(f"    {_row(layout, desc, 'u1')} = V[m]")
-    if layout.adaptive:
-        # A stage whose Newton iteration failed: the largest finite error, which the
-        # controller treats as the array path treats its infinite one for failed lanes
-        # (reject, shrink the step the most, fail with DtLessThanMin rather than Unstable).
-        big = _const(float(np.finfo(layout.dtype).max))
-        w(f"{_w(layout, desc, 'err')} = math.sqrt(ss / DT({n})) if conv else {big}")
-    else:  # fixed steps: codegen's control reads the error row as "u1 is finite"
-        w(f"{_w(layout, desc, 'err')} = DT(1.0) if finite else DT(0.0)")
-    w("landing = TG[j]")
-    w("stepped = t + hs")
-    w(f"{_w(layout, desc, 'tn')} = landing if HIT[j] != 0 else stepped")
+    w(f"nw = min({width}, nsel - c0)")
+    _write_gather(w, desc, layout, lanes)
+    if not desc.fsal:
+        lanes.open(w)
+        w(f"r = rhs({', '.join(lanes.at('UL', m) for m in range(n))}, p, t)")
+        for m in range(n):
+            w(f"{lanes.at('F0', m)} = r[{m}]")
+        lanes.close(w)
+    write_derivatives(w, desc, lanes, layout.dtype)
+    if rho_row is not None:
+        lanes.open(w)
+        write_rho(w, lanes)
+        lanes.close(w)
+    write_stages(w, desc, lanes, layout)
+    write_finish(w, desc, lanes, layout)
+    _write_scatter(w, desc, layout, lanes, rho_row)
     w.dedent()
     if layout.adaptive:  # the controller's factors of the lanes attempted
         w("for j in range(nlive):")
@@ -287,142 +207,48 @@ def _write_attempt_function(w: _Writer, desc: RosenbrockDescription, layout: Ker
     w()
 
 
-def _write_rodas_stages(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) -> None:
-    """``rosenbrock.Rosenbrock.step``: stages into ``K``, ``V = u1``, ``G = error``, dense rows."""
-    n, S = layout.n, desc.method_stages
-    ks = [f"K[{i}, m]" for i in range(S)]
-    _write_shift_and_factor(w, n, f"DT(1.0) / (hs * {_const(desc.gamma)})", None)
-    for i in range(S):
-        if i > 0:
-            w(f"for m in range({n}):")
-            w(f"    Y[m] = UL[m] + {_lincomb(desc.a[i], ks[:i])}")
-            _call_rhs(w, n, "Y[{m}]", f"t + {_const(desc.c[i])} * hs", "G")
-        coupling = _lincomb(desc.C[i], ks[:i])
-        if desc.d[i] != 0.0 or coupling is not None:
-            w(f"for m in range({n}):")
-            w.indent()
-            w("gm = F0[m]" if i == 0 else "gm = G[m]")
-            if desc.d[i] != 0.0:
-                w(f"gm = gm + ({_const(desc.d[i])} * hs) * DF[m]")
-            if coupling is not None:
-                w(f"gm = gm + {coupling} / hs")
-            w("G[m] = gm")
-            w.dedent()
-        elif i == 0:
-            w(f"for m in range({n}):")
-            w("    G[m] = F0[m]")
-        w("lu_solve(JM, PIV, G)")
-        w(f"for m in range({n}):")
-        w(f"    K[{i}, m] = G[m]")
-    w(f"for m in range({n}):")
+def _write_gather(
+    w: _Writer, desc: RosenbrockDescription, layout: KernelLayout, lanes: Lanes
+) -> None:
+    """Copy the chunk's lanes (``IDX[c0:c0 + nw]``) into their rows of ``S`` (and ``PC``)."""
+    w("for v in range(nw):")
     w.indent()
-    w(f"V[m] = UL[m] + {_lincomb(desc.b, ks)}")
-    for r, row in enumerate(desc.H):
-        w(f"{_row(layout, desc, 'k', r)} = {_lincomb(row, ks)}")
-    w(f"G[m] = {_lincomb(desc.e, ks)}")
+    w("j = IDX[c0 + v]")
+    for row, source in (("t", "T[j]"), ("hs", "HS[j]"), ("tg", "TG[j]")):
+        w(f"{lanes.at(row)} = {source}")
+    w(f"{lanes.at('hit')} = DT(1.0) if HIT[j] != 0 else DT(0.0)")
+    for m in range(lanes.n):
+        w(f"{lanes.at('UL', m)} = U[{m}, j]")
+        if desc.fsal:
+            w(f"{lanes.at('F0', m)} = F[{m}, j]")
+    if _params_in_rows(layout):
+        for k in range(layout.param_rows):
+            w(f"{lanes.at('P', k)} = PB[{k}, j]")
+    else:
+        w("for k in range(PB.shape[0]):")
+        w("    PC[k, v] = PB[k, j]")
     w.dedent()
 
 
-def _write_rosenbrock23_stages(
-    w: _Writer, desc: RosenbrockDescription, layout: KernelLayout
+def _write_scatter(
+    w: _Writer, desc: RosenbrockDescription, layout: KernelLayout, lanes: Lanes, rho: str | None
 ) -> None:
-    """``rosenbrock23.Rosenbrock23.step``: ``K[0], K[1]`` = k1, k2, ``V = u1``, ``G = error``,
-    and the workspace rows k1, k2, ``f(u1)`` (the next step's ``f``)."""
-    n = layout.n
-    w(f"dh = {_const(desc.gamma)} * hs")
-    _write_shift_and_factor(w, n, "DT(1.0)", "dh")
-    w(f"for m in range({n}):")
-    w("    G[m] = F0[m] + dh * DF[m]")
-    w("lu_solve(JM, PIV, G)")
-    w(f"for m in range({n}):")
-    w("    K[0, m] = G[m]")
-    w(f"    Y[m] = UL[m] + ({_const(0.5)} * hs) * G[m]")
-    _call_rhs(w, n, "Y[{m}]", f"t + {_const(0.5)} * hs", "F1")
-    w(f"for m in range({n}):")
-    w("    G[m] = F1[m] - K[0, m]")
-    w("lu_solve(JM, PIV, G)")
-    w(f"for m in range({n}):")
-    w("    K[1, m] = G[m] + K[0, m]")
-    w("    V[m] = UL[m] + hs * K[1, m]")
-    _call_rhs(w, n, "V[{m}]", "t + hs", "Y")
-    w(f"for m in range({n}):")
-    w(
-        f"    G[m] = ((Y[m] - {_const(desc.e32)} * (K[1, m] - F1[m])) - {_const(2.0)} "
-        "* (K[0, m] - F0[m])) + dh * DF[m]"
-    )
-    w("lu_solve(JM, PIV, G)")
-    w(f"for m in range({n}):")
-    w(f"    G[m] = (hs / {_const(6.0)}) * ((K[0, m] - {_const(2.0)} * K[1, m]) + G[m])")
-    for r in range(2):
-        w(f"    {_row(layout, desc, 'k', r)} = K[{r}, m]")
-    w(f"    {_row(layout, desc, 'k', 2)} = Y[m]")
-
-
-def _write_trbdf2_stages(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) -> None:
-    """``trbdf2.TRBDF2.step``: ``K[0], K[1], K[2]`` = ``h f`` at ``t``, ``t + gamma h``,
-    ``t + h``; ``V = u1``, ``G = error``, ``conv``; the Newton iterations added to ``NFX``."""
-    n = layout.n
-    gamma_tr, weight = desc.c[1], desc.b[0]
-    w(f"dh = {_const(desc.gamma)} * hs")
-    _write_shift_and_factor(w, n, "DT(1.0)", "dh")
-    eps = float(np.finfo(layout.dtype).eps)
-    w(f"kappa = maximum({_const(desc.kappa)}, {_const(10.0 * eps)} / RTOL)")
-    w(f"for m in range({n}):")
-    w("    K[0, m] = hs * F0[m]")
-    w(f"    F1[m] = UL[m] + {_const(desc.gamma)} * K[0, m]")
-    w(f"    G[m] = {_const(gamma_tr)} * K[0, m]")
-    w("lu_solve(JM, PIV, G)")
-    w(f"for m in range({n}):")
-    w("    V[m] = UL[m] + G[m]")
-    _write_newton(w, desc, n, f"t + {_const(gamma_tr)} * hs", "True")
-    w(f"for m in range({n}):")
-    w(f"    K[1, m] = (V[m] - F1[m]) / {_const(desc.gamma)}")
-    w(f"    F1[m] = (UL[m] + {_const(weight)} * K[0, m]) + {_const(weight)} * K[1, m]")
-    _write_newton(w, desc, n, "t + hs", "conv")
-    w(f"for m in range({n}):")
-    w(f"    K[2, m] = (V[m] - F1[m]) / {_const(desc.gamma)}")
-    w(f"    G[m] = {_lincomb(desc.e, [f'K[{i}, m]' for i in range(3)])}")
-    w(f"    {_row(layout, desc, 'k', 0)} = K[0, m]")
-    w(f"    {_row(layout, desc, 'k', 1)} = K[2, m]")
-    w("lu_solve(JM, PIV, G)")
-
-
-def _write_newton(w: _Writer, desc: RosenbrockDescription, n: int, time: str, run: str) -> None:
-    """``newton.solve_stage`` for one lane: ``V`` solves ``V = F1 + dh f(V)`` from its start
-    value; ``conv`` says whether it converged; iterations counted in ``NFX[j]``."""
-    w(f"tst = {time}")
-    w(f"active = {run}")
-    w("conv = False")
-    w("prev = DT(1.0)")
-    w(f"for itn in range({desc.max_iters}):")
+    """The chunk's results into the block's workspace ``W`` (and TRBDF2's Newton counts)."""
+    n = lanes.n
+    w("for v in range(nw):")
     w.indent()
-    w("if not active:")
-    w("    break")
-    _call_rhs(w, n, "V[{m}]", "tst", "G")
-    w(f"for m in range({n}):")
-    w("    G[m] = (F1[m] + dh * G[m]) - V[m]")
-    w("lu_solve(JM, PIV, G)")
-    w("ss = DT(0.0)")
-    w(f"for m in range({n}):")
-    w("    q = G[m] / (RTOL * abs(UL[m]) + ATOL[m])")
-    w("    ss = ss + q * q")
-    w("    V[m] = V[m] + G[m]")
-    w(f"norm = math.sqrt(ss / DT({n}))")
-    w("NFX[j] += 1")
-    w("if itn == 0:")
-    w("    done = norm <= kappa")
-    w("    bad = not math.isfinite(norm)")
-    w("else:")
-    w("    rate = norm / prev")
-    w("    contracting = rate < DT(1.0)")
-    w("    if not contracting:")
-    w("        rate = DT(0.0)")
-    w("    done = contracting and (rate / (DT(1.0) - rate) * norm <= kappa)")
-    w("    bad = not contracting")
-    w("if done:")
-    w("    conv = True")
-    w("active = active and not done and not bad")
-    w("prev = norm")
+    w("j = IDX[c0 + v]")
+    for m in range(n):
+        w(f"{_w(layout, desc, 'u1', m=m)} = {lanes.at('V', m)}")  # type: ignore[arg-type]
+    for what in ("err", "tn"):
+        w(f"{_w(layout, desc, what)} = {lanes.at(what)}")  # type: ignore[arg-type]
+    for r in range(len(desc.H) + (1 if desc.fsal else 0)):
+        for m in range(n):
+            w(f"{_w(layout, desc, 'k', r, m)} = {lanes.at('OUT', r * n + m)}")  # type: ignore[arg-type]
+    if rho is not None:
+        w(f"{rho} = {lanes.at('rho')}")
+    if desc.family == "trbdf2":
+        w(f"NFX[j] += int({lanes.at('nfx')})")
     w.dedent()
 
 
