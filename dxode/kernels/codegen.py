@@ -605,8 +605,8 @@ def _write_attempt(
 ) -> None:
     """The body of ``attempt``'s lane loop; ``state(name, m)`` is lane ``j``'s entry of the
     lane state ``name`` (``T``, ``HS``, ``U``, ``F``, ``TG``, ``HIT``). With ``norm_apart``
-    the scaled error components go to ``state("Q", m)``, their norm left to a loop of its
-    own (``_write_norm``)."""
+    the scaled error components go to ``state("Q", m)``, their norm left to the caller (a
+    loop of its own: the lane loop then waits for no square root)."""
     M = range(n)
     us = [f"u{m}" for m in M]
     w(f"t = {state('T', 0)}")
@@ -762,10 +762,11 @@ _PRIMITIVES = events_codegen.Primitives(alloc=_alloc, slot=_w, retire=_write_ret
 # Without callbacks or recording, a CPU block keeps its float lane state in rows of the
 # workspace ``W`` (``U``, ``T``, ... are views of them), so that loops reading and writing
 # the lane state touch one array at constant offsets and vectorize. ``attempt`` also sizes
-# the steps; ``commit`` then advances every lane whose attempt needs nothing else (an
-# accepted step that passes no save point, lands on no tstop and does not end the lane, or a
-# rejection above ``dtmin``) with branch-free selects, and flags the rest (``SLOW``) for the
-# scalar per-lane code of the general block, which handles them exactly as before.
+# the steps, and then commits (``_write_commit``) every lane whose attempt needs nothing else
+# (an accepted step that passes no save point, lands on no tstop and does not end the lane,
+# or a rejection above ``dtmin``) with branch-free selects; it flags the rest (``SLOW``) for
+# the scalar per-lane code of the general block, which handles them exactly as before.
+# Each lane's arithmetic is the general block's, so results are bitwise the same.
 
 # The lane-state rows after the attempt's (besides ``U`` and ``F``, ``n`` rows each): the
 # integer ones (``HIT``, ``USE``, ``ACT``, ``NA``, ``SLOW``) hold exact small integers.
@@ -773,7 +774,7 @@ _LANE_ROWS = ("T", "H", "TE", "TG", "HA", "HS", "HIT", "USE", "ACT", "NA", "NS",
 
 
 def _vector_commit(layout: KernelLayout) -> bool:
-    """Whether the block uses ``commit`` (CPU, no callbacks, no recording)."""
+    """Whether ``attempt`` commits plain lanes itself (CPU, no callbacks, no recording)."""
     return layout.target == "cpu" and layout.events is None and not layout.record
 
 
@@ -818,7 +819,8 @@ def _write_target(w: _Writer) -> None:
 def _write_vector_block(
     w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int, e: int
 ) -> None:
-    """``block`` with ``commit``: the scalar per-lane code runs only for flagged lanes."""
+    """``block`` for ``_vector_commit`` layouts: the scalar per-lane code runs only for the
+    lanes ``attempt`` flagged, and not at all when it flagged none."""
     B = layout.block
     _write_block_setup(w, desc, layout, n, lane_rows=True)
     _write_lane_starts(w, desc, layout, n)
@@ -857,9 +859,10 @@ def _write_vector_block(
 def _write_vector_attempt_function(
     w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int
 ) -> None:
-    """``attempt(W, PB, RTOL, ATOL, D, nlive)``: each lane's step size (the controller's
-    proposal, clipped to land on its target), then the trial step and the step factor, as
-    ``_write_attempt_function``'s, all lane state in ``W``."""
+    """``attempt(W, PB, RTOL, ATOL, D, DTV, DTMIN, DTMAX, HAS_DTMIN, HAS_DTMAX, nlive) ->
+    nslow``: each lane's step size (the controller's proposal, clipped to land on its
+    target), the trial step and the step factor as ``_write_attempt_function``'s, then the
+    commit (``_write_commit``); all lane state in ``W``. Returns the flagged lanes' count."""
     st = _lane_slot(layout, desc)
     w("def attempt(W, PB, RTOL, ATOL, D, DTV, DTMIN, DTMAX, HAS_DTMIN, HAS_DTMAX, nlive):")
     w.indent()
@@ -877,9 +880,10 @@ def _write_vector_attempt_function(
     adaptive = desc.adaptive and layout.adaptive
     _write_attempt(w, desc, layout, n, s, state=st, norm_apart=adaptive)
     w.dedent()
-    # The error norm, the step factor and the commit: long dependency chains (a square
-    # root, a division, log, exp), so the loop runs COPIES interleaved copies, on lanes j,
-    # j + B / COPIES, ...: independent chains for the out-of-order core.
+    # The error norm and the step factor: long dependency chains (a square root, a
+    # division, log, exp), so the loop runs COPIES interleaved copies, on lanes j,
+    # j + B / COPIES, ...: independent chains for the out-of-order core (the commit in the
+    # same loop stopped the vectorizer).
     if adaptive:
         body = _Writer()
         nc = _controlled(layout)
