@@ -92,6 +92,38 @@ def test_batch_func_prob_func_and_output_func():
     np.testing.assert_array_equal(np.asarray(finals.u), np.asarray(by_batch.u)[:, -1, 0])
 
 
+@pytest.mark.slow
+def test_the_vectorized_commit_gives_the_general_blocks_bits(tmp_path, monkeypatch):
+    # Without callbacks a CPU block commits most lanes' attempts with vectorized selects
+    # (codegen._vector_commit); the general block's scalar per-lane code must give the same
+    # bits: saves, tstops, per-lane ends, lanes that fail.
+    from dxode.kernels import codegen
+
+    def lorenz_general(u, p, t):  # its own kernel: the general block, compiled here
+        x, y, z = u
+        sigma, rho, beta = p
+        return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    spans = np.column_stack([np.zeros(N), np.linspace(1.0, 2.0, N)])
+    options = [
+        {"saveat": [0.0, 0.25, 0.5, 0.9], "tstops": [0.3, 0.71], "rtol": 1e-6, "atol": 1e-6},
+        {"saveat": [0.5], "maxiters": 60, "rtol": 1e-6, "atol": 1e-6},
+    ]
+
+    def run(prob):
+        eprob = dxode.EnsembleProblem(prob, p=P, tspan=spans)
+        return [dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), **opts) for opts in options]
+
+    vectorized = run(PROB)
+    monkeypatch.setattr(codegen, "_vector_commit", lambda layout: False)
+    general = run(PROB.remake(f=lorenz_general))
+    for a, b in zip(vectorized, general, strict=True):
+        np.testing.assert_array_equal(np.asarray(a.u), np.asarray(b.u))
+        assert _stats(a) == _stats(b)
+    assert int(dxode.ReturnCode.MaxIters) in [int(s.retcode) for s in vectorized[1]]
+
+
 def test_lanes_fail_on_their_own():
     # maxiters stops the wide-p lanes' long runs while every lane keeps its own code.
     kernel, array = _both(dxode.EnsembleProblem(PROB, u0=U0, p=P), maxiters=60)

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -173,7 +175,10 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
     if layout.events is not None:
         events_codegen.write_wrappers(w, layout, _PRIMITIVES)
         events_codegen.write_locate_function(w, desc, layout, _PRIMITIVES)
-    _write_attempt_function(w, desc, layout, n, s)
+    if _vector_commit(layout):
+        _write_vector_attempt_function(w, desc, layout, n, s)
+    else:
+        _write_attempt_function(w, desc, layout, n, s)
     _write_block(w, desc, layout, n, s, e)
     if cuda:
         _write_cuda_driver(w, layout)
@@ -233,6 +238,9 @@ def _write_block(
     w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int, e: int
 ) -> None:
     """The block function: lanes ``j0 .. j0 + B`` from their start to their end."""
+    if _vector_commit(layout):
+        _write_vector_block(w, desc, layout, n, s, e)
+        return
     _write_block_setup(w, desc, layout, n)
     _write_lane_starts(w, desc, layout, n)
     w("it = 0")
@@ -265,8 +273,12 @@ def _write_block(
     w()
 
 
-def _write_block_setup(w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int) -> None:
-    """The block function's signature, options and per-block work arrays."""
+def _write_block_setup(
+    w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, lane_rows: bool = False
+) -> None:
+    """The block function's signature, options and per-block work arrays (with
+    ``lane_rows``, the float lane state as views of rows of the workspace ``W``:
+    ``_lane_slot``)."""
     B = layout.block
     M = range(n)
     w(f"def block(j0, L, {_arrays(layout)}):")
@@ -286,14 +298,19 @@ def _write_block_setup(w: _Writer, desc: StepperDescription, layout: KernelLayou
     w(f"EVALS = {desc.rhs_per_attempt}")
     for m in M:
         w(f"atol{m} = ATOL[{m}]")
-    for name in ("U", "F"):
-        w(f"{name} = {_alloc(layout, f'({n}, {B})')}")
-    w(f"W = {_alloc(layout, f'({_workspace_rows(desc, n) * B},)')}")
+    if lane_rows:
+        _write_lane_views(w, desc, layout, n)
+    else:
+        for name in ("U", "F"):
+            w(f"{name} = {_alloc(layout, f'({n}, {B})')}")
+        w(f"W = {_alloc(layout, f'({_workspace_rows(desc, n) * B},)')}")
     w(f"PB = {_alloc(layout, f'(P.shape[0], {B})', 'P')}")
-    for name in ("T", "H", "TE", "HS", "HA", "TG"):
-        w(f"{name} = {_alloc(layout, f'({B},)')}")
+    if not lane_rows:
+        for name in ("T", "H", "TE", "HS", "HA", "TG"):
+            w(f"{name} = {_alloc(layout, f'({B},)')}")
     for name in ("LANE", "ACT", "NA", "SI", "STI", "NFX", "HIT", "USE"):
-        w(f"{name} = {_alloc(layout, f'({B},)', 'int')}")
+        if not (lane_rows and name in _LANE_ROWS):
+            w(f"{name} = {_alloc(layout, f'({B},)', 'int')}")
     if layout.record:
         w("TREC = np.empty(64, DT)")
         w(f"UREC = np.empty((64, {n}), DT)")
@@ -382,10 +399,13 @@ def _write_step_sizes(w: _Writer, layout: KernelLayout) -> None:
     w.dedent()
 
 
-def _write_control(w: _Writer, desc: StepperDescription, layout: KernelLayout) -> None:
-    """Accept or reject lane ``j``'s attempt and propose its next step (the controller)."""
+def _write_control(
+    w: _Writer, desc: StepperDescription, layout: KernelLayout, gate: str = "ACT"
+) -> None:
+    """Accept or reject lane ``j``'s attempt and propose its next step (the controller);
+    lanes whose ``gate[j]`` is zero are skipped."""
     beta2, beta3 = layout.controller[1:3]
-    w("if ACT[j] == 0:")
+    w(f"if {gate}[j] == 0:")
     w("    continue")
     w("g = LANE[j]")
     w("t = T[j]")
@@ -569,19 +589,34 @@ def _write_attempt_function(
     w()
 
 
+def _lane_array(name: str, m: int = 0) -> str:
+    """Lane ``j``'s entry of the block's lane-state array ``name`` (``U``/``F``: row ``m``)."""
+    return f"{name}[{m}, j]" if name in ("U", "F") else f"{name}[j]"
+
+
 def _write_attempt(
-    w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int
+    w: _Writer,
+    desc: StepperDescription,
+    layout: KernelLayout,
+    n: int,
+    s: int,
+    state: Callable[[str, int], str] = _lane_array,
+    norm_apart: bool = False,
 ) -> None:
+    """The body of ``attempt``'s lane loop; ``state(name, m)`` is lane ``j``'s entry of the
+    lane state ``name`` (``T``, ``HS``, ``U``, ``F``, ``TG``, ``HIT``). With ``norm_apart``
+    the scaled error components go to ``state("Q", m)``, their norm left to the caller (a
+    loop of its own: the lane loop then waits for no square root)."""
     M = range(n)
     us = [f"u{m}" for m in M]
-    w("t = T[j]")
-    w("hs = HS[j]")
+    w(f"t = {state('T', 0)}")
+    w(f"hs = {state('HS', 0)}")
     w(f"p = {layout.params.replace('P[', 'PB[').replace('COL', 'j')}")
     for m in M:
-        w(f"u{m} = U[{m}, j]")
+        w(f"u{m} = {state('U', m)}")
     if desc.fsal:
         for m in M:
-            w(f"k0_{m} = F[{m}, j]")
+            w(f"k0_{m} = {state('F', m)}")
     else:
         w(f"{', '.join(f'k0_{m}' for m in M)}, = rhs({', '.join(us)}, p, t)")
     for i in range(1, s):
@@ -605,14 +640,17 @@ def _write_attempt(
             terms = [f"k{j}_{m}" for j in range(s)]
             w(f"e{m} = {_combine(None, 'hs', desc.b_error, terms)}")
             w(f"q{m} = e{m} / (RTOL * maximum(abs(u{m}), abs(v{m})) + atol{m})")
-        w(f"{_w(layout, desc, 'err')} = {_rms([f'q{m}' for m in range(nc)], nc)}")
+            if norm_apart:
+                w(f"{state('Q', m)} = q{m}")
+        if not norm_apart:
+            w(f"{_w(layout, desc, 'err')} = {_rms([f'q{m}' for m in range(nc)], nc)}")
     else:
         finite = " and ".join(f"math.isfinite(v{m})" for m in M)
         w(f"{_w(layout, desc, 'err')} = DT(1.0) if ({finite}) else DT(0.0)")
     # Both sides loaded unconditionally: a conditional load would stop the vectorizer.
-    w("landing = TG[j]")
+    w(f"landing = {state('TG', 0)}")
     w("stepped = t + hs")
-    w(f"{_w(layout, desc, 'tn')} = landing if HIT[j] != 0 else stepped")
+    w(f"{_w(layout, desc, 'tn')} = landing if {state('HIT', 0)} != 0 else stepped")
 
 
 def _write_factor(w: _Writer, desc: StepperDescription, layout: KernelLayout) -> None:
@@ -717,3 +755,215 @@ def _arrays(layout: KernelLayout) -> str:
 
 
 _PRIMITIVES = events_codegen.Primitives(alloc=_alloc, slot=_w, retire=_write_retire, const=_const)
+
+
+# ---- the CPU block with vectorized bookkeeping --------------------------------------------
+#
+# Without callbacks or recording, a CPU block keeps its float lane state in rows of the
+# workspace ``W`` (``U``, ``T``, ... are views of them), so that loops reading and writing
+# the lane state touch one array at constant offsets and vectorize. ``attempt`` also sizes
+# the steps, and then commits (``_write_commit``) every lane whose attempt needs nothing else
+# (an accepted step that passes no save point, lands on no tstop and does not end the lane,
+# or a rejection above ``dtmin``) with branch-free selects; it flags the rest (``SLOW``) for
+# the scalar per-lane code of the general block, which handles them exactly as before.
+# Each lane's arithmetic is the general block's, so results are bitwise the same.
+
+# The lane-state rows after the attempt's (besides ``U`` and ``F``, ``n`` rows each): the
+# integer ones (``HIT``, ``USE``, ``ACT``, ``NA``, ``SLOW``) hold exact small integers.
+_LANE_ROWS = ("T", "H", "TE", "TG", "HA", "HS", "HIT", "USE", "ACT", "NA", "NS", "SLOW")
+
+
+def _vector_commit(layout: KernelLayout) -> bool:
+    """Whether ``attempt`` commits plain lanes itself (CPU, no callbacks, no recording)."""
+    return layout.target == "cpu" and layout.events is None and not layout.record
+
+
+def _lane_row(desc: StepperDescription, n: int, name: str, m: int = 0) -> int:
+    base = _workspace_rows(desc, n)
+    if name in ("U", "F", "Q"):
+        return base + m + n * ("U", "F", "Q").index(name)
+    return base + 3 * n + _LANE_ROWS.index(name)
+
+
+def _lane_slot(layout: KernelLayout, desc: StepperDescription) -> Callable[[str, int], str]:
+    """``state(name, m)``: lane ``j``'s entry of the lane state ``name`` in ``W``."""
+    return lambda name, m=0: f"W[{_lane_row(desc, layout.n, name, m) * layout.block} + j]"
+
+
+def _write_lane_views(w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int) -> None:
+    """``W`` with the lane-state rows, and the lane-state arrays as views of them."""
+    B = layout.block
+    rows = _lane_row(desc, n, _LANE_ROWS[-1]) + 1
+    w(f"W = np.zeros({rows * B}, DT)  # zeros: loops may run on padding lanes")
+    for name in ("U", "F"):
+        start = _lane_row(desc, n, name) * B
+        w(f"{name} = W[{start}:{start + n * B}].reshape(({n}, {B}))")
+    for name in _LANE_ROWS:
+        start = _lane_row(desc, n, name) * B
+        w(f"{name} = W[{start}:{start + B}]")
+
+
+def _write_target(w: _Writer) -> None:
+    """Lane ``j``'s target ``TG``: its end, or its next tstop before it (``USE``)."""
+    w("target = TE[j]")
+    w("use = 0")
+    w("if STI[j] < NSTOP:")
+    w("    stop = TSTOPS[STI[j]]")
+    w("    if D * (stop - target) < DT(0.0):")
+    w("        target = stop")
+    w("        use = 1")
+    w("TG[j] = target")
+    w("USE[j] = use")
+
+
+def _write_vector_block(
+    w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int, e: int
+) -> None:
+    """``block`` for ``_vector_commit`` layouts: the scalar per-lane code runs only for the
+    lanes ``attempt`` flagged, and not at all when it flagged none."""
+    B = layout.block
+    _write_block_setup(w, desc, layout, n, lane_rows=True)
+    _write_lane_starts(w, desc, layout, n)
+    w(f"for j in range({B}):")
+    w.indent()
+    _write_target(w)
+    w("NS[j] = TS[SI[j], LANE[j]]")
+    w.dedent()
+    w("it = 0")
+    w("while nact > 0:")
+    w.indent()
+    w("if it >= MAXITERS:")
+    w(f"    for j in range({B}):")
+    w("        if ACT[j] != 0:")
+    _write_retire(w, n, str(_MAXITERS), depth=3)
+    w("    break")
+    w("it += 1")
+    w("if attempt(W, PB, RTOL, ATOL, D, DTV, DTMIN, DTMAX, HAS_DTMIN, HAS_DTMAX, nlive) == 0:")
+    w("    continue  # every lane committed")
+    w(f"for j in range({B}):")
+    w.indent()
+    _write_control(w, desc, layout, gate="SLOW")
+    w("if acc:")
+    w.indent()
+    _write_accept(w, desc, layout, n, s, e)
+    w("NS[j] = TS[SI[j], g]")
+    _write_target(w)
+    w.dedent()
+    _write_outcome(w, desc, layout, n)
+    w.dedent()
+    w.dedent()
+    w.dedent()
+    w()
+
+
+def _write_vector_attempt_function(
+    w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int, s: int
+) -> None:
+    """``attempt(W, PB, RTOL, ATOL, D, DTV, DTMIN, DTMAX, HAS_DTMIN, HAS_DTMAX, nlive) ->
+    nslow``: each lane's step size (the controller's proposal, clipped to land on its
+    target), the trial step and the step factor as ``_write_attempt_function``'s, then the
+    commit (``_write_commit``); all lane state in ``W``. Returns the flagged lanes' count."""
+    st = _lane_slot(layout, desc)
+    w("def attempt(W, PB, RTOL, ATOL, D, DTV, DTMIN, DTMAX, HAS_DTMIN, HAS_DTMAX, nlive):")
+    w.indent()
+    for m in range(n):
+        w(f"atol{m} = ATOL[{m}]")
+    w("for j in range(nlive):")
+    w.indent()
+    w(f"remaining = D * ({st('TG')} - {st('T')})")
+    w(f"habs = abs({st('H')}) if {st('ACT')} != DT(0.0) else DT(0.0)")
+    w(f"hit = habs >= remaining * {_const(1.0 - 1e-3)}")
+    w("habs = remaining if hit else habs")
+    w(f"{st('HA')} = habs")
+    w(f"{st('HS')} = D * habs")
+    w(f"{st('HIT')} = DT(1.0) if hit else DT(0.0)")
+    adaptive = desc.adaptive and layout.adaptive
+    _write_attempt(w, desc, layout, n, s, state=st, norm_apart=adaptive)
+    w.dedent()
+    # The error norm and the step factor: long dependency chains (a square root, a
+    # division, log, exp), so the loop runs COPIES interleaved copies, on lanes j,
+    # j + B / COPIES, ...: independent chains for the out-of-order core (the commit in the
+    # same loop stopped the vectorizer).
+    if adaptive:
+        body = _Writer()
+        nc = _controlled(layout)
+        body(f"{_w(layout, desc, 'err')} = {_rms([st('Q', m) for m in range(nc)], nc)}")
+        _write_factor(body, desc, layout)
+        copies = _COPIES if layout.block % _COPIES == 0 else 1
+        w(f"for j in range(min(nlive, {layout.block // copies})):")
+        w.indent()
+        _write_interleaved(w, body.lines, copies, layout.block // copies)
+        w.dedent()
+    w("nslow = 0")
+    w("for j in range(nlive):")
+    w.indent()
+    _write_commit(w, desc, layout)
+    w("nslow += 1 if slow else 0")
+    w.dedent()
+    w("return nslow")
+    w.dedent()
+    w()
+
+
+_COPIES = 4
+
+
+def _write_interleaved(w: _Writer, body: list[str], copies: int, stride: int) -> None:
+    """The straight-line lane-loop ``body`` (lane ``j``) for lanes ``j + c * stride``,
+    ``c < copies``, statement by statement, each copy's locals renamed."""
+    names: set[str] = set()
+    for line in body:
+        lhs = re.match(r"\s*([A-Za-z_][\w, ]*?)\s*=[^=]", line)
+        if lhs:
+            names.update(x.strip() for x in lhs.group(1).split(",") if x.strip())
+    local = re.compile(r"\b(" + "|".join(sorted(names, key=len, reverse=True)) + r")\b")
+    for line in body:
+        for c in range(copies):
+            renamed = local.sub(lambda m, c=c: f"{m.group(1)}_c{c}", line)
+            w(renamed.replace(" + j]", f" + j + {c * stride}]"))
+
+
+def _write_commit(w: _Writer, desc: StepperDescription, layout: KernelLayout) -> None:
+    """Lane ``j``'s commit (in ``attempt``'s second loop): what the scalar control, accept
+    and outcome code does for a lane with nothing else to do, as selects; any other live
+    lane is flagged ``slow`` and ``SLOW`` (and left as it was)."""
+    n, st = layout.n, _lane_slot(layout, desc)
+    beta2, beta3 = layout.controller[1:3]
+    eps = float(np.finfo(layout.dtype).eps)
+    tiny = float(np.finfo(layout.dtype).smallest_normal)
+    adaptive = desc.adaptive and layout.adaptive
+    w(f"act = {st('ACT')} != DT(0.0)")
+    w(f"err = {_w(layout, desc, 'err')}")
+    w(f"tn = {_w(layout, desc, 'tn')}")
+    w(f"t = {st('T')}")
+    if adaptive:
+        w("acc = err <= DT(1.0)")
+        w(f"hnext = {st('HA')} * {_w(layout, desc, 'factor')}")
+    else:
+        w("acc = err != DT(0.0)")
+        w("hnext = DTV")
+    w("hnext = minimum(hnext, DTMAX) if HAS_DTMAX else hnext")
+    if adaptive:  # a rejection that keeps the lane going (else the outcome code ends it)
+        w(f"dtmin = DTMIN if HAS_DTMIN else {_const(16 * eps)} * abs(t) + {_const(tiny)}")
+        w("goes = (acc ^ True) & (hnext >= dtmin)")
+    else:
+        w("goes = False")
+    # an accepted step that passes no save point, lands on no tstop and ends nothing
+    w(f"plain = (D * ({st('NS')} - tn) > DT(0.0)) & (tn != {st('TE')})")
+    w(f"plain = plain & (({st('HIT')} == DT(0.0)) | ({st('USE')} == DT(0.0)))")
+    w("fast = act & ((acc & plain) | goes)")
+    w("a = fast & acc")
+    if adaptive and (beta2 != 0.0 or beta3 != 0.0):
+        lp1, lp2, lee = (_w(layout, desc, x) for x in ("lp1", "lp2", "lee"))
+        w(f"l1 = {lp1}")
+        w(f"{lp2} = l1 if a else {lp2}")
+        w(f"{lp1} = {lee} if a else l1")
+    for m in range(n):
+        w(f"{st('U', m)} = {_w(layout, desc, 'u1', m=m)} if a else {st('U', m)}")
+        if desc.fsal:
+            w(f"{st('F', m)} = {_w(layout, desc, 'k', desc.stages - 1, m)} if a else {st('F', m)}")
+    w(f"{st('T')} = tn if a else t")
+    w(f"{st('NA')} = {st('NA')} + DT(1.0) if a else {st('NA')}")
+    w(f"{st('H')} = hnext if fast else {st('H')}")
+    w("slow = act & (fast ^ True)")
+    w(f"{st('SLOW')} = DT(1.0) if slow else DT(0.0)")
