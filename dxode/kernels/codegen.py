@@ -379,13 +379,7 @@ def _write_step_sizes(w: _Writer, layout: KernelLayout) -> None:
     """Step sizes: the controller's proposal, clipped to land on the target."""
     w(f"for j in range({layout.block}):")
     w.indent()
-    w("target = TE[j]")
-    w("use = 0")
-    w("if STI[j] < NSTOP:")
-    w("    stop = TSTOPS[STI[j]]")
-    w("    if D * (stop - target) < DT(0.0):")
-    w("        target = stop")
-    w("        use = 1")
+    _write_target(w, store=False)
     w("remaining = D * (target - T[j])")
     w("habs = abs(H[j]) if ACT[j] != 0 else DT(0.0)")
     w(f"hit = habs >= remaining * {_const(1.0 - 1e-3)}")
@@ -803,8 +797,9 @@ def _write_lane_views(w: _Writer, desc: StepperDescription, layout: KernelLayout
         w(f"{name} = W[{start}:{start + B}]")
 
 
-def _write_target(w: _Writer) -> None:
-    """Lane ``j``'s target ``TG``: its end, or its next tstop before it (``USE``)."""
+def _write_target(w: _Writer, store: bool = True) -> None:
+    """Lane ``j``'s ``target``: its end, or its next tstop before it (then ``use = 1``);
+    kept in ``TG``/``USE`` when ``store``."""
     w("target = TE[j]")
     w("use = 0")
     w("if STI[j] < NSTOP:")
@@ -812,8 +807,9 @@ def _write_target(w: _Writer) -> None:
     w("    if D * (stop - target) < DT(0.0):")
     w("        target = stop")
     w("        use = 1")
-    w("TG[j] = target")
-    w("USE[j] = use")
+    if store:
+        w("TG[j] = target")
+        w("USE[j] = use")
 
 
 def _write_vector_block(
