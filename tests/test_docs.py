@@ -70,7 +70,22 @@ def test_page_examples_run_as_a_script(page, tmp_path):
         f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     )
     # A reader sees the page's output and nothing else: no warnings, no log messages.
-    assert result.stderr == "", f"{page}: the script writes to standard error:\n{result.stderr}"
+    stderr = _without_heartbeat_race(result.stderr)
+    assert stderr == "", f"{page}: the script writes to standard error:\n{stderr}"
+
+
+# Dask's own shutdown race (dask/distributed#7105, open): a worker whose heartbeat is in
+# flight while the closing cluster retires it logs this error and its traceback. It says
+# nothing about the page; anything else on standard error still fails the test.
+_HEARTBEAT_RACE = re.compile(
+    r"^\S+ \S+ - distributed\.worker - ERROR - Failed to communicate with scheduler during "
+    r"heartbeat\.\n(?:.*\n)*?distributed\.comm\.core\.CommClosedError: .*heartbeat_worker.*\n",
+    flags=re.M,
+)
+
+
+def _without_heartbeat_race(stderr: str) -> str:
+    return _HEARTBEAT_RACE.sub("", stderr)
 
 
 def page_script(page: str) -> str:

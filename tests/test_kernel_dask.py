@@ -142,8 +142,10 @@ def test_kernel_must_be_an_ensemble_kernel_and_excludes_backend():
         EnsembleDask(backend="numpy", kernel=EnsembleKernel())
 
 
-def test_adjoints_through_kernel_batches_are_refused_clearly():
-    # Kernel batches are differentiated by forward sensitivities (test_kernel_gradients.py).
+def test_continuous_adjoints_through_kernel_batches_are_refused_clearly():
+    # Kernel batches are differentiated by forward sensitivities (test_kernel_gradients.py)
+    # or the kernel discrete adjoint (test_kernel_adjoint.py, on Dask workers too); the
+    # continuous adjoints are refused before any cluster is needed.
     from autograd import grad
 
     def loss(p):
@@ -155,11 +157,13 @@ def test_adjoints_through_kernel_batches_are_refused_clearly():
             alg,
             trajectories=2,
             saveat=1.0,
-            sensealg=dxode.DiscreteAdjoint(),
+            sensealg=dxode.InterpolatingAdjoint(),
         )
         return sim.u[0, -1, 0]
 
-    with pytest.raises(KernelUnsupportedError, match="ForwardSensitivity"):
+    with pytest.raises(
+        KernelUnsupportedError, match=r"DiscreteAdjoint\(\)\).*InterpolatingAdjoint"
+    ):
         grad(loss)(np.array([10.0, 28.0, 8 / 3]))
 
 
