@@ -10,7 +10,7 @@ import numpy as np
 
 from .._retcode import ReturnCode
 from ..events.record import concat_records
-from .batch import BatchResult
+from .batch import TRAJECTORY_COUNTS, BatchResult
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution, EnsembleStats
 
@@ -29,7 +29,7 @@ def assemble(
     done: list[BatchResult] = []
     events: list[Any] = []
     out, offset = None, 0
-    meta = {k: np.empty(n_total, dtype=np.int64) for k in _PER_TRAJECTORY}
+    meta = {k: np.empty(n_total, dtype=np.int64) for k in TRAJECTORY_COUNTS}
     solved = 0
     for batch in results:
         done.append(batch)
@@ -37,8 +37,7 @@ def assemble(
         batch.events = None
         size = len(batch.indices)
         for key, column in meta.items():  # into one array each, batch by batch
-            value = getattr(batch, key)
-            column[solved : solved + size] = 0 if value is None else value  # nswitch: 0
+            column[solved : solved + size] = batch.counts(key)
             setattr(batch, key, None)
         solved += size
         if eprob.output_func is None and batch.u is not None:
@@ -103,18 +102,9 @@ def batch_summary(batch: BatchResult) -> dict[str, Any]:
     return {
         "t": batch.t if batch.t.ndim == 1 else batch.t[0, ...],
         "counts": np.bincount(batch.retcode, minlength=len(ReturnCode)),
-        "totals": np.array(
-            [
-                batch.nf.sum(),
-                batch.naccept.sum(),
-                batch.nreject.sum(),
-                0 if batch.nswitch is None else batch.nswitch.sum(),
-            ]
-        ),
+        # EnsembleStats.totals: (nf, naccept, nreject, nswitch), the counts after retcode
+        "totals": np.array([np.sum(batch.counts(name)) for name in TRAJECTORY_COUNTS[1:]]),
     }
-
-
-_PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject", "nswitch")
 
 
 def _times(done: list[BatchResult]) -> Any:

@@ -68,6 +68,16 @@ class BatchResult:
     events: EventRecord | None = None
     nswitch: np.ndarray | None = None
 
+    def counts(self, name: str) -> np.ndarray | int:
+        """The per-trajectory statistic ``name`` (one of ``TRAJECTORY_COUNTS``); ``nswitch``
+        is 0 for every trajectory when the method does not switch."""
+        value = getattr(self, name)
+        return 0 if value is None else value
+
+
+# BatchResult's per-trajectory return codes and statistics, as kept for every trajectory.
+TRAJECTORY_COUNTS = ("retcode", "nf", "naccept", "nreject", "nswitch")
+
 
 @dataclasses.dataclass
 class _Lanes:

@@ -30,7 +30,7 @@ from .algorithms import (
     finish_batch,
 )
 from .assemble import _stack_values, assemble, batch_summary
-from .batch import BatchResult, BatchSpec
+from .batch import TRAJECTORY_COUNTS, BatchResult, BatchSpec
 from .dask_cancel import STOP_WAIT_S, cancel_and_wait
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution, EnsembleStats
@@ -346,7 +346,7 @@ class _Run:
         group.create_array(
             "u", shape=shape, dtype=dtype, chunks=(chunk, *shape[1:]), fill_value=float("nan")
         )
-        for name in _PER_TRAJECTORY:
+        for name in TRAJECTORY_COUNTS:
             group.create_array(
                 name, shape=(self._n,), dtype=np.int64, chunks=(chunk,), fill_value=-1
             )
@@ -481,14 +481,10 @@ def _dask_task(
         group = zarr.open_group(target["store"], mode="r+")
         rows = slice(indices.start, indices.stop)
         group["u"][rows] = result.u
-        for name in _PER_TRAJECTORY:
-            value = getattr(result, name)
-            group[name][rows] = 0 if value is None else value  # nswitch without AutoSwitch
+        for name in TRAJECTORY_COUNTS:
+            group[name][rows] = result.counts(name)
         result.u = None
     return result
-
-
-_PER_TRAJECTORY = ("retcode", "nf", "naccept", "nreject", "nswitch")
 
 
 def _problem(eprob: EnsembleProblem) -> EnsembleProblem:

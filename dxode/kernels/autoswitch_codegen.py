@@ -34,6 +34,7 @@ from .codegen import (
     _sum_of_squares,
     _w,
     _write_attempt,
+    _write_attempt_head,
     _write_block_setup,
     _write_control,
     _write_factor,
@@ -87,12 +88,7 @@ def _write_explicit_attempt(w: _Writer, desc: AutoSwitchDescription, layout: Ker
     ns, n = desc.nonstiff, layout.n
     pad = _Padded(ns, desc.rows)
     s = ns.stages
-    w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive):")
-    w.indent()
-    for m in range(n):
-        w(f"atol{m} = ATOL[{m}]")
-    w("for j in range(nlive):")
-    w.indent()
+    _write_attempt_head(w, n)
     _write_attempt(w, pad, layout, n, s)  # type: ignore[arg-type]
     # y_{s-1}: the input of stage s - 2, recomputed as the attempt computed it; y_s = u1.
     for m in range(n):

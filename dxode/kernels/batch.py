@@ -51,6 +51,16 @@ class KernelResult:
     events: tuple[Any, ...] | None = None
     switches: Any = None
 
+    @classmethod
+    def from_outputs(
+        cls, outs: Any, steps: tuple[Any, Any] | None, events: tuple[Any, ...] | None
+    ) -> KernelResult:
+        """The result from the kernel's outputs, in ``KernelBatch.outputs``'s order."""
+        saved, u, t, ret, nacc, nrej, nf, *switches = outs
+        return cls(
+            ret, t, u, nacc, nrej, nf, saved, steps, events, switches[0] if switches else None
+        )
+
 
 @dataclasses.dataclass
 class KernelBatch:

@@ -564,12 +564,7 @@ def _write_attempt_function(
     bound is read at run time so that it is vectorized rather than unrolled. It runs over the
     block's first ``nlive`` lanes: the padding of a last, partial block is skipped.
     """
-    w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive):")
-    w.indent()
-    for m in range(n):
-        w(f"atol{m} = ATOL[{m}]")
-    w("for j in range(nlive):")
-    w.indent()
+    _write_attempt_head(w, n)
     _write_attempt(w, desc, layout, n, s)
     w.dedent()
     if desc.adaptive and layout.adaptive:
@@ -586,6 +581,16 @@ def _write_attempt_function(
 def _lane_array(name: str, m: int = 0) -> str:
     """Lane ``j``'s entry of the block's lane-state array ``name`` (``U``/``F``: row ``m``)."""
     return f"{name}[{m}, j]" if name in ("U", "F") else f"{name}[j]"
+
+
+def _write_attempt_head(w: _Writer, n: int) -> None:
+    """``attempt``'s signature, its per-component ``atol``, and the open lane loop."""
+    w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive):")
+    w.indent()
+    for m in range(n):
+        w(f"atol{m} = ATOL[{m}]")
+    w("for j in range(nlive):")
+    w.indent()
 
 
 def _write_attempt(

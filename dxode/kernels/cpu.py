@@ -50,16 +50,4 @@ def run_cpu(
             kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
         else:
             kernel.call(kernel.driver, *args, *outs, *events)
-    saved, u, t, ret, nacc, nrej, nf, *switches = outs
-    return KernelResult(
-        ret,
-        t,
-        u,
-        nacc,
-        nrej,
-        nf,
-        saved,
-        steps,
-        events=events[2:] or None,
-        switches=switches[0] if switches else None,
-    )
+    return KernelResult.from_outputs(outs, steps, events[2:] or None)

@@ -33,20 +33,8 @@ def run_cuda(batch: KernelBatch, as_cupy: bool = False) -> KernelResult:
     grid = (lanes + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
     kernel.call(kernel.driver[grid, THREADS_PER_BLOCK], *args, *outs, *events)
     cuda.synchronize()
-    saved, u, t, ret, nacc, nrej, nf, *switches = (_result_array(a, as_cupy) for a in outs)
     log = tuple(a.copy_to_host() for a in events[2:]) or None  # host: read to build records
-    return KernelResult(
-        ret,
-        t,
-        u,
-        nacc,
-        nrej,
-        nf,
-        saved,
-        None,
-        events=log,
-        switches=switches[0] if switches else None,
-    )
+    return KernelResult.from_outputs([_result_array(a, as_cupy) for a in outs], None, log)
 
 
 def _result_array(array: Any, as_cupy: bool) -> Any:
