@@ -1,22 +1,23 @@
-"""State Jacobians of an autograd-traced ``f`` over many columns: one trace, one reverse pass
-per output row.
+"""Jacobians of an autograd-traced ``f`` over many columns: one trace, one reverse pass per
+output row.
 
 The discrete adjoint's bulk linearization (``dxode.sensitivity.bulk_linearization``) needs
-``J = df/dy`` at hundreds of thousands of columns (every recorded stage input of a chunk of
-steps, all lanes). Here autograd traces ``f`` once over the columns, with only the state
-boxed, and runs one reverse pass from each output row ``r`` with a cotangent of ones: the
-state cotangent it returns is row ``r`` of ``J`` at every column. When ``f`` returns a list
-of rows (``[sigma * (y - x), ...]``), each pass starts at its own row and visits only the
-operations that row depends on, so the ``n`` passes together cost about one reverse pass of
-``f`` plus the trace. When ``f`` returns one array, each pass starts at an index of it and
-visits the whole trace (``n`` reverse passes). The numbers are autograd's own: those of a VJP
-with a one-hot cotangent, to the last bit. ``parameter_vjp`` is the VJP with respect to the
-parameter leaves alone (the state not traced), for the parameter cotangents of the same
-columns.
-"""
+``df/dy`` (and ``df/dq`` for the per-lane parameters ``q``) at hundreds of thousands of
+columns (every recorded stage input of a chunk of steps, all lanes). Here autograd traces
+``f`` once over the columns, with the state and the per-lane leaves boxed from roots of
+their own, and runs one reverse pass from each output row ``r`` with a cotangent of ones:
+the cotangents it leaves at the roots are row ``r`` of the Jacobians at every column. When
+``f`` returns a list of rows (``[sigma * (y - x), ...]``), each pass starts at its own row
+and visits only the operations that row depends on, so the ``n`` passes together cost about
+one reverse pass of ``f`` plus the trace. When ``f`` returns one array, each pass starts at
+an index of it and visits the whole trace (``n`` reverse passes). The numbers are autograd's
+own: those of a VJP with a one-hot cotangent, to the last bit. ``parameter_vjp`` is the VJP
+with respect to chosen parameter leaves alone (the state not traced), for the cotangents of
+leaves shared by the columns."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from typing import Any
@@ -29,34 +30,74 @@ from ._traced_rhs import _PLAIN_NUMPY, TracedRHS, _as_traced_array, _columns, su
 Array = Any
 
 
-def state_jacobian(rhs: TracedRHS, y: Array, t: Array, leaves: list[Any]) -> Array:
-    """``J`` ``(n, n, K)``, ``J[r, c] = df_r/dy_c`` at every column of ``y`` ``(*shape, K)``
-    (a NumPy state with lanes last; ``t`` ``(K,)``; ``leaves`` the parameter leaves as these
-    columns see them, per-lane ones ``(..., K)``), ``n = prod(shape)``. Rows that do not
-    depend on the state are zero."""
-    from autograd.core import VJPNode, backward_pass
+def linearize(
+    rhs: TracedRHS,
+    y: Array,
+    t: Array,
+    leaves: list[Any],
+    lane_wrt: list[int],
+    out: Array,
+) -> Array:
+    """``J = [df/dy | df/dq]`` ``(n, n + m, K)`` at every column of ``y`` ``(*shape, K)``
+    (``n = prod(shape)``), written into ``out`` (a NumPy array of at least that size; the
+    view is returned): ``J[r, c] = df_r/dy_c`` for ``c < n``, then ``df_r/dq_{c-n}`` for the
+    ``m`` entries ``q`` of the per-lane leaves at positions ``lane_wrt`` (each flattened, in
+    order). ``t`` is ``(K,)``, ``leaves`` the parameter leaves as these columns see them
+    (per-lane ones ``(..., K)``). The state and those leaves are traced, each from its own
+    root, so each output row's reverse pass gives the whole row. Rows that depend on none of
+    them are zero."""
+    from autograd.core import VJPNode
     from autograd.tracer import isbox, new_box, trace_stack
 
-    shape, k = tuple(y.shape[:-1]), int(y.shape[-1])
-    n = math.prod(shape)
-    p = _pytree.rebuild(rhs.p_template, leaves)
-    root = VJPNode.new_root()
+    k = int(y.shape[-1])
+    n = math.prod(y.shape[:-1])
+    sizes = [n, *(math.prod(leaves[i].shape[:-1]) for i in lane_wrt)]
+    roots = [VJPNode.new_root() for _ in sizes]
     try:
         with trace_stack.new_trace() as trace:
-            start = new_box(_column_boxes.as_columns(y), trace, root)
-            rows = _output_rows(rhs.f(start, p, t), start, n, k)
+            boxes = [
+                new_box(_column_boxes.as_columns(x), trace, root)
+                for x, root in zip([y, *(leaves[i] for i in lane_wrt)], roots, strict=True)
+            ]
+            p = _pytree.rebuild(rhs.p_template, substituted(leaves, lane_wrt, boxes[1:]))
+            rows = _output_rows(rhs.f(boxes[0], p, t), boxes[0], n, k)
     except (TypeError, AttributeError) as exc:
         if "Box" not in str(exc):
             raise
         raise TypeError(_PLAIN_NUMPY) from exc
-    jac = np.zeros((n, n, k), dtype=y.dtype)
+    jac = np.reshape(out.reshape(-1)[: n * sum(sizes) * k], (n, sum(sizes), k))
     ones = np.ones(k, dtype=y.dtype)
+    bounds = list(itertools.pairwise(itertools.accumulate(sizes, initial=0)))
     for r, row in enumerate(rows):
         if getattr(row, "dtype", None) == np.dtype(object):
             raise TypeError(_PLAIN_NUMPY)
-        if isbox(row) and row._trace == trace:  # else row r is constant in the state
-            jac[r] = np.reshape(np.asarray(backward_pass(ones, row._node)), (n, k))
+        traced = isbox(row) and row._trace == trace  # else row r is constant in y and q
+        bars = _root_cotangents(ones, row._node, roots) if traced else [None] * len(roots)
+        for (a, b), bar in zip(bounds, bars, strict=True):
+            if bar is None:
+                jac[r, a:b] = 0.0
+            else:
+                jac[r, a:b] = np.reshape(np.asarray(bar), (b - a, k))
     return jac
+
+
+def _root_cotangents(g: Array, end: Any, roots: list[Any]) -> list[Any]:
+    """Autograd's reverse pass from ``end`` with cotangent ``g`` (``autograd.core
+    .backward_pass``), keeping the cotangent of each of several ``roots`` (``None``: ``end``
+    does not depend on it)."""
+    from autograd.core import add_outgrads
+    from autograd.util import toposort
+
+    outgrads = {end: (g, False)}
+    found: dict[int, Any] = {}
+    wanted = {id(root) for root in roots}
+    for node in toposort(end):
+        outgrad = outgrads.pop(node)[0]
+        if id(node) in wanted:
+            found[id(node)] = outgrad
+        for parent, ingrad in zip(node.parents, node.vjp(outgrad), strict=True):
+            outgrads[parent] = add_outgrads(outgrads.get(parent), ingrad)
+    return [found.get(id(root)) for root in roots]
 
 
 def parameter_vjp(

@@ -62,10 +62,10 @@ def per_step(monkeypatch, func, x):
 @pytest.fixture
 def traces(monkeypatch):
     """Records the traces of f the backward pass makes: ``True`` for a bulk linearization's
-    (``state_jacobian`` over a chunk's columns), ``False`` for a per-stage VJP's
+    (``linearize`` over a chunk's columns), ``False`` for a per-stage VJP's
     (``TracedRHS.pullback``)."""
     calls = []
-    pullback, jacobian = TracedRHS.pullback, bulk_linearization.state_jacobian
+    pullback, jacobian = TracedRHS.pullback, bulk_linearization.linearize
 
     def per_stage(self, *args, **kwargs):
         calls.append(False)
@@ -76,7 +76,7 @@ def traces(monkeypatch):
         return jacobian(*args, **kwargs)
 
     monkeypatch.setattr(TracedRHS, "pullback", per_stage)
-    monkeypatch.setattr(bulk_linearization, "state_jacobian", bulk)
+    monkeypatch.setattr(bulk_linearization, "linearize", bulk)
     return calls
 
 
@@ -95,6 +95,46 @@ def test_lorenz_per_lane_parameters_agree_with_the_per_step_sweep(monkeypatch, t
     reference = per_step(monkeypatch, loss, theta)
     assert len(traces) > 20 * n_bulk and not any(traces)  # one trace per stage and step
     np.testing.assert_allclose(bulk, reference, rtol=1e-12)
+
+
+def test_per_lane_leaves_from_their_jacobian_columns_or_one_vjp(monkeypatch):
+    """Per-lane parameter rows up to ``MAX_LANE_ROWS`` are traced with the state (their
+    cotangents from the chunk's Jacobian columns); above it one VJP per chunk gives them.
+    The same gradient to rounding either way."""
+    theta = np.concatenate([U0, THETA])
+    loss = lorenz_loss()
+    vjps = []
+    parameter_vjp = bulk_linearization.parameter_vjp
+
+    def counted(*args, **kwargs):
+        vjps.append(args[4])
+        return parameter_vjp(*args, **kwargs)
+
+    monkeypatch.setattr(bulk_linearization, "parameter_vjp", counted)
+    with_state = autograd.grad(loss)(theta)
+    assert not vjps
+    monkeypatch.setattr(bulk_linearization, "MAX_LANE_ROWS", 2)  # Lorenz's p: 3 rows per lane
+    one_vjp = autograd.grad(loss)(theta)
+    assert vjps and all(wrt == [0] for wrt in vjps)
+    np.testing.assert_allclose(with_state, one_vjp, rtol=1e-13)
+
+
+def test_a_matrix_parameter_per_lane(monkeypatch, traces):
+    """A ``(2, 2)`` matrix per trajectory (four Jacobian columns each) in ``u' = A u``."""
+
+    def loss(theta):
+        a = anp.reshape(theta, (1, 2, 2)) * np.array([1.0, 0.7, 1.3])[:, None, None]
+        prob = dxode.ODEProblem(
+            lambda u, p, t: anp.einsum("ij...,j...->i...", p, u), U0[:2], (0.0, 1.0), np.eye(2)
+        )
+        sim = dxode.solve(dxode.EnsembleProblem(prob, p=a), trajectories=3, saveat=0.5, rtol=1e-9)
+        return anp.sum(sim.u**2)
+
+    theta = np.array([-0.5, 0.3, -0.2, -0.8])
+    bulk = autograd.grad(loss)(theta)
+    assert traces and all(traces)
+    np.testing.assert_allclose(bulk, per_step(monkeypatch, loss, theta), rtol=1e-12)
+    np.testing.assert_allclose(bulk, central_difference(loss, theta, 1e-6), rtol=1e-6)
 
 
 def test_chunks_of_many_iterations_and_of_one_agree(monkeypatch):

@@ -6,17 +6,18 @@ After the forward pass every stage input ``y_i`` of every step is known, so the 
 linearizes ``f`` at all of them at once, a chunk of iterations at a time (all their steps ×
 stages × lanes stacked as one batch of columns):
 
-* one trace of ``f`` over the chunk's columns, with only the state traced, and one reverse
-  pass from each output row (``dxode._row_jacobian.state_jacobian``) give the state
-  Jacobians ``J = df/dy`` ``(n, n, K)`` of every column; where ``f`` returns a list of rows,
-  each pass visits only the operations its row depends on;
+* one trace of ``f`` over the chunk's columns, with the state and the per-lane parameter
+  leaves traced (each from its own root), and one reverse pass from each output row
+  (``dxode._row_jacobian.linearize``) give ``J = [df/dy | df/dq]`` ``(n, n + m, K)`` at
+  every column (``q``: the ``m`` per-lane parameter entries); where ``f`` returns a list of
+  rows, each pass visits only the operations its row depends on;
 * the recursion of the discrete adjoint (``discrete_adjoint._step_vjp``) then takes each
   stage's ``ȳ_i = J_iᵀ k̄_i`` as a product with the stored Jacobians (plain NumPy, nothing
   traced), and keeps ``k̄_i``;
-* the parameter cotangent is linear in the ``k̄_i``: ONE VJP of ``f`` over the chunk's
-  columns with all their ``k̄_i`` stacked, with only the parameter leaves traced
-  (``dxode._row_jacobian.parameter_vjp``), gives per-lane leaves their cotangent per column
-  (then summed over each step's stages) and shared leaves their sum.
+* the parameter cotangent is linear in the ``k̄_i``: per-lane leaves get theirs per column
+  as ``Σ_r J[r, q] k̄_r`` (then summed over each step's stages); leaves shared by the lanes
+  (and per-lane leaves beyond ``MAX_LANE_ROWS`` rows) from ONE VJP of ``f`` over the chunk's
+  columns with all their ``k̄_i`` stacked (``dxode._row_jacobian.parameter_vjp``).
 
 Autograd traces the columns as ``dxode._column_boxes.Columns``, whose indexing VJP does not
 go through ``np.add.at`` (ten times the arithmetic of ``f`` over this many columns).
@@ -24,9 +25,12 @@ go through ``np.add.at`` (ten times the arithmetic of ``f`` over this many colum
 It is the same discrete adjoint, evaluated in another order: the cotangents agree with the
 per-step sweep to rounding. The chunks follow from the record alone, so a checkpointed
 sweep (which replays segments into them) keeps the bits of an uncheckpointed one. Memory per
-chunk: ``K n²`` Jacobian entries plus the columns, their cotangents and a trace of ``f``,
-for ``K`` columns within ``CHUNK_BYTES`` (at least one iteration; a few iterations of 1,000
-lanes run faster than one, by autograd's fixed cost per call, or than many, by the cache).
+chunk: ``K n (n + m)`` Jacobian entries plus the columns, their cotangents and a trace of
+``f``, for ``K`` columns within ``CHUNK_BYTES`` (at least one iteration). Larger chunks pay
+autograd's fixed cost per call less often; the chunk's Jacobians, columns and cotangents
+live in arrays reused from chunk to chunk, because fresh multi-megabyte arrays cost page
+faults on every chunk (glibc returns large freed blocks to the kernel), which outweighed the
+arithmetic on a 2-core VM.
 Above ``MAX_STATE`` state components (``n`` reverse passes, ``n²`` entries) the per-step sweep
 runs instead, and so it does where ``pays`` finds the extra arithmetic (``f``'s work per
 lane, counted) larger than the overhead saved. Only autograd-traced RHSs over a lane axis
@@ -43,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
-from .._row_jacobian import parameter_vjp, state_jacobian
+from .._row_jacobian import linearize, parameter_vjp
 from .._traced_rhs import TracedRHS
 from ..backends._base import ordered_sum
 from . import rhs_cost
@@ -51,11 +55,14 @@ from . import rhs_cost
 Array = Any
 
 MAX_STATE = 8  # state components above which the per-step sweep runs (J: n² per column)
+# Rows of per-lane parameter leaves traced with the state (J: n (n + rows) per column); the
+# others get their cotangents from one VJP per chunk.
+MAX_LANE_ROWS = 8
 # Elements of array work per lane that cost about as much as autograd's overhead for one
 # traced operation (2-core CPU, 2026-11-23: Lorenz, an MLP and a dense tanh system, 1 to
 # 1,000 lanes, put the break-even point between 3,000 and 4,500).
 CALL_ELEMENTS = 4000
-CHUNK_BYTES = 4 * 2**20  # per chunk: Jacobians, columns, the trace of f (cache-sized)
+CHUNK_BYTES = 8 * 2**20  # per chunk: Jacobians, columns, the trace of f
 
 
 def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
@@ -104,10 +111,13 @@ class BulkSweep:
         self.sweep = sweep
         self.xp = sweep.xp
         self.n = math.prod(sweep.shape)
-        itemsize = self.xp.finfo(sweep.u_bar.dtype).bits // 8
-        self.chunk_columns = max(1, CHUNK_BYTES // (itemsize * self.n * (self.n + 4)))
         rhs = sweep.rhs
         self.lane_diff = [rhs.lane_leaf[i] for i in sweep.diff_idx]
+        self.lane_wrt, self.shared_wrt = _split_wrt(sweep)
+        self.rows = self.n + sum(_lane_rows(sweep.leaves[i]) for i in self.lane_wrt)
+        dtype = np.dtype(sweep.u_bar.dtype)
+        self.chunk_columns = max(1, CHUNK_BYTES // (dtype.itemsize * self.n * (self.rows + 4)))
+        self.buffers = _Buffers(dtype)
         self.totals: list[Any] | None = None  # parameter cotangents, all lanes
 
     def run(self, inputs: Any) -> None:
@@ -143,22 +153,46 @@ class BulkSweep:
     def _chunk(self, first: int, end: int, plans: list, inputs: list) -> None:
         """Linearize ``f`` at the stage inputs of iterations ``first .. end - 1``, pull the
         cotangents back through them (last to first) and add their parameter cotangents."""
-        xp, sweep = self.xp, self.sweep
+        sweep, n = self.sweep, self.n
         columns, handles = self._stack(first, plans, inputs)
         if columns is None:  # no lane accepted at any of these iterations
             for j in range(end - 1, first - 1, -1):
                 sweep.step_back(j, inputs[j - first])
             return
         y, t, lanes = columns
-        state = xp.reshape(y, (*sweep.shape, y.shape[-1]))
+        state = np.reshape(y, (*sweep.shape, y.shape[-1]))
         leaves = sweep._leaves_at(lanes)
-        stage_vjp = _StageVJP(xp, state_jacobian(sweep.rhs, state, t, leaves), sweep.shape)
+        out = self.buffers.get("jac", (n, self.rows, state.shape[-1]))
+        jac = linearize(sweep.rhs, state, t, leaves, self.lane_wrt, out)
+        k_bars = self.buffers.get("k_bars", (n, state.shape[-1]))
+        stage_vjp = _StageVJP(jac[:, :n], k_bars)
         for j in range(end - 1, first - 1, -1):
             sweep.step_back(j, handles[j - first], vjp=stage_vjp)
-        if sweep.diff_idx:  # the parameter cotangents: ONE VJP over the chunk's columns
-            k_bars = xp.reshape(stage_vjp.k_bars, tuple(state.shape))
-            bars = parameter_vjp(sweep.rhs, state, t, leaves, sweep.diff_idx, k_bars)
-            self._add(bars, first, plans)
+        if sweep.diff_idx:
+            self._add(self._parameter_bars(jac, k_bars, state, t, leaves), first, plans)
+
+    def _parameter_bars(
+        self, jac: Array, k_bars: Array, state: Array, t: Array, leaves: list[Any]
+    ) -> list[Any]:
+        """The chunk's parameter cotangents, one entry per differentiated leaf: per-lane
+        leaves traced with the state from their Jacobian columns (``Σ_r J[r, q] k̄_r``, per
+        column, rows in order), the others from ONE VJP over the chunk's columns."""
+        sweep, n = self.sweep, self.n
+        bars: dict[int, Any] = {}
+        if self.lane_wrt:
+            q_bars = jac[0, n:] * k_bars[0]
+            for r in range(1, n):
+                q_bars += jac[r, n:] * k_bars[r]
+            offset = 0
+            for i in self.lane_wrt:
+                size = _lane_rows(leaves[i])
+                bars[i] = np.reshape(q_bars[offset : offset + size], leaves[i].shape)
+                offset += size
+        if self.shared_wrt:
+            v = np.reshape(k_bars, state.shape)
+            vjps = parameter_vjp(sweep.rhs, state, t, leaves, self.shared_wrt, v)
+            bars.update(zip(self.shared_wrt, vjps, strict=True))
+        return [bars[i] for i in sweep.diff_idx]
 
     def _stack(self, first: int, plans: list, inputs: list) -> tuple[Any, list]:
         """The chunk's columns ``(y (n, K), t (K,), host lane numbers (K,))`` (``None`` if
@@ -166,35 +200,39 @@ class BulkSweep:
         for its stage inputs. A lane that did not accept contributes its start state at the
         step's start time (as in the per-step sweep), so overflowed rejected stages never
         reach the cotangents."""
-        xp, sweep, n = self.xp, self.sweep, self.n
+        sweep, n = self.sweep, self.n
         co = sweep.coefficients
-        ys, ts, lanes, handles = [], [], [], []
+        widths = [len(plan) * sweep.size(first + k) for k, plan in enumerate(plans)]
+        handles: list[tuple] = [(None,) * len(stage_inputs) for stage_inputs in inputs]
+        total = sum(widths)
+        if not total:
+            return None, handles
+        y = self.buffers.get("y", (n, total))
+        t = self.buffers.get("t", (total,))
+        lanes = []
         offset = 0
         for k, plan in enumerate(plans):
-            j = first + k
-            stage = [None] * len(inputs[k])
-            handles.append(tuple(stage))
             if not plan:
                 continue
+            j = first + k
             trial, accept = sweep.trials[j], sweep.accept[j]
-            h, start = trial.h, inputs[k][0]
             width = int(accept.shape[0])
-            mask = None if accept.all() else sweep._device_mask(accept)
-            if mask is not None:
-                h = xp.where(mask, h, xp.zeros_like(h))
+            idle = None if accept.all() else ~accept
+            h = trial.h if idle is None else np.where(idle, 0.0, trial.h)
+            start = np.reshape(inputs[k][0], (n, width))
             times = trial.t + co.c * h
+            stage: list[Any] = [None] * len(inputs[k])
             for i in plan:
-                y = inputs[k][i] if mask is None else xp.where(mask, inputs[k][i], start)
-                ys.append(xp.reshape(y, (n, width)))
-                ts.append(times[i, ...])
+                columns = y[:, offset : offset + width]
+                columns[...] = np.reshape(inputs[k][i], (n, width))
+                if idle is not None:
+                    np.copyto(columns, start, where=idle)
+                t[offset : offset + width] = times[i, ...]
                 stage[i] = (offset, offset + width)
                 offset += width
             lanes.append(np.tile(sweep.lane[j], len(plan)))
             handles[k] = tuple(stage)
-        if not ys:
-            return None, handles
-        columns = (xp.concat(ys, axis=-1), xp.concat(ts), np.concatenate(lanes))
-        return columns, handles
+        return (y, t, np.concatenate(lanes)), handles
 
     def _add(self, leaf_bars: list[Any], first: int, plans: list) -> None:
         """Add a chunk's parameter cotangents: shared leaves as summed by the VJP, per-lane
@@ -229,16 +267,55 @@ class BulkSweep:
             self.totals[m] = xp.reshape(total, tuple(self.totals[m].shape))
 
 
+class _Buffers:
+    """Work arrays reused from chunk to chunk, by name: a chunk's Jacobians and columns are
+    megabytes, and fresh ones would cost their page faults on every chunk (glibc hands large
+    freed blocks back to the kernel)."""
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self.memory: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """A C-contiguous array of ``shape`` (contents undefined) on ``name``'s memory."""
+        size = math.prod(shape)
+        memory = self.memory.get(name)
+        if memory is None or memory.shape[0] < size:
+            memory = self.memory[name] = np.empty(size, dtype=self.dtype)
+        return np.reshape(memory[:size], shape)
+
+
+def _lane_rows(leaf: Any) -> int:
+    """The Jacobian columns a per-lane leaf ``(..., L)`` takes (one per lane scalar)."""
+    return math.prod(leaf.shape[:-1])
+
+
+def _split_wrt(sweep: Any) -> tuple[list[int], list[int]]:
+    """The differentiated leaves traced with the state (per-lane arrays, up to
+    ``MAX_LANE_ROWS`` rows together, the first ones in order), and the others (their
+    cotangents from one VJP per chunk)."""
+    rhs, leaves = sweep.rhs, sweep.leaves
+    with_state: list[int] = []
+    rows = 0
+    for i in sweep.diff_idx:
+        leaf = leaves[i]
+        lane_array = rhs.lane_leaf[i] and isinstance(leaf, np.ndarray)
+        if lane_array and rows + _lane_rows(leaf) <= MAX_LANE_ROWS:
+            with_state.append(i)
+            rows += _lane_rows(leaf)
+    return with_state, [i for i in sweep.diff_idx if i not in with_state]
+
+
 class _StageVJP:
     """``vjp(handle, t, v, out=None) -> (Jᵀ v, [])`` for the stage whose columns are
-    ``handle = (a, b)`` of the chunk's Jacobians ``J`` ``(n, n, K)``; keeps ``v`` (the stage's
-    ``k̄``) in column ``a .. b`` of ``k_bars`` ``(n, K)`` for the parameter cotangents. NumPy
-    only (as the bulk linearization): ``Jᵀ v`` is written into ``out`` where given, its
-    ``n`` terms added in order (as ``ordered_sum``)."""
+    ``handle = (a, b)`` of the chunk's state Jacobians ``J`` ``(n, n, K)``; keeps ``v`` (the
+    stage's ``k̄``) in column ``a .. b`` of ``k_bars`` ``(n, K)`` for the parameter
+    cotangents. NumPy only (as the bulk linearization): ``Jᵀ v`` is written into ``out`` where
+    given, its ``n`` terms added in order (as ``ordered_sum``)."""
 
-    def __init__(self, xp: Any, jac: Array, shape: tuple[int, ...]) -> None:
-        self.xp, self.jac, self.shape = xp, jac, shape
-        self.k_bars = xp.zeros(tuple(jac.shape[1:]), dtype=jac.dtype)
+    def __init__(self, jac: Array, k_bars: Array) -> None:
+        self.jac, self.k_bars = jac, k_bars
+        k_bars[...] = 0.0  # a stage the sweep does not pull back adds nothing
 
     def __call__(
         self, handle: tuple[int, int], t: Array, v: Array, out: Array | None = None
