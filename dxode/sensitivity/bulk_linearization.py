@@ -217,21 +217,21 @@ class BulkSweep:
             j = first + k
             trial, accept = sweep.trials[j], sweep.accept[j]
             width = int(accept.shape[0])
+            end = offset + len(plan) * width
             idle = None if accept.all() else ~accept
             h = trial.h if idle is None else np.where(idle, 0.0, trial.h)
-            start = np.reshape(inputs[k][0], (n, width))
-            times = trial.t + co.c * h
+            columns = np.reshape(y[:, offset:end], (n, len(plan), width))  # a view
+            np.stack([np.reshape(inputs[k][i], (n, width)) for i in plan], axis=1, out=columns)
+            if idle is not None:
+                np.copyto(columns, np.reshape(inputs[k][0], (n, 1, width)), where=idle)
+            stage_times = trial.t + co.c * h  # (stages, width)
+            np.take(stage_times, plan, axis=0, out=np.reshape(t[offset:end], (len(plan), width)))
             stage: list[Any] = [None] * len(inputs[k])
-            for i in plan:
-                columns = y[:, offset : offset + width]
-                columns[...] = np.reshape(inputs[k][i], (n, width))
-                if idle is not None:
-                    np.copyto(columns, start, where=idle)
-                t[offset : offset + width] = times[i, ...]
-                stage[i] = (offset, offset + width)
-                offset += width
-            lanes.append(np.tile(sweep.lane[j], len(plan)))
+            for m, i in enumerate(plan):
+                stage[i] = (offset + m * width, offset + (m + 1) * width)
             handles[k] = tuple(stage)
+            lanes.append(np.tile(sweep.lane[j], len(plan)))
+            offset = end
         return (y, t, np.concatenate(lanes)), handles
 
     def _add(self, leaf_bars: list[Any], first: int, plans: list) -> None:
