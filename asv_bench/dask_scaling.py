@@ -2,7 +2,8 @@
 
 Run from the repository root, on an otherwise idle machine::
 
-    python asv_bench/dask_scaling.py --scaling --overhead --uneven --memory --out results.md
+    python asv_bench/dask_scaling.py --scaling --kernel-scaling --overhead --uneven --memory \
+        --out results.md
 
 Each section prints a markdown table (and appends it to ``--out``). Times are wall-clock seconds
 (best of ``--repeat``); memory is the driver's peak resident set, measured in a fresh process.
@@ -84,6 +85,52 @@ def section_scaling(n: int, repeat: int, record: dict) -> str:
             ]
         )
     return f"### Strong scaling, {n:,} Lorenz trajectories\n\n" + table(
+        ["run", "workers", "time (s)", "speedup vs 1 worker"], rows
+    )
+
+
+def section_kernel_scaling(n: int, repeat: int, record: dict) -> str:
+    """The compiled kernel, one thread: in this process vs ``EnsembleDask(kernel=...)`` on
+    LocalClusters of 1 and 2 single-threaded worker processes (each worker compiles, or
+    loads from numba's disk cache, during the warm-up solve, which is not timed).
+
+    The times also go into ``record["kernel_scaling"]`` (workers 0 = this process).
+    """
+    import distributed
+
+    kernel = dxode.EnsembleKernel(threads=1)
+    eprob = lorenz_ensemble(n)
+    dxode.solve(lorenz_ensemble(1000), dxode.Tsit5(), kernel, trajectories=1000, **SOLVE)
+    single, _ = best_of(
+        lambda: dxode.solve(eprob, dxode.Tsit5(), kernel, trajectories=n, **SOLVE), repeat
+    )
+    rows = [["EnsembleKernel(threads=1) (this process)", "-", f"{single:.3f}", "-"]]
+    record["kernel_scaling"] = {"n": n, "seconds": {0: single}}
+    base = None
+    for workers in (1, 2):
+        with (
+            dxode.local_cluster(n_workers=workers) as cluster,
+            distributed.Client(cluster) as client,
+        ):
+            client.wait_for_workers(workers)
+            ensemble = dxode.EnsembleDask(client, kernel=kernel)
+            for _ in range(2):  # every worker compiles (or loads) the kernel, untimed
+                dxode.solve(eprob, dxode.Tsit5(), ensemble, trajectories=n, **SOLVE)
+            elapsed, _ = best_of(
+                lambda e=ensemble: dxode.solve(eprob, dxode.Tsit5(), e, trajectories=n, **SOLVE),
+                repeat,
+            )
+        base = base or elapsed
+        record["kernel_scaling"]["seconds"][workers] = elapsed
+        rows.append(
+            [
+                f"EnsembleDask(kernel=...), LocalCluster({workers} workers)",
+                workers,
+                f"{elapsed:.3f}",
+                f"{base / elapsed:.2f}",
+            ]
+        )
+    return f"### Strong scaling with kernel batches, {n:,} Lorenz trajectories\n\n" + table(
         ["run", "workers", "time (s)", "speedup vs 1 worker"], rows
     )
 
@@ -245,6 +292,7 @@ def machine() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scaling", action="store_true")
+    parser.add_argument("--kernel-scaling", action="store_true")
     parser.add_argument("--overhead", action="store_true")
     parser.add_argument("--uneven", action="store_true")
     parser.add_argument("--memory", action="store_true")
@@ -258,6 +306,8 @@ def main() -> None:
     parts = [f"Machine: {record['machine']}"]
     if args.scaling:
         parts.append(section_scaling(args.n, args.repeat, record))
+    if args.kernel_scaling:
+        parts.append(section_kernel_scaling(args.n, args.repeat, record))
     if args.overhead:
         parts.append(section_overhead(args.n // 4, args.repeat))
     if args.uneven:

@@ -24,6 +24,8 @@ Modules, one job each:
     compiled, the event arrays and the event records.
 ``compiler``
     Compiles generated source once per signature (in memory and on disk), with clear errors.
+``cache``
+    The kernel cache directory, and the remembered answers of the probe compilations.
 ``cpu`` / ``cuda``
     Run a batch of lanes on a device.
 ``ensemble`` / ``single``

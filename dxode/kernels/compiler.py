@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .cache import cache_dir, remembered_mode
 from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError
@@ -34,7 +35,6 @@ __all__ = ["CompiledKernel", "cache_dir", "compile_kernel", "user_function_mode"
 
 _LOCK = threading.Lock()
 _COMPILED: dict[tuple[Any, ...], CompiledKernel] = {}
-_MODES: dict[tuple[Any, ...], bool] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,45 +66,37 @@ class CompiledKernel:
             raise _compile_error(self.f, err) from None
 
 
-def cache_dir() -> Path:
-    """Where generated kernel sources (and numba's cache beside them) are kept."""
-    env = os.environ.get("DXODE_KERNEL_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "dxode" / "kernels"
-
-
 def user_function_mode(
     f: Callable[..., Any], n: int, dtype: str, p_example: Any, target: str
 ) -> bool:
     """Whether ``f`` must get ``u`` as an array (``True``) or takes a tuple (``False``).
 
     ``f`` is type-checked with numba for one lane: first with ``u`` as a tuple of numbers,
-    then as a 1-D array. Raises ``KernelCompileError`` (naming ``f``'s file and line and
-    numba's reason) when neither compiles.
+    then as a 1-D array (the answer is remembered, on disk too: ``cache.remembered_mode``).
+    Raises ``KernelCompileError`` (naming ``f``'s file and line and numba's reason) when
+    neither compiles.
     """
     import numba
     from numba.core import types
 
     p_type = numba.typeof(p_example)
-    key = (function_key(f), n, dtype, str(p_type), target)
-    if key in _MODES:
-        return _MODES[key]
-    dt = getattr(types, dtype)
-    ready = numba_ready(f)
-    first_error = None
-    for as_array in (False, True):
-        u_type = types.Array(dt, 1, "C") if as_array else types.UniTuple(dt, n)
-        try:
-            numba.njit(ready).compile((u_type, p_type, dt))
-        except numba.core.errors.NumbaError as err:
-            first_error = first_error or err
-            continue
-        _MODES[key] = as_array
-        return as_array
-    assert first_error is not None
-    raise _compile_error(f, first_error) from None
+
+    def probe() -> bool:
+        dt = getattr(types, dtype)
+        ready = numba_ready(f)
+        first_error = None
+        for as_array in (False, True):
+            u_type = types.Array(dt, 1, "C") if as_array else types.UniTuple(dt, n)
+            try:
+                numba.njit(ready).compile((u_type, p_type, dt))
+            except numba.core.errors.NumbaError as err:
+                first_error = first_error or err
+                continue
+            return as_array
+        assert first_error is not None
+        raise _compile_error(f, first_error) from None
+
+    return remembered_mode(("f", function_key(f), n, dtype, str(p_type), target), probe)
 
 
 # The generated helpers compiled inline (a module may list its own as ``HELPERS``).

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..events.callbacks import CallbackSet, ContinuousCallback, DiscreteCallback
 from ..events.record import EventRecord
+from .cache import remembered_mode
 from .errors import ARRAY_PATH, KernelCompileError
 from .events_codegen import CallbackLayout, EventLayout, functions
 from .rhs_source import function_key, numba_ready, where_defined
@@ -28,7 +29,6 @@ __all__ = ["EVENT_CAPACITY", "bind_callbacks", "event_layout", "merged_tstops", 
 EVENT_CAPACITY = 8
 
 _ROLES = ("condition", "affect", "terminate")
-_MODES: dict[tuple[Any, ...], bool] = {}
 
 
 def event_layout(callbacks: CallbackSet, n: int, dtype: str, p_example: Any) -> EventLayout:
@@ -96,31 +96,37 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
     from numba.core import types
 
     p_type = numba.typeof(p_example)
-    key = (function_key(fn), type(cb).__name__, role, n, dtype, str(p_type))
-    if key in _MODES:
-        return _MODES[key]
     dt = getattr(types, dtype)
     extra = (types.boolean,) if role == 1 else ()
-    ready = numba_ready(fn)
-    first_error = None
-    for as_array in (False, True):
-        u_type = types.Array(dt, 1, "C") if as_array else types.UniTuple(dt, n)
-        dispatcher = numba.njit(ready)
-        try:
-            dispatcher.compile((u_type, p_type, dt, *extra))
-        except numba.core.errors.NumbaError as err:
-            first_error = first_error or err
-            continue
-        _check_returns(k, cb, role, fn, dispatcher.nopython_signatures[0].return_type, n)
-        _MODES[key] = as_array
-        return as_array
+
+    def probe() -> bool:
+        ready = numba_ready(fn)
+        first_error = None
+        for as_array in (False, True):
+            u_type = types.Array(dt, 1, "C") if as_array else types.UniTuple(dt, n)
+            dispatcher = numba.njit(ready)
+            try:
+                dispatcher.compile((u_type, p_type, dt, *extra))
+            except numba.core.errors.NumbaError as err:
+                first_error = first_error or err
+                continue
+            _check_returns(k, cb, role, fn, dispatcher.nopython_signatures[0].return_type, n)
+            return as_array
+        raise _uncompilable(k, cb, role, fn, first_error) from None
+
+    key = ("callback", function_key(fn), type(cb).__name__, role, n, dtype, str(p_type))
+    return remembered_mode(key, probe)  # remembered on disk too (see ``cache``)
+
+
+def _uncompilable(k: int, cb: Any, role: int, fn: Any, first_error: Any) -> KernelCompileError:
+    """The error for a callback function numba compiles neither way."""
     reason = re.sub(r"\x1b\[[0-9;]*m", "", str(first_error)).split("During: ")[0].strip()
-    raise KernelCompileError(
+    return KernelCompileError(
         f"{_name(k, cb, role)} defined at {where_defined(fn)} cannot be compiled by numba for "
         f"the kernel path; numba says:\n{reason}\nWrite it like f (arithmetic, math/NumPy "
         f"scalar functions, a tuple or list of rows returned; see the kernels guide), or use "
         f"{ARRAY_PATH}, which runs any callback."
-    ) from None
+    )
 
 
 def _name(k: int, cb: Any, role: int) -> str:
