@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("numba")
 
-from dxode.kernels import cache, compiler  # noqa: E402
-from dxode.kernels.errors import KernelCompileError  # noqa: E402
+from dxode.kernels import cache, compiler
+from dxode.kernels.errors import KernelCompileError
 
 
 @pytest.fixture
