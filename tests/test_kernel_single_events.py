@@ -99,18 +99,20 @@ def test_bouncing_ball_gradient_is_the_closed_form(sensealg):
     np.testing.assert_allclose(jac[:, 2], 0.0, atol=1e-12)  # no kick in this span
 
 
-def _mixed_loss(theta, kernel, sensealg=None, saveat=(0.2, 0.5, 0.8, 1.1, 1.4)):
+def _mixed_loss(theta, kernel, sensealg=None, solutions=None):
     """States at the save times, and the events' times and states after them."""
     sol = dxode.solve(
         _problem(theta, 1.4),
         "tsit5",
-        saveat=None if saveat is None else list(saveat),
+        saveat=[0.2, 0.5, 0.8, 1.1, 1.4],
         tstops=[1.0],
         callback=MIXED,
         kernel=kernel,
         sensealg=sensealg,
         **TOL,
     )
+    if solutions is not None:
+        solutions.append(sol)
     events = sol.events
     # The kick, a bounce, the pinned discrete event, a second bounce.
     assert list(events.callback) == [1, 0, 2, 0]
@@ -126,13 +128,22 @@ def _central_differences(func, x, eps=1e-6):
 
 @pytest.mark.slow
 def test_mixed_callbacks_match_the_array_path_and_central_differences():
-    forward = autograd.grad(lambda th: _mixed_loss(th, True, FORWARD))(THETA)
-    adjoint = autograd.grad(lambda th: _mixed_loss(th, True, ADJOINT))(THETA)
+    from autograd.tracer import getval
+
+    traced = []
+    forward = autograd.grad(lambda th: _mixed_loss(th, True, FORWARD, traced))(THETA)
+    adjoint = autograd.grad(lambda th: _mixed_loss(th, True, ADJOINT, traced))(THETA)
     array = autograd.grad(lambda th: _mixed_loss(th, False))(THETA)
     differences = _central_differences(lambda th: _mixed_loss(th, True), THETA)
     np.testing.assert_allclose(forward, array, rtol=1e-9)
     np.testing.assert_allclose(adjoint, forward, rtol=1e-10)
     np.testing.assert_allclose(forward, differences, rtol=1e-6)
+    # The event pass is the plain kernel solve: the same events, bit for bit.
+    plain = []
+    _mixed_loss(THETA, True, solutions=plain)
+    for sol in traced:
+        np.testing.assert_array_equal(getval(sol.events.t), plain[0].events.t)
+        np.testing.assert_allclose(getval(sol.u), plain[0].u, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.slow
