@@ -65,29 +65,36 @@ def _problem(theta, t1):
 
 
 def _after_first_bounce(theta, sensealg):
-    """The state at ``T = 0.6`` (after the first bounce, before the second) and the bounce time."""
+    """The state at ``T = 0.6`` (after the first bounce, before the second) and the event times
+    (the kick at 0.3, the bounce); the discrete callback does not fire before 1.0."""
     sol = dxode.solve(
         _problem(theta, 0.6),
         "tsit5",
         saveat=[0.6],
-        callback=BALL,
+        callback=MIXED,
         kernel=True,
         sensealg=sensealg,
         **TOL,
     )
+    assert list(sol.events.callback) == [1, 0]
     return anp.concatenate([sol.u[-1], sol.events.t])
 
 
-def _closed_form(h0, e, T=0.6):
-    """d(x(T), v(T), t*)/d(h0, e): the ball lands at ``t* = sqrt(2 h0 / g)`` with speed
-    ``w = sqrt(2 g h0)`` and leaves at ``e w``, so ``x(T) = e w s - g s^2 / 2`` and
-    ``v(T) = e w - g s`` with ``s = T - t*``."""
-    t_star, w = math.sqrt(2 * h0 / G), math.sqrt(2 * G * h0)
-    s = T - t_star
-    dt_dh0, dw_dh0 = 1 / w, G / w  # ds/dh0 = -dt*/dh0
-    dx = [e * dw_dh0 * s - e * w * dt_dh0 + G * s * dt_dh0, w * s]
-    dv = [e * dw_dh0 + G * dt_dh0, w]
-    return np.array([dx, dv, [dt_dh0, 0.0]])
+def _closed_form(h0, e, T=0.6, t_kick=0.3):
+    """d(x(T), v(T), t_kick, t*)/d(h0, e, k) at kick ``k = 0``: the ball lands at
+    ``t* = sqrt(2 h0 / g)`` with speed ``w = g t* + k`` and leaves at ``e w``, so
+    ``x(T) = e w s - g s^2 / 2`` and ``v(T) = e w - g s`` with ``s = T - t*``. A kick at
+    ``t_kick`` moves the landing by ``dt*/dk = -(t* - t_kick) / w`` (the implicit function
+    theorem on ``x(t*) = 0`` with ``dx/dk = -(t - t_kick)``, ``dx/dt = -w``)."""
+    t_star = math.sqrt(2 * h0 / G)
+    w, s = G * t_star, T - t_star
+    dt_dk = -(t_star - t_kick) / w
+    columns = []
+    for dt, dw in ((1 / w, G / w), (dt_dk, G * dt_dk + 1)):  # h0, then k
+        columns.append([e * dw * s - (e * w - G * s) * dt, e * dw + G * dt, 0.0, dt])
+    h0_column, k_column = columns
+    e_column = [w * s, w, 0.0, 0.0]
+    return np.array([h0_column, e_column, k_column]).T
 
 
 @pytest.mark.slow
@@ -95,8 +102,7 @@ def _closed_form(h0, e, T=0.6):
 def test_bouncing_ball_gradient_is_the_closed_form(sensealg):
     theta = np.array([1.0, 0.8, 0.0])
     jac = autograd.jacobian(lambda th: _after_first_bounce(th, sensealg))(theta)
-    np.testing.assert_allclose(jac[:, :2], _closed_form(1.0, 0.8), rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(jac[:, 2], 0.0, atol=1e-12)  # no kick in this span
+    np.testing.assert_allclose(jac, _closed_form(1.0, 0.8), rtol=1e-8, atol=1e-10)
 
 
 def _mixed_loss(theta, kernel, sensealg=None, solutions=None):
@@ -150,10 +156,12 @@ def test_mixed_callbacks_match_the_array_path_and_central_differences():
 @pytest.mark.parametrize("terminate", [False, True])
 def test_without_saveat_the_start_and_the_state_after_the_last_event_are_saved(terminate):
     """As on the array path: ``sol.t`` is the span's ends (a terminating bounce ends the
-    solve at the moving event) and ``sol.u[-1]`` is differentiated."""
+    solve at the moving event) and ``sol.u[-1]``, the state after the last event, is
+    differentiated."""
     from autograd.tracer import getval
 
-    callback = dxode.ContinuousCallback(_ground, _bounce, direction="down", terminate=terminate)
+    stop = dxode.ContinuousCallback(_ground, _bounce, direction="down", terminate=True)
+    callback = stop if terminate else MIXED
     solutions = {}
 
     def final(theta, kernel):
@@ -164,8 +172,7 @@ def test_without_saveat_the_start_and_the_state_after_the_last_event_are_saved(t
     kernel = autograd.jacobian(lambda th: final(th, True))(THETA)
     array = autograd.jacobian(lambda th: final(th, False))(THETA)
     np.testing.assert_allclose(kernel, array, rtol=1e-9, atol=1e-12)
-    t_star = math.sqrt(2 * THETA[0] / G)
-    end = t_star if terminate else 0.6
+    end = math.sqrt(2 * THETA[0] / G) if terminate else 0.6
     for sol in solutions.values():
         np.testing.assert_allclose(sol.t, [0.0, end], rtol=1e-10)
         assert sol.retcode == (
