@@ -115,7 +115,7 @@ def solve(
         ``saveat``; no dense output. Ensembles use ``ensemble_alg=EnsembleKernel()``.
         Differentiable with autograd: forward sensitivities compiled with the kernel, or its
         discrete adjoint for many parameters, the derivatives of ``f`` by complex step (or
-        its ``jac`` and ``paramjac``).
+        its ``jac`` and ``paramjac``); through callbacks too (explicit methods).
 
     Other Parameters
     ----------------

@@ -73,3 +73,49 @@ class BouncingBallGradient:
 
     def time_value_and_grad(self, n):
         self.value_and_grad(self.theta)
+
+
+def fall_per_trajectory(u, p, t):  # as the compiled kernels take f: one trajectory's u
+    return [u[1], -p[0] + 0.0 * u[0]]
+
+
+def bounce_per_trajectory(u, p, t, fired):
+    return [u[0], -p[1] * u[1]]
+
+
+BOUNCE_PER_TRAJECTORY = dxode.ContinuousCallback(height, bounce_per_trajectory, direction="down")
+
+
+class SingleBallGradientKernel:
+    """One ball (6 bounces, 40 save times) with ``kernel=True`` (forward sensitivities, the
+    default for 3 inputs) against the array path, the same per-trajectory ``f``."""
+
+    params: ClassVar[list[bool]] = [False, True]
+    param_names: ClassVar[list[str]] = ["kernel"]
+    timeout = 600
+
+    def setup(self, kernel):
+        saves = np.linspace(0.0, 3.0, 40)
+
+        def loss(theta):
+            prob = dxode.ODEProblem(
+                fall_per_trajectory,
+                anp.array([theta[0], 0.0]),
+                (0.0, 3.0),
+                anp.array([9.81, theta[1]]),
+            )
+            options = {"saveat": saves, "rtol": 1e-8, "atol": 1e-8, "kernel": kernel}
+            sol = dxode.solve(prob, callback=BOUNCE_PER_TRAJECTORY, **options)
+            return anp.sum(sol.u[:, 0] ** 2)
+
+        self.loss = loss
+        self.value_and_grad = autograd.value_and_grad(loss)
+        self.theta = np.array([1.0, 0.8])
+        self.value_and_grad(self.theta)  # compile the kernels outside the timing
+        self.loss(self.theta)
+
+    def time_forward(self, kernel):
+        self.loss(self.theta)
+
+    def time_value_and_grad(self, kernel):
+        self.value_and_grad(self.theta)

@@ -80,6 +80,14 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
         }
         return BatchForward(saved, record, outcome, self)
 
+    def event_lanes(
+        self, static: Any, callbacks: Any, u0: Any, leaves: list[Any], t0: Any, t1: Any
+    ) -> tuple[np.ndarray, ...] | None:
+        """The event pass by the plain CPU kernel with the callbacks."""
+        from .event_pass import kernel_event_log
+
+        return kernel_event_log(static, callbacks, u0, leaves, t0, t1)
+
     def backward(
         self, static: Any, record: Any, leaves: list[Any], retcode: Any, t0: Any, g: Any
     ) -> Any:

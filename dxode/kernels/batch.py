@@ -23,7 +23,7 @@ from .events import EVENT_CAPACITY, event_arrays, event_layout, merged_tstops
 from .rhs_source import ParamLayout
 from .rosenbrock_description import RosenbrockDescription, stiff_derivatives
 
-__all__ = ["KernelBatch", "KernelResult", "lane_params"]
+__all__ = ["KernelBatch", "KernelResult", "check_callback_method", "lane_params"]
 
 DEFAULT_BLOCK = 32
 
@@ -135,11 +135,7 @@ class KernelBatch:
         n = int(self.u0.shape[0])
         derivatives: tuple[tuple[str, Any], ...] = ()
         mode = lambda fn: user_function_mode(fn, n, dtype, example, target)
-        if self.callbacks is not None and not isinstance(desc, StepperDescription):
-            raise KernelUnsupportedError(
-                f"the compiled kernels run callbacks with explicit Runge–Kutta methods only, "
-                f"not {type(opts.alg).__name__}; use {ARRAY_PATH}"
-            )
+        check_callback_method(self.callbacks, opts.alg)
         if isinstance(desc, RosenbrockDescription):
             desc, derivatives = stiff_derivatives(desc, opts.alg, n, self.jac, self.tgrad, mode)
         elif isinstance(desc, AutoSwitchDescription):
@@ -273,6 +269,16 @@ def lane_params(p: Any, lane_leaf: list[bool], lanes: int, dtype: Any) -> tuple[
     }
     row_dtype = np.dtype(dtype) if kinds == {np.dtype(dtype)} else np.float64
     return layout, np.ascontiguousarray(np.concatenate(rows).astype(row_dtype))
+
+
+def check_callback_method(callbacks: Any, alg: Any) -> None:
+    """Refuse callbacks with a method other than an explicit Runge–Kutta one (the kernels
+    locate events in the explicit methods' dense output only), naming the array path."""
+    if callbacks is not None and not isinstance(describe(alg), StepperDescription):
+        raise KernelUnsupportedError(
+            f"the compiled kernels run callbacks with explicit Runge–Kutta methods only, "
+            f"not {type(alg).__name__}; use {ARRAY_PATH}"
+        )
 
 
 def _host(x: Any) -> Any:

@@ -106,6 +106,19 @@ class KernelForwardSensitivity(ForwardSensitivity):
         }
         return BatchForward(np.ascontiguousarray(saved[..., :n]), record, outcome, self)
 
+    def event_lanes(
+        self, static: Any, callbacks: Any, u0: Any, leaves: list[Any], t0: Any, t1: Any
+    ) -> tuple[np.ndarray, ...] | None:
+        """The event pass by the plain CPU kernel with the callbacks (``None`` on CUDA: the
+        array path's pass)."""
+        if self.device != "cpu":
+            return None
+        from .event_pass import kernel_event_log
+
+        return kernel_event_log(
+            static, callbacks, u0, leaves, t0, t1, block=self.block_size, threads=self.threads
+        )
+
     def _adjoint_instead(self, static: Any, n: int, inputs: int) -> bool:
         """Whether the default hands this batch to the discrete adjoint: more than
         ``adjoint_above`` differentiated inputs or ``MAX_FORWARD_COMPONENTS``, on the CPU,

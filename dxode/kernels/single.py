@@ -18,7 +18,7 @@ from .._solution import ODESolution, SolverStats
 from .._timegrid import save_times, stop_times
 from ..events.callbacks import check_preset_times
 from ..events.record import with_points_after
-from .batch import KernelBatch, lane_params
+from .batch import KernelBatch, check_callback_method, lane_params
 from .cpu import run_cpu
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
@@ -51,13 +51,10 @@ def solve_kernel(
 
     opts = SolverOptions.from_user(alg, **options)
     opts.check_state(prob.u0)
+    check_preset_times(callback, *sorted(float(t) for t in prob.tspan))
     if is_traced(prob.u0, prob.p):
-        if callback is not None:
-            raise KernelUnsupportedError(
-                f"the compiled kernels differentiate no callbacks yet; differentiate a solve "
-                f"with callbacks with {ARRAY_PATH}"
-            )
-        return _solve_traced(prob, opts, saveat, tstops, sensealg)
+        check_callback_method(callback, opts.alg)
+        return _solve_traced(prob, opts, saveat, tstops, sensealg, callback)
     if sensealg is not None:  # nothing to differentiate: only checked
         from .gradients import kernel_sensealg
 
@@ -65,7 +62,6 @@ def solve_kernel(
     u0 = np.asarray(prob.u0)
     check_state(u0)
     t0, t1 = (float(t) for t in prob.tspan)
-    check_preset_times(callback, *sorted((t0, t1)))
     grid = save_times(saveat, t0, t1)
     stops = stop_times(tstops, t0, t1)
     layout, params = lane_params(prob.p, [False] * len(_pytree.leaves(prob.p)), 1, u0.dtype)
@@ -110,14 +106,22 @@ def solve_kernel(
 
 
 def _solve_traced(
-    prob: ODEProblem, opts: SolverOptions, saveat: Any, tstops: Any, sensealg: Any
+    prob: ODEProblem,
+    opts: SolverOptions,
+    saveat: Any,
+    tstops: Any,
+    sensealg: Any,
+    callbacks: Any,
 ) -> ODESolution:
-    """A differentiated kernel solve: forward sensitivities compiled with the kernel (see
-    ``gradients``). Without ``saveat`` the end points are saved, as on the array path."""
+    """A differentiated kernel solve: forward sensitivities compiled with the kernel, or its
+    discrete adjoint (see ``gradients``); with ``callbacks`` (a ``CallbackSet``) event to event,
+    each segment through them (``sensitivity.event_segments``). Without ``saveat`` the end
+    points are saved (with callbacks: the start and the final state after the last event), as
+    on the array path."""
     from autograd.tracer import getval
 
     from ..sensitivity.entry import solve_single_traced
     from .gradients import kernel_sensealg
 
     check_state(np.asarray(getval(prob.u0)))
-    return solve_single_traced(prob, opts, saveat, tstops, kernel_sensealg(sensealg))
+    return solve_single_traced(prob, opts, saveat, tstops, kernel_sensealg(sensealg), callbacks)

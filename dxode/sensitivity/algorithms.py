@@ -34,6 +34,14 @@ class _Sensitivity:
         them, as a solve without gradients does)."""
         return True
 
+    def event_lanes(
+        self, static: Any, callbacks: Any, u0: Any, leaves: list[Any], t0: Any, t1: Any
+    ) -> tuple[Any, ...] | None:
+        """The event pass of a differentiated solve with callbacks for lanes ``u0``
+        ``(*shape, L)``, ``(lane, t, callback, retcode)``, where the algorithm runs it itself
+        (a compiled kernel); ``None``: the array path's pass (``event_plan``)."""
+        return None
+
     def forward(self, static: Any, batch: BatchRHS, inputs: BatchInputs) -> BatchForward:
         """One batch's forward pass: its saved states, statistics and record."""
         from .passes import finished, integrate_batch

@@ -59,9 +59,16 @@ def find_events(
 def _events_task(
     static: Any, callbacks: Any, u0: np.ndarray, leaves: list[Any], lanes: slice
 ) -> tuple[np.ndarray, ...]:
-    """One batch's event pass: ``(lane, t, callback, retcode)`` on the host."""
+    """One batch's event pass: ``(lane, t, callback, retcode)`` on the host (by the
+    sensitivity algorithm's compiled kernel where it has one, else by the array path)."""
     from .passes import _functions
 
+    by_kernel = static.sensealg.event_lanes(
+        static, callbacks, u0, leaves, static.t0[lanes], static.t1[lanes]
+    )
+    if by_kernel is not None:
+        lane, t, callback, retcode = by_kernel
+        return lane + lanes.start, t, callback, retcode
     backend = get_backend("numpy")
     problem = lane_problem(
         backend,
