@@ -34,6 +34,10 @@ Modules, one job each:
     Gradients: a complex copy of ``f`` (refusing what complex step cannot differentiate),
     the forward-sensitivity RHS generated from it (or from ``jac``/``paramjac``), and the
     sensitivity algorithm that integrates it with the kernel for autograd.
+``adjoint`` / ``adjoint_sweep`` / ``adjoint_backward`` / ``adjoint_params``
+    The kernel's discrete adjoint: recorded steps per lane and the compiled backward sweep.
+``event_pass``
+    A differentiated solve's event pass (the events without gradients) run by the kernel.
 
 numba is imported lazily: importing this package does not need it.
 """
