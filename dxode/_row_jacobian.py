@@ -66,38 +66,42 @@ def linearize(
             raise
         raise TypeError(_PLAIN_NUMPY) from exc
     jac = np.reshape(out.reshape(-1)[: n * sum(sizes) * k], (n, sum(sizes), k))
+    jac[...] = 0.0
     ones = np.ones(k, dtype=y.dtype)
     bounds = list(itertools.pairwise(itertools.accumulate(sizes, initial=0)))
+    shapes = [y.shape, *(leaves[i].shape for i in lane_wrt)]
     for r, row in enumerate(rows):
         if getattr(row, "dtype", None) == np.dtype(object):
             raise TypeError(_PLAIN_NUMPY)
-        traced = isbox(row) and row._trace == trace  # else row r is constant in y and q
-        bars = _root_cotangents(ones, row._node, roots) if traced else [None] * len(roots)
-        for (a, b), bar in zip(bounds, bars, strict=True):
-            if bar is None:
-                jac[r, a:b] = 0.0
-            else:
-                jac[r, a:b] = np.reshape(np.asarray(bar), (b - a, k))
+        if isbox(row) and row._trace == trace:  # else row r is constant in y and q
+            parts = [np.reshape(jac[r, a:b], s) for (a, b), s in zip(bounds, shapes, strict=True)]
+            _reverse_into(ones, row._node, roots, parts)
     return jac
 
 
-def _root_cotangents(g: Array, end: Any, roots: list[Any]) -> list[Any]:
+def _reverse_into(g: Array, end: Any, roots: list[Any], parts: list[Array]) -> None:
     """Autograd's reverse pass from ``end`` with cotangent ``g`` (``autograd.core
-    .backward_pass``), keeping the cotangent of each of several ``roots`` (``None``: ``end``
-    does not depend on it)."""
+    .backward_pass``), adding the cotangent of each of several ``roots`` into its zeroed
+    ``parts`` array in place: autograd accumulates into an array it is handed as mutable,
+    so no root cotangent is allocated and copied (for a chunk's columns, that traffic
+    cost more than the arithmetic)."""
     from autograd.core import add_outgrads
     from autograd.util import toposort
 
-    outgrads = {end: (g, False)}
-    found: dict[int, Any] = {}
-    wanted = {id(root) for root in roots}
+    outgrads: dict[Any, tuple[Array, bool]] = {
+        root: (part, True) for root, part in zip(roots, parts, strict=True)
+    }
+    outgrads[end] = add_outgrads(outgrads.get(end), g)
+    reached = {id(root): part for root, part in zip(roots, parts, strict=True)}
     for node in toposort(end):
         outgrad = outgrads.pop(node)[0]
-        if id(node) in wanted:
-            found[id(node)] = outgrad
+        if id(node) in reached:
+            reached[id(node)] = outgrad
         for parent, ingrad in zip(node.parents, node.vjp(outgrad), strict=True):
             outgrads[parent] = add_outgrads(outgrads.get(parent), ingrad)
-    return [found.get(id(root)) for root in roots]
+    for root, part in zip(roots, parts, strict=True):
+        if reached[id(root)] is not part:  # autograd replaced rather than added in place
+            part[...] = reached[id(root)]
 
 
 def parameter_vjp(

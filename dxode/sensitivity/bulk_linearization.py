@@ -175,14 +175,12 @@ class BulkSweep:
         self, jac: Array, k_bars: Array, state: Array, t: Array, leaves: list[Any]
     ) -> list[Any]:
         """The chunk's parameter cotangents, one entry per differentiated leaf: per-lane
-        leaves traced with the state from their Jacobian columns (``Σ_r J[r, q] k̄_r``, per
-        column, rows in order), the others from ONE VJP over the chunk's columns."""
+        leaves traced with the state from their Jacobian columns (``Σ_r J[r, q] k̄_r`` per
+        column), the others from ONE VJP over the chunk's columns."""
         sweep, n = self.sweep, self.n
         bars: dict[int, Any] = {}
         if self.lane_wrt:
-            q_bars = jac[0, n:] * k_bars[0]
-            for r in range(1, n):
-                q_bars += jac[r, n:] * k_bars[r]
+            q_bars = np.einsum("rqk,rk->qk", jac[:, n:], k_bars)
             offset = 0
             for i in self.lane_wrt:
                 size = _lane_rows(leaves[i])
@@ -311,7 +309,7 @@ class _StageVJP:
     ``handle = (a, b)`` of the chunk's state Jacobians ``J`` ``(n, n, K)``; keeps ``v`` (the
     stage's ``k̄``) in column ``a .. b`` of ``k_bars`` ``(n, K)`` for the parameter
     cotangents. NumPy only (as the bulk linearization): ``Jᵀ v`` is written into ``out`` where
-    given, its ``n`` terms added in order (as ``ordered_sum``)."""
+    given (one ``einsum``: its ``n`` terms added in order, as by ``ordered_sum``)."""
 
     def __init__(self, jac: Array, k_bars: Array) -> None:
         self.jac, self.k_bars = jac, k_bars
@@ -324,10 +322,7 @@ class _StageVJP:
         n = self.k_bars.shape[0]
         flat = np.reshape(v, (n, b - a))
         self.k_bars[:, a:b] = flat
-        jac = self.jac[:, :, a:b]
         if out is None or out.shape != v.shape or not out.flags.c_contiguous:
             out = np.empty(v.shape, dtype=self.k_bars.dtype)
-        y_bar = np.multiply(jac[0], flat[0], out=np.reshape(out, (n, b - a)))
-        for r in range(1, n):
-            y_bar += jac[r] * flat[r]
+        np.einsum("rcw,rw->cw", self.jac[:, :, a:b], flat, out=np.reshape(out, (n, b - a)))
         return out, []
