@@ -55,35 +55,15 @@ def section_scaling(n: int, repeat: int, record: dict) -> str:
 
     The times also go into ``record["scaling"]`` (workers 0 = this process).
     """
-    import distributed
-
     eprob = lorenz_ensemble(n)
-    rows = []
-    single, _ = best_of(lambda: dxode.solve(eprob, dxode.Tsit5(), trajectories=n, **SOLVE), repeat)
-    rows.append(["EnsembleArray (this process)", "-", f"{single:.2f}", "-"])
-    record["scaling"] = {"n": n, "seconds": {0: single}}
-    base = None
-    for workers in (1, 2):
-        with (
-            dxode.local_cluster(n_workers=workers) as cluster,
-            distributed.Client(cluster) as client,
-        ):
-            client.wait_for_workers(workers)
-            dxode.solve(lorenz_ensemble(1000), dxode.Tsit5(), client, trajectories=1000, **SOLVE)
-            elapsed, _ = best_of(
-                lambda c=client: dxode.solve(eprob, dxode.Tsit5(), c, trajectories=n, **SOLVE),
-                repeat,
-            )
-        base = base or elapsed
-        record["scaling"]["seconds"][workers] = elapsed
-        rows.append(
-            [
-                f"EnsembleDask, LocalCluster({workers} workers)",
-                workers,
-                f"{elapsed:.2f}",
-                f"{base / elapsed:.2f}",
-            ]
-        )
+    rows = _strong_scaling(
+        eprob,
+        n,
+        repeat,
+        here=("EnsembleArray (this process)", None),
+        on_cluster=("EnsembleDask", dxode.EnsembleDask),
+        record=record.setdefault("scaling", {"n": n}),
+    )
     return f"### Strong scaling, {n:,} Lorenz trajectories\n\n" + table(
         ["run", "workers", "time (s)", "speedup vs 1 worker"], rows
     )
@@ -92,20 +72,47 @@ def section_scaling(n: int, repeat: int, record: dict) -> str:
 def section_kernel_scaling(n: int, repeat: int, record: dict) -> str:
     """The compiled kernel, one thread: in this process vs ``EnsembleDask(kernel=...)`` on
     LocalClusters of 1 and 2 single-threaded worker processes (each worker compiles, or
-    loads from numba's disk cache, during the warm-up solve, which is not timed).
+    loads from numba's disk cache, during the warm-up solves, which are not timed).
 
     The times also go into ``record["kernel_scaling"]`` (workers 0 = this process).
     """
+    kernel = dxode.EnsembleKernel(threads=1)
+    rows = _strong_scaling(
+        lorenz_ensemble(n),
+        n,
+        repeat,
+        here=("EnsembleKernel(threads=1) (this process)", kernel),
+        on_cluster=("EnsembleDask(kernel=...)", lambda c: dxode.EnsembleDask(c, kernel=kernel)),
+        record=record.setdefault("kernel_scaling", {"n": n}),
+    )
+    return f"### Strong scaling with kernel batches, {n:,} Lorenz trajectories\n\n" + table(
+        ["run", "workers", "time (s)", "speedup vs 1 worker"], rows
+    )
+
+
+def _strong_scaling(
+    eprob: dxode.EnsembleProblem,
+    n: int,
+    repeat: int,
+    here: tuple[str, object],
+    on_cluster: tuple[str, object],
+    record: dict,
+) -> list[list[object]]:
+    """Best-of-``repeat`` times of ``eprob`` solved in this process with ``here``'s ensemble
+    algorithm, then with ``on_cluster``'s (made from a client) on LocalClusters of 1 and 2
+    worker processes, after an untimed warm-up solve each; the times go into
+    ``record["seconds"]`` by worker count (0: this process)."""
     import distributed
 
-    kernel = dxode.EnsembleKernel(threads=1)
-    eprob = lorenz_ensemble(n)
-    dxode.solve(lorenz_ensemble(1000), dxode.Tsit5(), kernel, trajectories=1000, **SOLVE)
-    single, _ = best_of(
-        lambda: dxode.solve(eprob, dxode.Tsit5(), kernel, trajectories=n, **SOLVE), repeat
-    )
-    rows = [["EnsembleKernel(threads=1) (this process)", "-", f"{single:.3f}", "-"]]
-    record["kernel_scaling"] = {"n": n, "seconds": {0: single}}
+    def solve(algorithm: object) -> object:
+        return dxode.solve(eprob, dxode.Tsit5(), algorithm, trajectories=n, **SOLVE)
+
+    label, algorithm = here
+    solve(algorithm)
+    single, _ = best_of(lambda: solve(algorithm), repeat)
+    rows: list[list[object]] = [[label, "-", f"{single:.3f}", "-"]]
+    record["seconds"] = {0: single}
+    label, make = on_cluster
     base = None
     for workers in (1, 2):
         with (
@@ -113,26 +120,20 @@ def section_kernel_scaling(n: int, repeat: int, record: dict) -> str:
             distributed.Client(cluster) as client,
         ):
             client.wait_for_workers(workers)
-            ensemble = dxode.EnsembleDask(client, kernel=kernel)
-            for _ in range(2):  # every worker compiles (or loads) the kernel, untimed
-                dxode.solve(eprob, dxode.Tsit5(), ensemble, trajectories=n, **SOLVE)
-            elapsed, _ = best_of(
-                lambda e=ensemble: dxode.solve(eprob, dxode.Tsit5(), e, trajectories=n, **SOLVE),
-                repeat,
-            )
+            ensemble = make(client)
+            solve(ensemble)  # untimed: the workers import dxode, load or compile kernels
+            elapsed, _ = best_of(lambda e=ensemble: solve(e), repeat)
         base = base or elapsed
-        record["kernel_scaling"]["seconds"][workers] = elapsed
+        record["seconds"][workers] = elapsed
         rows.append(
             [
-                f"EnsembleDask(kernel=...), LocalCluster({workers} workers)",
+                f"{label}, LocalCluster({workers} workers)",
                 workers,
                 f"{elapsed:.3f}",
                 f"{base / elapsed:.2f}",
             ]
         )
-    return f"### Strong scaling with kernel batches, {n:,} Lorenz trajectories\n\n" + table(
-        ["run", "workers", "time (s)", "speedup vs 1 worker"], rows
-    )
+    return rows
 
 
 def section_overhead(n: int, repeat: int) -> str:
