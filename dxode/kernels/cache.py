@@ -10,6 +10,7 @@ remembered here too, keyed by everything that decides it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -17,7 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cache_dir", "remembered_mode"]
+from .rhs_source import numba_ready
+
+__all__ = ["cache_dir", "probed_mode", "remembered_mode", "write_atomically"]
 
 _MODES: dict[tuple[Any, ...], bool] = {}
 _ANSWERS = {"tuple": False, "array": True}
@@ -30,6 +33,45 @@ def cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
     return Path(base) / "dxode" / "kernels"
+
+
+def probed_mode(
+    key: tuple[Any, ...],
+    fn: Callable[..., Any],
+    n: int,
+    dtype: str,
+    rest: tuple[Any, ...],
+    error: Callable[[Exception], Exception],
+    check: Callable[[Any], None] | None = None,
+) -> bool:
+    """Whether the user function ``fn`` takes ``u`` as an array (``True``) or as a tuple of
+    ``n`` numbers of ``dtype`` (``False``, tried first), its other arguments' numba types
+    being ``rest``: compiled for one lane each way until one compiles, then
+    ``check(dispatcher)`` (what it returns); neither compiling raises ``error(numba's first
+    error)``. Remembered by ``key`` (``remembered_mode``)."""
+
+    def probe() -> bool:
+        import numba
+        from numba.core import types
+
+        ready = numba_ready(fn)
+        dt = getattr(types, dtype)
+        first_error = None
+        for as_array in (False, True):
+            u_type = types.Array(dt, 1, "C") if as_array else types.UniTuple(dt, n)
+            dispatcher = numba.njit(ready)
+            try:
+                dispatcher.compile((u_type, *rest))
+            except numba.core.errors.NumbaError as err:
+                first_error = first_error or err
+                continue
+            if check is not None:
+                check(dispatcher)
+            return as_array
+        assert first_error is not None
+        raise error(first_error) from None
+
+    return remembered_mode(key, probe)
 
 
 def remembered_mode(key: tuple[Any, ...], probe: Callable[[], bool]) -> bool:
@@ -49,17 +91,16 @@ def remembered_mode(key: tuple[Any, ...], probe: Callable[[], bool]) -> bool:
         answer = None
     if answer is None:
         answer = probe()
-        _write(path, "array" if answer else "tuple")
+        with contextlib.suppress(OSError):  # an unwritable cache only costs the probe
+            write_atomically(path, "array" if answer else "tuple")
     _MODES[key] = answer
     return answer
 
 
-def _write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically; an unwritable cache only costs the probe."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (its directory made if missing) through a temporary file
+    and a rename, so that other processes see the old or the new contents, whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
-import os
 import re
 import sys
 import threading
@@ -22,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import cache_dir, remembered_mode
+from .cache import cache_dir, probed_mode, write_atomically
 from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError
@@ -72,7 +71,7 @@ def user_function_mode(
     """Whether ``f`` must get ``u`` as an array (``True``) or takes a tuple (``False``).
 
     ``f`` is type-checked with numba for one lane: first with ``u`` as a tuple of numbers,
-    then as a 1-D array (the answer is remembered, on disk too: ``cache.remembered_mode``).
+    then as a 1-D array (the answer is remembered, on disk too: ``cache.probed_mode``).
     Raises ``KernelCompileError`` (naming ``f``'s file and line and numba's reason) when
     neither compiles.
     """
@@ -80,23 +79,9 @@ def user_function_mode(
     from numba.core import types
 
     p_type = numba.typeof(p_example)
-
-    def probe() -> bool:
-        dt = getattr(types, dtype)
-        ready = numba_ready(f)
-        first_error = None
-        for as_array in (False, True):
-            u_type = types.Array(dt, 1, "C") if as_array else types.UniTuple(dt, n)
-            try:
-                numba.njit(ready).compile((u_type, p_type, dt))
-            except numba.core.errors.NumbaError as err:
-                first_error = first_error or err
-                continue
-            return as_array
-        assert first_error is not None
-        raise _compile_error(f, first_error) from None
-
-    return remembered_mode(("f", function_key(f), n, dtype, str(p_type), target), probe)
+    key = ("f", function_key(f), n, dtype, str(p_type), target)
+    rest = (p_type, getattr(types, dtype))
+    return probed_mode(key, f, n, dtype, rest, lambda err: _compile_error(f, err))
 
 
 # The generated helpers compiled inline (a module may list its own as ``HELPERS``).
@@ -221,13 +206,9 @@ def _build(
 
 
 def _write_source(source: str, name: str) -> Path:
-    directory = cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
+    path = cache_dir() / name
     if not path.exists() or path.read_text() != source:
-        tmp = directory / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
-        tmp.write_text(source)
-        os.replace(tmp, path)
+        write_atomically(path, source)
     return path
 
 

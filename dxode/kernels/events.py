@@ -18,7 +18,7 @@ import numpy as np
 
 from ..events.callbacks import CallbackSet, ContinuousCallback, DiscreteCallback
 from ..events.record import EventRecord
-from .cache import remembered_mode
+from .cache import probed_mode
 from .errors import ARRAY_PATH, KernelCompileError
 from .events_codegen import CallbackLayout, EventLayout, functions
 from .rhs_source import function_key, numba_ready, where_defined
@@ -97,25 +97,14 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
 
     p_type = numba.typeof(p_example)
     dt = getattr(types, dtype)
-    extra = (types.boolean,) if role == 1 else ()
+    rest = (p_type, dt, types.boolean) if role == 1 else (p_type, dt)
 
-    def probe() -> bool:
-        ready = numba_ready(fn)
-        first_error = None
-        for as_array in (False, True):
-            u_type = types.Array(dt, 1, "C") if as_array else types.UniTuple(dt, n)
-            dispatcher = numba.njit(ready)
-            try:
-                dispatcher.compile((u_type, p_type, dt, *extra))
-            except numba.core.errors.NumbaError as err:
-                first_error = first_error or err
-                continue
-            _check_returns(k, cb, role, fn, dispatcher.nopython_signatures[0].return_type, n)
-            return as_array
-        raise _uncompilable(k, cb, role, fn, first_error) from None
+    def check(dispatcher: Any) -> None:
+        _check_returns(k, cb, role, fn, dispatcher.nopython_signatures[0].return_type, n)
 
     key = ("callback", function_key(fn), type(cb).__name__, role, n, dtype, str(p_type))
-    return remembered_mode(key, probe)  # remembered on disk too (see ``cache``)
+    error = lambda err: _uncompilable(k, cb, role, fn, err)
+    return probed_mode(key, fn, n, dtype, rest, error, check)  # remembered on disk too
 
 
 def _uncompilable(k: int, cb: Any, role: int, fn: Any, first_error: Any) -> KernelCompileError:

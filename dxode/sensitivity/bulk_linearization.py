@@ -309,7 +309,7 @@ class _StageVJP:
     ``handle = (a, b)`` of the chunk's state Jacobians ``J`` ``(n, n, K)``; keeps ``v`` (the
     stage's ``k̄``) in column ``a .. b`` of ``k_bars`` ``(n, K)`` for the parameter
     cotangents. NumPy only (as the bulk linearization): ``Jᵀ v`` is written into ``out`` where
-    given (one ``einsum``: its ``n`` terms added in order, as by ``ordered_sum``)."""
+    given (one ``einsum`` over the ``n`` rows)."""
 
     def __init__(self, jac: Array, k_bars: Array) -> None:
         self.jac, self.k_bars = jac, k_bars
