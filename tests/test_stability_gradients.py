@@ -139,6 +139,42 @@ def test_an_ensemble_with_one_stability_limited_trajectory():
     assert relative_error(g, ref) < 1e-6
 
 
+def test_probes_side_by_side_are_bitwise_those_taken_one_at_a_time(monkeypatch):
+    # The power iterations of a batch's probes share calls of f; each lane's rate must be
+    # that of its probe alone. Three lanes with different conductivities and tspans, so the
+    # working sets shrink and the probes differ in width.
+    from dxode.sensitivity import stability
+
+    probe = stability._probe_rates
+    compared = []
+
+    def both(backend, rhs_for, params, trials, n_lanes, single_lane=False):
+        together = probe(backend, rhs_for, params, trials, n_lanes)
+        alone = probe(backend, rhs_for, params, trials, n_lanes, single_lane=True)
+        np.testing.assert_array_equal(together[0], alone[0])
+        np.testing.assert_array_equal(together[1], alone[1])
+        compared.append(np.count_nonzero(together[1], axis=1))
+        return together
+
+    monkeypatch.setattr(stability, "_probe_rates", both)
+    shifts = np.array([[0.0, 0.0, 0.0, 0.0], [-1.0, 0.2, 0.0, 0.0], [-2.0, 0.3, 0.1, 0.0]])
+
+    def loss(theta):
+        thetas = anp.stack([theta + shift for shift in shifts], axis=-1)
+        prob = dxode.ODEProblem(heat, X[1:-1] * (1 - X[1:-1]), (0.0, 0.5), theta)
+        spans = np.array([[0.0, 0.5], [0.0, 0.3], [0.0, 0.4]])
+        eprob = dxode.EnsembleProblem(prob, p=thetas.T, tspan=spans)
+        sim = dxode.solve(
+            eprob, dxode.Tsit5(), trajectories=3, saveat=[0.1, 0.2, 0.3], rtol=1e-4, atol=1e-6
+        )
+        return anp.sum(sim.u**2)
+
+    with pytest.raises(ValueError, match="one tspan"):
+        autograd.grad(loss)(THETA0)
+    widths = compared[0]
+    assert widths[0] == 3 and widths[-1] == 1  # probes of three lanes and of one
+
+
 def test_per_trajectory_tspans_refuse_with_forward_sensitivities_named():
     def loss(theta):
         prob = dxode.ODEProblem(heat, 1.2 * np.sin(np.pi * X[1:-1]), (0.0, 0.5), theta)

@@ -26,17 +26,22 @@ contains, and missed an Allen–Cahn problem whose symmetric modes are unexcited
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from ..backends import to_host
+from ..backends._base import ordered_sum
 from ..integrator.lanes import Trial
 
 # Power iterations for the Jacobian's dominant eigenvalue: at most this many states along
 # each batch's solve, this many iterations each.
 _PROBES = 8
 _ITERATIONS = 12
+# Probes of a batch run side by side up to this many state elements (their Python cost per
+# call dominates for small working sets; large ones gain nothing from sharing a call).
+_SIDE_BY_SIDE = 1 << 18
 
 
 def stability_limited(
@@ -46,6 +51,7 @@ def stability_limited(
     trials: list[Trial],
     succeeded: np.ndarray,
     interval: float,
+    single_lane: bool = False,
 ) -> tuple[np.ndarray, float]:
     """Lanes (among the ``succeeded`` ones, an ``(L,)`` host mask) with an accepted step
     ``h`` beyond the stability interval, ``|h| ρ > interval``, and the largest such ``ρ``.
@@ -53,11 +59,12 @@ def stability_limited(
     ``ρ`` comes from power iterations on the Jacobian at up to ``_PROBES`` states along the
     solve (so it also sees the modes the solution does not contain, which frozen steps
     amplify unseen): for a step, the larger of the probes before and after it.
-    ``rhs_for(params)`` is the batch's lane RHS (``params`` its per-lane parameters).
+    ``rhs_for(params)`` is the batch's lane RHS (``params`` its per-lane parameters);
+    ``single_lane``: it takes one trajectory (no lane axis in ``f``).
     """
     xp = backend.xp
     limited = np.zeros(succeeded.shape[0], dtype=bool)
-    probes = _probe_rates(backend, rhs_for, params, trials, succeeded.shape[0])
+    probes = _probe_rates(backend, rhs_for, params, trials, succeeded.shape[0], single_lane)
     if probes is None:
         return limited, 0.0
     at, rates = probes
@@ -79,27 +86,61 @@ def stability_limited(
 
 
 def _probe_rates(
-    backend: Any, rhs_for: Any, params: tuple, trials: list[Trial], n_lanes: int
+    backend: Any,
+    rhs_for: Any,
+    params: tuple,
+    trials: list[Trial],
+    n_lanes: int,
+    single_lane: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Power-iteration estimates of ``|λ|max`` at up to ``_PROBES`` trials' start states:
     the trials' indices ``(P,)`` and the rates ``(P, L)`` (zero for lanes not in a trial's
-    working set), or ``None`` when no trial kept its start state."""
+    working set), or ``None`` when no trial kept its start state.
+
+    Small working sets' probes run side by side as one working set: each lane's rate has
+    the bits of its probe on its own, as ``f`` computes each lane on its own and the norms
+    add in order. A single trajectory (``single_lane``: ``f`` sees no lane axis) probes one
+    state after another."""
     xp = backend.xp
     kept = [j for j, trial in enumerate(trials) if _start_state(trial) is not None]
     if not kept:
         return None
     every = max(1, -(-len(kept) // _PROBES))
     chosen = kept[::every]
-    rates = np.zeros((len(chosen), n_lanes))
     rng = np.random.default_rng(0)
+    sizes = [math.prod(_start_state(trials[j]).shape) for j in chosen]
+    groups = _side_by_side(chosen, sizes, 0 if single_lane else _SIDE_BY_SIDE)
+    found = []
+    for group in groups:
+        lanes = xp.concat([trials[j].lane for j in group])
+        u = xp.concat([_start_state(trials[j]) for j in group], axis=-1)
+        starts = [rng.standard_normal(tuple(_start_state(trials[j]).shape)) for j in group]
+        start = backend.asarray(np.concatenate(starts, axis=-1), dtype=u.dtype)
+        t = xp.concat([trials[j].t for j in group])
+        rhs = rhs_for(tuple(xp.take(p, lanes, axis=-1) for p in params))
+        found.append(to_host(_power_iteration(backend, rhs, u, t, start)))
+    rate = np.concatenate([np.asarray(r) for r in found])
+    rates = np.zeros((len(chosen), n_lanes))
+    offset = 0
     for row, j in enumerate(chosen):
-        trial = trials[j]
-        u = _start_state(trial)
-        rhs = rhs_for(tuple(xp.take(p, trial.lane, axis=-1) for p in params))
-        start = backend.asarray(rng.standard_normal(tuple(u.shape)), dtype=u.dtype)
-        rate = _power_iteration(backend, rhs, u, trial.t, start)
-        rates[row, np.asarray(to_host(trial.lane))] = np.asarray(to_host(rate))
+        lane = np.asarray(to_host(trials[j].lane))
+        rates[row, lane] = rate[offset : offset + lane.shape[0]]
+        offset += lane.shape[0]
     return np.asarray(chosen), rates
+
+
+def _side_by_side(chosen: list[int], sizes: list[int], budget: int) -> list[list[int]]:
+    """``chosen`` (with ``sizes`` elements each) cut into consecutive groups of at most
+    ``budget`` elements in all (a larger one alone)."""
+    groups: list[list[int]] = []
+    total = 0
+    for j, size in zip(chosen, sizes, strict=True):
+        if not groups or total + size > budget:
+            groups.append([])
+            total = 0
+        groups[-1].append(j)
+        total += size
+    return groups
 
 
 def _start_state(trial: Trial) -> Any:
@@ -113,11 +154,11 @@ def _power_iteration(backend: Any, rhs: Any, u: Any, t: Any, v: Any) -> Any:
     """``||J v|| / ||v||`` per lane after ``_ITERATIONS`` power iterations from ``v``, with
     ``J v`` the forward difference ``(f(u + ε v) - f(u)) / ε``."""
     xp = backend.xp
-    axes = tuple(range(u.ndim - 1))
     eps = float(np.sqrt(xp.finfo(u.dtype).eps))
+    rows = (math.prod(u.shape[:-1]), u.shape[-1])
 
-    def norm(x: Any) -> Any:
-        return xp.sqrt(xp.sum(x * x, axis=axes))
+    def norm(x: Any) -> Any:  # added in order: the same bits for any number of lanes
+        return xp.sqrt(ordered_sum(xp, xp.reshape(x * x, rows)))
 
     with backend.ignore_fp_errors():
         f0 = rhs(u, t)
