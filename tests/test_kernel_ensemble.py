@@ -49,16 +49,21 @@ def test_per_trajectory_tspans():
 
 
 def test_results_are_bitwise_independent_of_batch_block_and_threads():
+    from dxode.kernels.compiler import _COMPILED
+
     eprob = dxode.EnsembleProblem(PROB, u0=U0, p=P)
     reference = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), **OPTS)
     for alg, batch_size in [
         (dxode.EnsembleKernel(), 5),
         (dxode.EnsembleKernel(threads=1), 1),
-        (dxode.EnsembleKernel(block_size=3, threads=2), 7),
+        (dxode.EnsembleKernel(block_size=3, threads=2), 7),  # blocks over threads
+        (dxode.EnsembleKernel(block_size=3, threads=1), N),  # one after another
     ]:
         other = dxode.solve(eprob, "tsit5", alg, batch_size=batch_size, **OPTS)
         np.testing.assert_array_equal(np.asarray(other.u), np.asarray(reference.u))
         assert _stats(other) == _stats(reference)
+    drivers = [(k.driver, k.serial) for k in _COMPILED.values() if k.layout.block == 3]
+    assert any(driver.signatures and serial.signatures for driver, serial in drivers)
 
 
 def test_batch_func_prob_func_and_output_func():

@@ -37,6 +37,7 @@ from .codegen import (
     _write_attempt_head,
     _write_block_setup,
     _write_control,
+    _write_cpu_driver,
     _write_factor,
     _write_lane_starts,
     _write_outcome,
@@ -288,15 +289,11 @@ def _write_drivers(w: _Writer, layout: KernelLayout) -> None:
     args = (
         "U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, NACC, NREJ, NF, NSW"
     )
-    rest = args.split(", ", 1)[1]
     if layout.target == "cuda":
         w(f"def run_lanes({args}):")
         w("    g = cuda.grid(1)")
         w("    if g < U0.shape[1]:")
-        w(f"        block(g, U0.shape[1], U0, {rest})")
+        w(f"        block(g, U0.shape[1], {args})")
+        w()
     else:
-        w(f"def run_blocks({args}):")
-        w(f"    nblocks = (U0.shape[1] + {layout.block - 1}) // {layout.block}")
-        w("    for b in prange(nblocks):")
-        w(f"        block(b * {layout.block}, U0.shape[1], U0, {rest})")
-    w()
+        _write_cpu_driver(w, layout, args)

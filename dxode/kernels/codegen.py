@@ -22,7 +22,8 @@ NREJ, NF)``
     takes the event arrays ``EVTIMES, EVOFF, EVT, EVK, EVUB, EVUA, EVN`` last and runs the
     hooks of ``events_codegen``.
 ``run_blocks`` (CPU) / ``run_lanes`` (CUDA)
-    The drivers: blocks over threads (``prange``), or one CUDA thread per lane.
+    The drivers: blocks over threads (``prange``), or one after another (``run_serial``, for
+    one thread), or one CUDA thread per lane.
 
 Every constant is cast to the state's dtype (``DT``), so float32 runs in float32 as the array
 path does. Sums over stages and state components run in the array path's order.
@@ -46,7 +47,7 @@ __all__ = ["KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 10
+CODEGEN_VERSION = 11
 
 # The controller's floor under the error (``PIDController.adapt``'s guard of its powers).
 _ERROR_FLOOR = 1e-10
@@ -730,12 +731,17 @@ def _write_saves(
     w.dedent()
 
 
-def _write_cpu_driver(w: _Writer, layout: KernelLayout) -> None:
-    w(f"def run_blocks({_arrays(layout)}):")
-    w(f"    nblocks = (U0.shape[1] + {layout.block - 1}) // {layout.block}")
-    w("    for b in prange(nblocks):")
-    w(f"        block(b * {layout.block}, U0.shape[1], {_arrays(layout)})")
-    w()
+def _write_cpu_driver(w: _Writer, layout: KernelLayout, args: str | None = None) -> None:
+    """``run_blocks``, the blocks spread over numba's threads (``prange``), and
+    ``run_serial``, the same blocks one after another (for one thread: it compiles in a
+    fraction of the time of a parallel region). ``args``: the arrays, if not ``_arrays``'."""
+    args = _arrays(layout) if args is None else args
+    for name, loop in (("run_blocks", "prange"), ("run_serial", "range")):
+        w(f"def {name}({args}):")
+        w(f"    nblocks = (U0.shape[1] + {layout.block - 1}) // {layout.block}")
+        w(f"    for b in {loop}(nblocks):")
+        w(f"        block(b * {layout.block}, U0.shape[1], {args})")
+        w()
 
 
 def _write_cuda_driver(w: _Writer, layout: KernelLayout) -> None:

@@ -41,7 +41,9 @@ class CompiledKernel:
     """A compiled kernel: the one-block integrator and the batch driver.
 
     ``block`` integrates one block (a numba dispatcher: for CUDA a device function);
-    ``driver`` runs a whole batch (``run_blocks`` over threads, or the CUDA kernel ``run_lanes``).
+    ``driver`` runs a whole batch (``run_blocks`` over threads, or the CUDA kernel ``run_lanes``),
+    ``serial`` (CPU) the same blocks on one thread (``run_serial``: no parallel region, which
+    takes numba a few seconds to compile).
     ``source_path`` is the generated source, kept for inspection; ``module`` the imported
     generated module (its compiled ``attempt``, ``rhs``, ... for inspection and reuse).
     """
@@ -53,6 +55,7 @@ class CompiledKernel:
     source_path: Path
     f: Callable[..., Any]
     module: Any = None
+    serial: Any = None
 
     def call(self, function: Any, *args: Any) -> Any:
         """Call ``function`` (``block``/``driver``), turning numba's typing errors about ``f``
@@ -173,6 +176,7 @@ def _build(
             setattr(module, name, cuda.jit(device=True)(getattr(module, name)))
         module.block = cuda.jit(device=True)(module.block)
         driver = cuda.jit(module.run_lanes)
+        serial = None
     else:
         # NumPy's error model: x / 0 is inf or nan as on the array path, and no
         # ZeroDivisionError branch in the lane loop (it would stop the vectorizer).
@@ -202,7 +206,8 @@ def _build(
         driver = numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")(
             module.run_blocks
         )
-    return CompiledKernel(description, layout, module.block, driver, path, f, module)
+        serial = compiled(module.run_serial)
+    return CompiledKernel(description, layout, module.block, driver, path, f, module, serial)
 
 
 def _write_source(source: str, name: str) -> Path:

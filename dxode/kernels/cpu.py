@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from .batch import DEFAULT_BLOCK, KernelBatch, KernelResult
 
@@ -24,6 +25,14 @@ def _threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         numba.set_num_threads(before)
+
+
+def _driver(kernel: Any) -> Any:
+    """The kernel's batch driver for numba's current thread count: blocks over threads, or
+    on one thread one after another (the same bits either way)."""
+    import numba
+
+    return kernel.serial if numba.get_num_threads() == 1 else kernel.driver
 
 
 def run_cpu(
@@ -49,5 +58,5 @@ def run_cpu(
         elif batch.n_lanes <= block:  # one block: skip the thread pool's start-up
             kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
         else:
-            kernel.call(kernel.driver, *args, *outs, *events)
+            kernel.call(_driver(kernel), *args, *outs, *events)
     return KernelResult.from_outputs(outs, steps, events[2:] or None)
