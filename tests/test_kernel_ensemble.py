@@ -146,6 +146,30 @@ def test_an_uncompilable_f_names_its_line_and_the_array_path():
     assert "EnsembleArray" in str(info.value)
 
 
+def _short_array(u, p, t):
+    return np.array([-u[0]])
+
+
+def _long_array(u, p, t):
+    return np.array([-u[0], -u[1], 0.0])
+
+
+def _long_tuple(u, p, t):
+    return (-u[0], -u[1], 0.0)
+
+
+@pytest.mark.parametrize("f", [_short_array, _long_array, _long_tuple])
+def test_an_f_with_the_wrong_number_of_rows_is_refused_like_on_the_array_path(f):
+    # the kernel reads rows 0 .. n-1 unchecked: a short array was read past its end and a
+    # long one cut short, silently
+    prob = dxode.ODEProblem(f, np.array([1.0, 2.0]), (0.0, 1.0))
+    with pytest.raises(ValueError, match="for a state of"):
+        dxode.solve(prob, "tsit5", saveat=[1.0])
+    with pytest.raises(ValueError, match=r"returns 3 rows|returns 1 rows") as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert "test_kernel_ensemble.py" in str(info.value) and "state of 2" in str(info.value)
+
+
 def test_dense_output_is_refused_saying_what_to_use():
     eprob = dxode.EnsembleProblem(PROB, p=P)
     with pytest.raises(KernelUnsupportedError, match="dense") as info:

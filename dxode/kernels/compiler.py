@@ -73,15 +73,46 @@ def user_function_mode(
     ``f`` is type-checked with numba for one lane: first with ``u`` as a tuple of numbers,
     then as a 1-D array (the answer is remembered, on disk too: ``cache.probed_mode``).
     Raises ``KernelCompileError`` (naming ``f``'s file and line and numba's reason) when
-    neither compiles.
+    neither compiles, and ``ValueError`` when ``f`` does not return ``n`` rows
+    (``_check_rows``; ``f``, ``jac`` and ``tgrad`` all return one row per state component).
     """
     import numba
     from numba.core import types
 
     p_type = numba.typeof(p_example)
-    key = ("f", function_key(f), n, dtype, str(p_type), target)
+    # "rows": answers remembered before _check_rows ran are not reused
+    key = ("f", function_key(f), n, dtype, str(p_type), target, "rows")
     rest = (p_type, getattr(types, dtype))
-    return probed_mode(key, f, n, dtype, rest, lambda err: _compile_error(f, err))
+    check = lambda dispatcher: _check_rows(f, dispatcher, n, dtype, p_example)
+    return probed_mode(key, f, n, dtype, rest, lambda err: _compile_error(f, err), check)
+
+
+def _check_rows(f: Callable[..., Any], dispatcher: Any, n: int, dtype: str, p_example: Any) -> None:
+    """Raise ``ValueError`` unless the compiled ``f`` returns ``n`` rows, as the array path
+    does: the kernel reads rows ``0 .. n-1`` of what ``f`` returns, unchecked, so a shorter
+    array would be read past its end and a longer one cut short. A tuple's length is in its
+    type; a list's or an array's is that of one call at ``u = (1, ..., 1)``, ``t = 0`` (an
+    ``f`` that raises there is left to the kernel)."""
+    from numba.core import types
+
+    signature = dispatcher.nopython_signatures[-1]
+    returned = signature.return_type
+    if isinstance(returned, types.BaseTuple):
+        rows: int | None = len(returned)
+    elif isinstance(returned, (types.Number, types.Boolean)):
+        rows = None  # one number, not rows: indexing it does not compile (numba says so)
+    else:
+        ones = np.ones(n, dtype=dtype)
+        u = ones if isinstance(signature.args[0], types.Array) else tuple(ones)
+        try:
+            rows = len(dispatcher(u, p_example, ones[0] * 0))
+        except Exception:  # an f failing at this trial point is left to the kernel
+            rows = None
+    if rows is not None and rows != n:
+        raise ValueError(
+            f"the function defined at {where_defined(f)} returns {rows} rows for a state of "
+            f"{n} components; it must return one row per component (du/dt has u's shape)"
+        )
 
 
 # The generated helpers compiled inline (a module may list its own as ``HELPERS``).
