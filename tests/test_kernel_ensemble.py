@@ -165,7 +165,7 @@ def test_an_f_with_the_wrong_number_of_rows_is_refused_like_on_the_array_path(f)
     prob = dxode.ODEProblem(f, np.array([1.0, 2.0]), (0.0, 1.0))
     with pytest.raises(ValueError, match="for a state of"):
         dxode.solve(prob, "tsit5", saveat=[1.0])
-    with pytest.raises(ValueError, match=r"returns 3 rows|returns 1 rows") as info:
+    with pytest.raises(ValueError, match=r"returns (3|1) rows") as info:
         dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
     assert "test_kernel_ensemble.py" in str(info.value) and "state of 2" in str(info.value)
 

@@ -370,6 +370,17 @@ def test_affect_returning_nothing_is_refused():
         _solve_with(dxode.PresetTimeCallback([0.5], forgot))
 
 
+@pytest.mark.parametrize("length", [0, 2])
+def test_affect_returning_an_array_of_the_wrong_length_is_refused(length):
+    # the kernel read the state's numbers from the returned array unchecked: a shorter one
+    # past its end, a longer one cut short, silently (the array path raises)
+    def resized(u, p, t, fired):
+        return np.zeros(length) + u[0]
+
+    with pytest.raises(KernelCompileError, match=rf"returns shape \({length},\).*: 1 numbers"):
+        _solve_with(dxode.PresetTimeCallback([0.5], resized))
+
+
 # ---- the CUDA kernel under numba-cuda's simulator ----------------------------------------
 
 

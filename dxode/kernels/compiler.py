@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import cache_dir, probed_mode, write_atomically
+from .cache import cache_dir, probed_mode, returned_shape, write_atomically
 from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError
@@ -88,31 +88,18 @@ def user_function_mode(
 
 
 def _check_rows(f: Callable[..., Any], dispatcher: Any, n: int, dtype: str, p_example: Any) -> None:
-    """Raise ``ValueError`` unless the compiled ``f`` returns ``n`` rows, as the array path
-    does: the kernel reads rows ``0 .. n-1`` of what ``f`` returns, unchecked, so a shorter
-    array would be read past its end and a longer one cut short. A tuple's length is in its
-    type; a list's or an array's is that of one call at ``u = (1, ..., 1)``, ``t = 0`` (an
-    ``f`` that raises there is left to the kernel)."""
-    from numba.core import types
-
-    signature = dispatcher.nopython_signatures[-1]
-    returned = signature.return_type
-    if isinstance(returned, types.BaseTuple):
-        rows: int | None = len(returned)
-    elif isinstance(returned, (types.Number, types.Boolean)):
-        rows = None  # one number, not rows: indexing it does not compile (numba says so)
-    else:
-        ones = np.ones(n, dtype=dtype)
-        u = ones if isinstance(signature.args[0], types.Array) else tuple(ones)
-        try:
-            rows = len(dispatcher(u, p_example, ones[0] * 0))
-        except Exception:  # an f failing at this trial point is left to the kernel
-            rows = None
-    if rows is not None and rows != n:
-        raise ValueError(
-            f"the function defined at {where_defined(f)} returns {rows} rows for a state of "
-            f"{n} components; it must return one row per component (du/dt has u's shape)"
-        )
+    """Raise ``ValueError`` unless the compiled ``f`` returns ``n`` rows of numbers, or (a
+    ``jac``) ``n`` rows of ``n`` (``returned_shape``), as the array path does: a short row
+    would be read past its end, a long one cut short."""
+    shape = returned_shape(dispatcher, n, dtype, p_example)
+    if shape is None or shape in ((n,), (n, n)):
+        return
+    got = f"{shape[0]} rows" if len(shape) == 1 else f"rows of shape {shape}"
+    raise ValueError(
+        f"the function defined at {where_defined(f)} returns {got} for a state of {n} "
+        f"components; f and tgrad must return one number per component ({n} rows), jac "
+        f"{n} rows of {n} (row i holds the derivatives of f_i)"
+    )
 
 
 # The generated helpers compiled inline (a module may list its own as ``HELPERS``).
