@@ -370,6 +370,26 @@ def test_affect_returning_nothing_is_refused():
         _solve_with(dxode.PresetTimeCallback([0.5], forgot))
 
 
+def _halve_into_a_list(u, p, t, fired):
+    new = [0.5 * u[0]]
+    return new
+
+
+@pytest.mark.parametrize("affect", [_halve_into_a_list, lambda u, p, t, fired: [0.5 * u[0]]])
+def test_affect_returning_a_list_that_is_not_a_literal_in_its_return(affect):
+    # was refused: "returns list(float64); it must return ... as a list or tuple"
+    prob = dxode.ODEProblem(rate, np.array([1.0]), (0.0, 1.0), (1.0,))
+    sols = [
+        dxode.solve(
+            prob, "tsit5", callback=dxode.PresetTimeCallback([0.5], affect), kernel=kernel, **TOL
+        )
+        for kernel in (False, True)
+    ]
+    for sol in sols:  # u' = u, halved at t = 0.5
+        np.testing.assert_allclose(sol.u[-1], [0.5 * math.e], rtol=1e-7)
+        np.testing.assert_allclose(sol.events.u_after, [[0.5 * math.exp(0.5)]], rtol=1e-7)
+
+
 @pytest.mark.parametrize("length", [0, 2])
 def test_affect_returning_an_array_of_the_wrong_length_is_refused(length):
     # the kernel read the state's numbers from the returned array unchecked: a shorter one

@@ -143,6 +143,8 @@ def _check_returns(k: int, cb: Any, role: int, fn: Any, returned: Any, n: int) -
             return
         if isinstance(returned, types.Array) and returned.ndim == 1:
             return
+        if isinstance(returned, types.List) and isinstance(returned.dtype, number):
+            return  # a list not written in the return statement (its length checked after)
         raise KernelCompileError(
             f"{where} returns {returned}; it must return the new state: {n} numbers as a list "
             f"or tuple (or a 1-D array)"
