@@ -206,6 +206,8 @@ def test_bad_arguments():
         dxode.EnsembleKernel(block_size=0)
     with pytest.raises(TypeError, match="EnsembleKernel"):
         dxode.solve(dxode.EnsembleProblem(PROB), kernel=True, trajectories=2)
+    with pytest.raises(TypeError, match="kernel must be True or False, got 'no'"):
+        dxode.solve(PROB, "tsit5", kernel="no")
 
 
 @pytest.mark.skipif(
