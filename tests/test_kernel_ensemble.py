@@ -170,6 +170,41 @@ def test_an_f_with_the_wrong_number_of_rows_is_refused_like_on_the_array_path(f)
     assert "test_kernel_ensemble.py" in str(info.value) and "state of 2" in str(info.value)
 
 
+class _Decay:
+    rate = 1.0
+
+    def rhs(self, u, p, t):
+        return [-self.rate * u[0]]
+
+
+def _decay_at(u, p, t, rate=1.0):
+    return [-rate * u[0]]
+
+
+def _not_plain_functions():
+    import functools
+
+    import numba
+
+    return {
+        "method": (_Decay().rhs, "is a method"),
+        "partial": (functools.partial(_decay_at, rate=2.0), "is a partial"),
+        "njit": (numba.njit(lambda u, p, t: (-u[0],)), r"already compiled.*py_func"),
+        "default": (_decay_at, r"does not take exactly \(u, p, t\)"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["method", "partial", "njit", "default"])
+def test_an_f_that_is_not_a_plain_function_is_refused_clearly(kind):
+    # were numba's internal errors ("Signature mismatch", "not a function", AttributeError)
+    f, reason = _not_plain_functions()[kind]
+    prob = dxode.ODEProblem(f, np.array([1.0]), (0.0, 1.0))
+    assert dxode.solve(prob, "tsit5", saveat=[1.0]).u[-1, 0] > 0  # the array path takes it
+    with pytest.raises(KernelUnsupportedError, match=f"plain Python function.*{reason}") as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert "EnsembleArray" in str(info.value)
+
+
 def test_dense_output_is_refused_saying_what_to_use():
     eprob = dxode.EnsembleProblem(PROB, p=P)
     with pytest.raises(KernelUnsupportedError, match="dense") as info:

@@ -19,7 +19,7 @@ pytest.importorskip("numba")
 from scripts import assert_runs_under_cuda_simulator
 
 import dxode
-from dxode.kernels.errors import KernelCompileError
+from dxode.kernels.errors import KernelCompileError, KernelUnsupportedError
 from dxode.kernels.events import EVENT_CAPACITY
 
 GRAVITY = 9.81
@@ -388,6 +388,16 @@ def test_affect_returning_a_list_that_is_not_a_literal_in_its_return(affect):
     for sol in sols:  # u' = u, halved at t = 0.5
         np.testing.assert_allclose(sol.u[-1], [0.5 * math.e], rtol=1e-7)
         np.testing.assert_allclose(sol.events.u_after, [[0.5 * math.exp(0.5)]], rtol=1e-7)
+
+
+def test_a_callback_function_that_is_not_a_plain_function_is_refused_clearly():
+    import functools
+
+    def shifted(u, p, t, by):
+        return u[0] - by
+
+    with pytest.raises(KernelUnsupportedError, match="condition as a plain Python function"):
+        _solve_with(dxode.ContinuousCallback(functools.partial(shifted, by=0.5)))
 
 
 @pytest.mark.parametrize("length", [0, 2])

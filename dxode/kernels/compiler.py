@@ -27,7 +27,7 @@ from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError
 from .events import bind_callbacks
 from .events_codegen import locate_copies, separate_functions
-from .rhs_source import function_key, numba_ready, where_defined
+from .rhs_source import check_plain_function, function_key, numba_ready, where_defined
 from .rosenbrock_description import RosenbrockDescription
 
 __all__ = ["CompiledKernel", "cache_dir", "compile_kernel", "user_function_mode"]
@@ -79,6 +79,7 @@ def user_function_mode(
     import numba
     from numba.core import types
 
+    check_plain_function(f, "each of f, jac and tgrad", "u, p, t")
     p_type = numba.typeof(p_example)
     # "rows": answers remembered before _check_rows ran are not reused
     key = ("f", function_key(f), n, dtype, str(p_type), target, "rows")

@@ -21,7 +21,7 @@ from ..events.record import EventRecord
 from .cache import probed_mode, returned_shape
 from .errors import ARRAY_PATH, KernelCompileError
 from .events_codegen import CallbackLayout, EventLayout, functions
-from .rhs_source import function_key, numba_ready, where_defined
+from .rhs_source import check_plain_function, function_key, numba_ready, where_defined
 
 __all__ = ["EVENT_CAPACITY", "bind_callbacks", "event_layout", "merged_tstops", "run_events"]
 
@@ -95,6 +95,7 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
     import numba
     from numba.core import types
 
+    check_plain_function(fn, _name(k, cb, role), "u, p, t, fired" if role == 1 else "u, p, t")
     p_type = numba.typeof(p_example)
     dt = getattr(types, dtype)
     rest = (p_type, dt, types.boolean) if role == 1 else (p_type, dt)
