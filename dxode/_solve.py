@@ -151,6 +151,8 @@ def solve(
     """
     _check_keywords(options, sensealg)
     callbacks = as_callback_set(callback)
+    if kernel not in (True, False):  # kernel="no" would be true
+        raise TypeError(f"kernel must be True or False, got {kernel!r}")
     if kernel:
         if isinstance(prob, EnsembleProblem):
             raise TypeError(

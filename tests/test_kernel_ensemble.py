@@ -151,6 +151,65 @@ def test_an_uncompilable_f_names_its_line_and_the_array_path():
     assert "EnsembleArray" in str(info.value)
 
 
+def _short_array(u, p, t):
+    return np.array([-u[0]])
+
+
+def _long_array(u, p, t):
+    return np.array([-u[0], -u[1], 0.0])
+
+
+def _long_tuple(u, p, t):
+    return (-u[0], -u[1], 0.0)
+
+
+@pytest.mark.parametrize("f", [_short_array, _long_array, _long_tuple])
+def test_an_f_with_the_wrong_number_of_rows_is_refused_like_on_the_array_path(f):
+    # the kernel reads rows 0 .. n-1 unchecked: a short array was read past its end and a
+    # long one cut short, silently
+    prob = dxode.ODEProblem(f, np.array([1.0, 2.0]), (0.0, 1.0))
+    with pytest.raises(ValueError, match="for a state of"):
+        dxode.solve(prob, "tsit5", saveat=[1.0])
+    with pytest.raises(ValueError, match=r"returns (3|1) rows") as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert "test_kernel_ensemble.py" in str(info.value) and "state of 2" in str(info.value)
+
+
+class _Decay:
+    rate = 1.0
+
+    def rhs(self, u, p, t):
+        return [-self.rate * u[0]]
+
+
+def _decay_at(u, p, t, rate=1.0):
+    return [-rate * u[0]]
+
+
+def _not_plain_functions():
+    import functools
+
+    import numba
+
+    return {
+        "method": (_Decay().rhs, "is a method"),
+        "partial": (functools.partial(_decay_at, rate=2.0), "is a partial"),
+        "njit": (numba.njit(lambda u, p, t: (-u[0],)), r"already compiled.*py_func"),
+        "default": (_decay_at, r"does not take exactly \(u, p, t\)"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["method", "partial", "njit", "default"])
+def test_an_f_that_is_not_a_plain_function_is_refused_clearly(kind):
+    # were numba's internal errors ("Signature mismatch", "not a function", AttributeError)
+    f, reason = _not_plain_functions()[kind]
+    prob = dxode.ODEProblem(f, np.array([1.0]), (0.0, 1.0))
+    assert dxode.solve(prob, "tsit5", saveat=[1.0]).u[-1, 0] > 0  # the array path takes it
+    with pytest.raises(KernelUnsupportedError, match=f"plain Python function.*{reason}") as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert "EnsembleArray" in str(info.value)
+
+
 def test_dense_output_is_refused_saying_what_to_use():
     eprob = dxode.EnsembleProblem(PROB, p=P)
     with pytest.raises(KernelUnsupportedError, match="dense") as info:
@@ -187,6 +246,8 @@ def test_bad_arguments():
         dxode.EnsembleKernel(block_size=0)
     with pytest.raises(TypeError, match="EnsembleKernel"):
         dxode.solve(dxode.EnsembleProblem(PROB), kernel=True, trajectories=2)
+    with pytest.raises(TypeError, match="kernel must be True or False, got 'no'"):
+        dxode.solve(PROB, "tsit5", kernel="no")
 
 
 @pytest.mark.skipif(

@@ -19,7 +19,7 @@ pytest.importorskip("numba")
 from scripts import assert_runs_under_cuda_simulator
 
 import dxode
-from dxode.kernels.errors import KernelCompileError
+from dxode.kernels.errors import KernelCompileError, KernelUnsupportedError
 from dxode.kernels.events import EVENT_CAPACITY
 
 GRAVITY = 9.81
@@ -368,6 +368,47 @@ def test_affect_returning_nothing_is_refused():
 
     with pytest.raises(KernelCompileError, match="forget to return"):
         _solve_with(dxode.PresetTimeCallback([0.5], forgot))
+
+
+def _halve_into_a_list(u, p, t, fired):
+    new = [0.5 * u[0]]
+    return new
+
+
+@pytest.mark.parametrize("affect", [_halve_into_a_list, lambda u, p, t, fired: [0.5 * u[0]]])
+def test_affect_returning_a_list_that_is_not_a_literal_in_its_return(affect):
+    # was refused: "returns list(float64); it must return ... as a list or tuple"
+    prob = dxode.ODEProblem(rate, np.array([1.0]), (0.0, 1.0), (1.0,))
+    sols = [
+        dxode.solve(
+            prob, "tsit5", callback=dxode.PresetTimeCallback([0.5], affect), kernel=kernel, **TOL
+        )
+        for kernel in (False, True)
+    ]
+    for sol in sols:  # u' = u, halved at t = 0.5
+        np.testing.assert_allclose(sol.u[-1], [0.5 * math.e], rtol=1e-7)
+        np.testing.assert_allclose(sol.events.u_after, [[0.5 * math.exp(0.5)]], rtol=1e-7)
+
+
+def test_a_callback_function_that_is_not_a_plain_function_is_refused_clearly():
+    import functools
+
+    def shifted(u, p, t, by):
+        return u[0] - by
+
+    with pytest.raises(KernelUnsupportedError, match="condition as a plain Python function"):
+        _solve_with(dxode.ContinuousCallback(functools.partial(shifted, by=0.5)))
+
+
+@pytest.mark.parametrize("length", [0, 2])
+def test_affect_returning_an_array_of_the_wrong_length_is_refused(length):
+    # the kernel read the state's numbers from the returned array unchecked: a shorter one
+    # past its end, a longer one cut short, silently (the array path raises)
+    def resized(u, p, t, fired):
+        return np.zeros(length) + u[0]
+
+    with pytest.raises(KernelCompileError, match=rf"returns shape \({length},\).*: 1 numbers"):
+        _solve_with(dxode.PresetTimeCallback([0.5], resized))
 
 
 # ---- the CUDA kernel under numba-cuda's simulator ----------------------------------------

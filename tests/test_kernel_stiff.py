@@ -312,6 +312,18 @@ def test_states_past_the_limit_are_refused_with_a_pointer_to_the_array_path():
         dxode.solve(prob, dxode.Rodas5P(), kernel=True)
 
 
+def _short_rows_jac(u, p, t):
+    return [[-1.0, 0.0], [0.0, -1.0], [0.0, 0.0]]
+
+
+def test_a_jac_of_the_wrong_shape_is_refused_naming_it():
+    # was a KernelCompileError naming f, from numba's "tuple index out of range"
+    prob = _problem("rober").remake(jac=_short_rows_jac)
+    with pytest.raises(ValueError, match=r"rows of shape \(3, 2\).*jac 3 rows of 3") as info:
+        dxode.solve(prob, dxode.Rodas5P(), kernel=True, saveat=[1.0])
+    assert f"test_kernel_stiff.py:{_short_rows_jac.__code__.co_firstlineno}" in str(info.value)
+
+
 def test_autograd_and_unknown_methods_are_refused():
     prob = _problem("vdpol")
     with pytest.raises(KernelUnsupportedError, match="autodiff='autograd'"):

@@ -20,7 +20,7 @@ from typing import Any
 
 from .rhs_source import numba_ready
 
-__all__ = ["cache_dir", "probed_mode", "remembered_mode", "write_atomically"]
+__all__ = ["cache_dir", "probed_mode", "remembered_mode", "returned_shape", "write_atomically"]
 
 _MODES: dict[tuple[Any, ...], bool] = {}
 _ANSWERS = {"tuple": False, "array": True}
@@ -72,6 +72,31 @@ def probed_mode(
         raise error(first_error) from None
 
     return remembered_mode(key, probe)
+
+
+def returned_shape(dispatcher: Any, n: int, dtype: str, *rest: Any) -> tuple[int, ...] | None:
+    """The shape of what a probed user function returns (the generated code reads rows
+    ``0 .. n-1`` of it, and of each row for a ``jac``, unchecked): that of one call at
+    ``u = (1, ..., 1)``, ``t = 0`` with the other arguments ``rest`` after ``t``'s place
+    (``rest[0]`` is ``p``); ragged rows give ``-1`` as their length. Where that call raises
+    (left to the kernel), a tuple's length from its type; ``None`` for a number."""
+    import numpy as np
+    from numba.core import types
+
+    signature = dispatcher.nopython_signatures[-1]
+    returned = signature.return_type
+    if isinstance(returned, (types.Number, types.Boolean)):
+        return None
+    ones = np.ones(n, dtype=dtype)
+    u = ones if isinstance(signature.args[0], types.Array) else tuple(ones)
+    try:
+        value = dispatcher(u, rest[0], ones[0] * 0, *rest[1:])
+    except Exception:  # an f failing at this trial point is left to the kernel
+        return (len(returned),) if isinstance(returned, types.BaseTuple) else None
+    try:
+        return tuple(np.shape(value))
+    except ValueError:  # rows of different lengths
+        return (len(value), -1)
 
 
 def remembered_mode(key: tuple[Any, ...], probe: Callable[[], bool]) -> bool:

@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from .cache import cache_dir, probed_mode, write_atomically
+from .cache import cache_dir, probed_mode, returned_shape, write_atomically
 from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError
 from .events import bind_callbacks
 from .events_codegen import locate_copies, separate_functions
-from .rhs_source import function_key, numba_ready, where_defined
+from .rhs_source import check_plain_function, function_key, numba_ready, where_defined
 from .rosenbrock_description import RosenbrockDescription
 
 __all__ = ["CompiledKernel", "cache_dir", "compile_kernel", "user_function_mode"]
@@ -76,15 +76,34 @@ def user_function_mode(
     ``f`` is type-checked with numba for one lane: first with ``u`` as a tuple of numbers,
     then as a 1-D array (the answer is remembered, on disk too: ``cache.probed_mode``).
     Raises ``KernelCompileError`` (naming ``f``'s file and line and numba's reason) when
-    neither compiles.
+    neither compiles, and ``ValueError`` when ``f`` does not return ``n`` rows
+    (``_check_rows``; ``f``, ``jac`` and ``tgrad`` all return one row per state component).
     """
     import numba
     from numba.core import types
 
+    check_plain_function(f, "each of f, jac and tgrad", "u, p, t")
     p_type = numba.typeof(p_example)
-    key = ("f", function_key(f), n, dtype, str(p_type), target)
+    # "rows": answers remembered before _check_rows ran are not reused
+    key = ("f", function_key(f), n, dtype, str(p_type), target, "rows")
     rest = (p_type, getattr(types, dtype))
-    return probed_mode(key, f, n, dtype, rest, lambda err: _compile_error(f, err))
+    check = lambda dispatcher: _check_rows(f, dispatcher, n, dtype, p_example)
+    return probed_mode(key, f, n, dtype, rest, lambda err: _compile_error(f, err), check)
+
+
+def _check_rows(f: Callable[..., Any], dispatcher: Any, n: int, dtype: str, p_example: Any) -> None:
+    """Raise ``ValueError`` unless the compiled ``f`` returns ``n`` rows of numbers, or (a
+    ``jac``) ``n`` rows of ``n`` (``returned_shape``), as the array path does: a short row
+    would be read past its end, a long one cut short."""
+    shape = returned_shape(dispatcher, n, dtype, p_example)
+    if shape is None or shape in ((n,), (n, n)):
+        return
+    got = f"{shape[0]} rows" if len(shape) == 1 else f"rows of shape {shape}"
+    raise ValueError(
+        f"the function defined at {where_defined(f)} returns {got} for a state of {n} "
+        f"components; f and tgrad must return one number per component ({n} rows), jac "
+        f"{n} rows of {n} (row i holds the derivatives of f_i)"
+    )
 
 
 # The generated helpers compiled inline (a module may list its own as ``HELPERS``).

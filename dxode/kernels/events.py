@@ -18,10 +18,10 @@ import numpy as np
 
 from ..events.callbacks import CallbackSet, ContinuousCallback, DiscreteCallback
 from ..events.record import EventRecord
-from .cache import probed_mode
+from .cache import probed_mode, returned_shape
 from .errors import ARRAY_PATH, KernelCompileError
 from .events_codegen import CallbackLayout, EventLayout, functions
-from .rhs_source import function_key, numba_ready, where_defined
+from .rhs_source import check_plain_function, function_key, numba_ready, where_defined
 
 __all__ = ["EVENT_CAPACITY", "bind_callbacks", "event_layout", "merged_tstops", "run_events"]
 
@@ -95,14 +95,22 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
     import numba
     from numba.core import types
 
+    check_plain_function(fn, _name(k, cb, role), "u, p, t, fired" if role == 1 else "u, p, t")
     p_type = numba.typeof(p_example)
     dt = getattr(types, dtype)
     rest = (p_type, dt, types.boolean) if role == 1 else (p_type, dt)
 
     def check(dispatcher: Any) -> None:
         _check_returns(k, cb, role, fn, dispatcher.nopython_signatures[0].return_type, n)
+        shape = returned_shape(dispatcher, n, dtype, p_example, True) if role == 1 else None
+        if shape is not None and shape != (n,):  # an array: the kernel would read n numbers
+            raise KernelCompileError(
+                f"{_name(k, cb, role)} defined at {where_defined(fn)} returns shape {shape}; "
+                f"it must return the new state: {n} numbers"
+            )
 
-    key = ("callback", function_key(fn), type(cb).__name__, role, n, dtype, str(p_type))
+    # "rows": answers remembered before the affect's rows were checked are not reused
+    key = ("callback", function_key(fn), type(cb).__name__, role, n, dtype, str(p_type), "rows")
     error = lambda err: _uncompilable(k, cb, role, fn, err)
     return probed_mode(key, fn, n, dtype, rest, error, check)  # remembered on disk too
 
@@ -136,6 +144,8 @@ def _check_returns(k: int, cb: Any, role: int, fn: Any, returned: Any, n: int) -
             return
         if isinstance(returned, types.Array) and returned.ndim == 1:
             return
+        if isinstance(returned, types.List) and isinstance(returned.dtype, number):
+            return  # a list not written in the return statement (its length checked after)
         raise KernelCompileError(
             f"{where} returns {returned}; it must return the new state: {n} numbers as a list "
             f"or tuple (or a 1-D array)"

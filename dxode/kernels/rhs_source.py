@@ -30,7 +30,7 @@ import numpy as np
 from .. import _pytree
 from .errors import ARRAY_PATH, KernelUnsupportedError
 
-__all__ = ["ParamLayout", "function_key", "numba_ready", "where_defined"]
+__all__ = ["ParamLayout", "check_plain_function", "function_key", "numba_ready", "where_defined"]
 
 
 def where_defined(f: Callable[..., Any]) -> str:
@@ -130,6 +130,31 @@ def _lists_to_tuples(node: ast.expr) -> ast.expr:
         elts = [_lists_to_tuples(e) for e in node.elts]
         return ast.copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), node)
     return node
+
+
+def check_plain_function(fn: Any, what: str, arguments: str) -> None:
+    """Raise ``KernelUnsupportedError`` unless ``fn`` is a plain Python function (``def`` or
+    ``lambda``) taking exactly the positional ``arguments`` (``"u, p, t"``), the one thing the
+    kernel compiles and calls: not a numba dispatcher, bound method, ``functools.partial``,
+    callable object, nor a function with more (defaulted) or variadic parameters. ``what``
+    names it (``"f"``)."""
+    count = len(arguments.split(","))
+    code = getattr(fn, "__code__", None)
+    if hasattr(fn, "py_func"):
+        reason = "is already compiled by numba; pass the plain Python function (.py_func)"
+    elif not isinstance(fn, types.FunctionType) or code is None:
+        reason = (
+            f"is a {type(fn).__name__}, not a function; write a def or lambda taking "
+            f"({arguments}) that closes over the numbers it needs"
+        )
+    elif code.co_argcount != count or code.co_kwonlyargcount or code.co_flags & 0x0C:
+        reason = f"does not take exactly ({arguments}); the kernel calls it so, without keywords"
+    else:
+        return
+    raise KernelUnsupportedError(
+        f"the compiled kernels need {what} as a plain Python function of ({arguments}): "
+        f"{fn!r} {reason}; or use {ARRAY_PATH}, which calls any Python callable"
+    )
 
 
 def numba_ready(
