@@ -7,7 +7,7 @@ from .algorithms import (
     ForwardSensitivity,
     InterpolatingAdjoint,
 )
-from .entry import solve_ensemble_traced, solve_single_traced
+from .entry import solve_ensemble_traced, solve_single_traced, untraced_problem
 
 __all__ = [
     "SENSEALGS",
@@ -17,4 +17,5 @@ __all__ = [
     "InterpolatingAdjoint",
     "solve_ensemble_traced",
     "solve_single_traced",
+    "untraced_problem",
 ]

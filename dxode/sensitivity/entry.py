@@ -25,6 +25,13 @@ from .differentiable import (
 from .event_segments import solve_segmented
 
 
+def untraced_problem(prob: ODEProblem) -> ODEProblem:
+    """``prob`` with the values autograd traces in ``u0`` and ``p`` replaced by their values."""
+    from autograd.tracer import getval
+
+    return prob.remake(u0=getval(prob.u0), p=_pytree.map_leaves(getval, prob.p))
+
+
 def solve_single_traced(
     prob: ODEProblem,
     opts: SolverOptions,
