@@ -257,6 +257,21 @@ def test_a_differentiated_solver_setting_is_refused_by_name(name):
         autograd.grad(loss)(np.array([10.0]))
 
 
+def test_a_prob_func_changing_the_structure_of_p_is_refused_with_or_without_gradients():
+    # prob.p is a tuple of three numbers, each trajectory's p one array: the differentiated
+    # solve failed with an IndexError inside dxode, the plain one without naming the fix.
+    def loss(theta):
+        eprob = dxode.EnsembleProblem(
+            dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0),
+            prob_func=lambda prob, i, repeat: prob.remake(p=theta * (1 + 0.1 * i)),
+        )
+        return anp.sum(dxode.solve(eprob, trajectories=2, saveat=[1.0]).u)
+
+    for run in (loss, autograd.grad(loss)):
+        with pytest.raises(ValueError, match="trajectory 0's p .* nested as prob.p"):
+            run(np.array(P0))
+
+
 def test_a_hand_written_vjp_gives_the_same_gradients():
     def loss(theta, vjp):
         prob = dxode.ODEProblem(

@@ -14,7 +14,7 @@ from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import lane_save_grid, stop_times
 from ..backends import backend_for, get_backend, to_host
-from ..ensemble.problem import EnsembleProblem, per_trajectory_leaves
+from ..ensemble.problem import EnsembleProblem, check_p_structure, per_trajectory_leaves
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
 from .differentiable import (
     _Static,
@@ -194,6 +194,8 @@ def _traced_trajectories(
     if eprob.prob_func is not None:
         problems = [eprob.trajectory(i, 0, seed) for i in range(n)]
         u0 = anp.stack([_on_host(p.u0) for p in problems])
+        for i, problem in enumerate(problems):
+            check_p_structure(i, problem.p, prob.p)
         per_trajectory = [_pytree.leaves(p.p) for p in problems]
         columns = [[leaves[k] for leaves in per_trajectory] for k in range(len(base))]
         # A leaf every trajectory shares (one object: a fitted parameter vector, say) stays
