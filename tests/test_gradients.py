@@ -268,7 +268,7 @@ def test_a_prob_func_changing_the_structure_of_p_is_refused_with_or_without_grad
         return anp.sum(dxode.solve(eprob, trajectories=2, saveat=[1.0]).u)
 
     for run in (loss, autograd.grad(loss)):
-        with pytest.raises(ValueError, match="trajectory 0's p .* nested as prob.p"):
+        with pytest.raises(ValueError, match=r"trajectory 0's p .* nested as prob\.p"):
             run(np.array(P0))
 
 
