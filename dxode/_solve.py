@@ -17,7 +17,7 @@ from .ensemble.solution import EnsembleSolution
 from .ensemble.solve import EnsemblePlan, plan_ensemble, run_ensemble
 from .ensemble.tracing import differentiated
 from .events.callbacks import as_callback_set, check_preset_times
-from .sensitivity import SENSEALGS, solve_ensemble_traced, solve_single_traced, untraced_problem
+from .sensitivity import SENSEALGS, solve_ensemble_traced, solve_single_traced
 
 __all__ = ["solve"]
 
@@ -204,10 +204,15 @@ def solve(
     if is_traced(prob.u0, prob.p):
         if dense:
             raise NotImplementedError("dense output is not differentiable; use saveat")
-        if saveat is None and callbacks is None:  # save where a plain solve saves: every step
-            plain = untraced_problem(prob)
-            saveat = solve_problem(plain, opts, saveat=None, dense=False, tstops=tstops).t
-        return solve_single_traced(prob, opts, saveat, tstops, sensealg, callbacks)
+        return solve_single_traced(
+            prob,
+            opts,
+            saveat,
+            tstops,
+            sensealg,
+            callbacks,
+            lambda plain: solve_problem(plain, opts, dense=False, tstops=tstops).t,
+        )
     return solve_problem(prob, opts, saveat=saveat, dense=dense, tstops=tstops, callbacks=callbacks)
 
 

@@ -127,10 +127,16 @@ def _solve_traced(
     the last event), as on the array path."""
     from autograd.tracer import getval
 
-    from ..sensitivity.entry import solve_single_traced, untraced_problem
+    from ..sensitivity.entry import solve_single_traced
     from .gradients import kernel_sensealg
 
     check_state(np.asarray(getval(prob.u0)))
-    if saveat is None and callbacks is None:  # save where a plain solve saves: every step
-        saveat = _solve_plain(untraced_problem(prob), opts, None, tstops, None).t
-    return solve_single_traced(prob, opts, saveat, tstops, kernel_sensealg(sensealg), callbacks)
+    return solve_single_traced(
+        prob,
+        opts,
+        saveat,
+        tstops,
+        kernel_sensealg(sensealg),
+        callbacks,
+        lambda plain: _solve_plain(plain, opts, None, tstops, None).t,
+    )

@@ -7,7 +7,7 @@ from .algorithms import (
     ForwardSensitivity,
     InterpolatingAdjoint,
 )
-from .entry import solve_ensemble_traced, solve_single_traced, untraced_problem
+from .entry import solve_ensemble_traced, solve_single_traced
 
 __all__ = [
     "SENSEALGS",
@@ -17,5 +17,4 @@ __all__ = [
     "InterpolatingAdjoint",
     "solve_ensemble_traced",
     "solve_single_traced",
-    "untraced_problem",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,15 +40,19 @@ def solve_single_traced(
     tstops: Any,
     sensealg: Any = None,
     callbacks: Any = None,
+    plain_steps: Callable[[ODEProblem], np.ndarray] | None = None,
 ) -> ODESolution:
     """``solve`` for a problem whose ``u0`` or ``p`` is being differentiated (with
-    ``callbacks``, a ``CallbackSet``, or ``None``)."""
+    ``callbacks``, a ``CallbackSet``, or ``None``). Without ``saveat`` and callbacks it saves
+    at ``plain_steps(problem)``: the step times of the solve without gradients."""
     import autograd.numpy as anp
     from autograd.tracer import getval, isbox
 
     by_default = sensealg is None
     sensealg = sensealg or default_sensealg(opts.alg)
     check_differentiable(opts, _backend_name(prob.u0), sensealg, prob.vjp, _has_jacobians(prob))
+    if saveat is None and callbacks is None and plain_steps is not None:
+        saveat = plain_steps(untraced_problem(prob))
     t0, t1 = prob.tspan
     grid = lane_save_grid(saveat, np.array([t0]), np.array([t1]))[:, 0]
     leaves = _pytree.leaves(prob.p)
