@@ -52,7 +52,7 @@ def solve_single_traced(
     sensealg = sensealg or default_sensealg(opts.alg)
     check_differentiable(opts, _backend_name(prob.u0), sensealg, prob.vjp, _has_jacobians(prob))
     if saveat is None and callbacks is None and plain_steps is not None:
-        saveat = plain_steps(untraced_problem(prob))
+        saveat = to_host(plain_steps(untraced_problem(prob)))
     t0, t1 = prob.tspan
     grid = lane_save_grid(saveat, np.array([t0]), np.array([t1]))[:, 0]
     leaves = _pytree.leaves(prob.p)
@@ -71,7 +71,7 @@ def solve_single_traced(
         tstops=stop_times(tstops, t0, t1),
         options=opts,
         batch_size=1,
-        dtype=getval(prob.u0).dtype,
+        dtype=_host_dtype(prob.u0),
         sensealg=sensealg,
         default_sensealg=by_default,
         jac=prob.jac,
