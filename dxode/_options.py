@@ -8,7 +8,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ._validation import positive_float
+from ._validation import OPTION_FIX, positive_float, refuse_traced
 from .controllers import AbstractController, PIController
 from .solvers import AbstractStepper, get_algorithm
 
@@ -140,6 +140,7 @@ class SolverOptions:
 def _as_atol(atol: Any) -> Any:
     if isinstance(atol, (int, float)) and not isinstance(atol, bool):
         return positive_float("atol", atol)
+    refuse_traced("atol", atol, OPTION_FIX)
     array = atol if array_api_compat.is_array_api_obj(atol) else np.asarray(atol, dtype=float)
     xp = array_api_compat.array_namespace(array)
     if not bool(xp.all(array > 0)) or not bool(xp.all(xp.isfinite(array))):

@@ -39,7 +39,7 @@ def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
     """Call ``f(u, p, t)`` once and check what it returns before any integration work."""
     try:
         raw = f(u, p, t)
-        traced = _is_traced_result(raw)
+        traced = is_traced_result(raw)
         out = raw if traced else as_array(backend, raw, shape=tuple(u.shape))
     except Exception as exc:
         if _takes_scipy_order(backend, f, u, p, t):
@@ -74,8 +74,9 @@ def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
     return out
 
 
-def _is_traced_result(value: Any) -> bool:
-    """Whether ``f`` returned values autograd is tracing (while its arguments are plain)."""
+def is_traced_result(value: Any) -> bool:
+    """Whether a user function returned values autograd is tracing (a value, or a list or
+    tuple of rows)."""
     from autograd.tracer import isbox
 
     if type(value) in (list, tuple):

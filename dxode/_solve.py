@@ -206,7 +206,15 @@ def solve(
     if is_traced(prob.u0, prob.p):
         if dense:
             raise NotImplementedError("dense output is not differentiable; use saveat")
-        return solve_single_traced(prob, opts, saveat, tstops, sensealg, callbacks)
+        return solve_single_traced(
+            prob,
+            opts,
+            saveat,
+            tstops,
+            sensealg,
+            callbacks,
+            lambda plain: solve_problem(plain, opts, dense=False, tstops=tstops).t,
+        )
     return solve_problem(prob, opts, saveat=saveat, dense=dense, tstops=tstops, callbacks=callbacks)
 
 

@@ -99,17 +99,23 @@ def _leaves(path: str, tree: Any) -> list[tuple[str, Any]]:
     return [(path, tree)]
 
 
-def refuse_traced(name: str, value: Any) -> None:
-    """Raise if autograd is differentiating ``value`` (a time, or a sequence of times)."""
+TIME_FIX = "to fit a time scale, put it in p and rescale time inside f"
+
+
+def refuse_traced(name: str, value: Any, fix: str = TIME_FIX) -> None:
+    """Raise if autograd is differentiating ``value`` (a time, or a sequence of times; else
+    ``fix`` says what to do instead)."""
     from autograd.tracer import isbox
 
     items = value if type(value) in (list, tuple) else (value,)
     if any(isbox(item) for item in items):
         raise TypeError(
             f"{name} is being differentiated by autograd, but dxode differentiates solves "
-            f"with respect to u0 and p only: pass {name} as plain numbers (to fit a time "
-            f"scale, put it in p and rescale time inside f)"
+            f"with respect to u0 and p only: pass {name} as plain numbers ({fix})"
         )
+
+
+OPTION_FIX = "a solver setting: a constant, or autograd.tracer.getval(x) of a traced x"
 
 
 def as_tspan(tspan: Any) -> tuple[float, float]:
@@ -133,6 +139,7 @@ def positive_float(name: str, value: Any, allow_none: bool = False) -> float | N
     try:
         number = float(value)
     except (TypeError, ValueError) as exc:
+        refuse_traced(name, value, OPTION_FIX)
         raise TypeError(f"{name} must be a positive number, got {value!r}") from exc
     if not (math.isfinite(number) and number > 0.0):
         raise ValueError(f"{name} must be positive and finite, got {value!r}")

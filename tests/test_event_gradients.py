@@ -222,6 +222,23 @@ def test_preset_time_dose_gradient():
     np.testing.assert_allclose(autograd.grad(loss)(theta), reference, rtol=1e-7)
 
 
+@pytest.mark.parametrize("closed_over", ["condition", "affect"])
+def test_a_callback_closing_over_a_differentiated_value_is_refused_by_name(closed_over):
+    # The event pass runs without gradients, so a value the callback reads from outside
+    # (not from p) cannot be followed: it failed inside isfinite, or in the affect's stacking.
+    def loss(theta):
+        level = theta[1] if closed_over == "condition" else 0.5
+        e = theta[1] if closed_over == "affect" else 0.8
+        ball = ContinuousCallback(
+            lambda u, p, t: u[0] - level, lambda u, p, t, fired: anp.array([u[0], -e * u[1]])
+        )
+        prob = ODEProblem(fall, anp.array([1.0, 0.0]), (0.0, 0.6), anp.array([theta[0], 0.8]))
+        return anp.sum(dxode.solve(prob, saveat=[0.6], callback=ball, **TIGHT).u)
+
+    with pytest.raises(TypeError, match=f"callback 0: {closed_over} returned a value autograd"):
+        autograd.grad(loss)(np.array([G, 0.5]))
+
+
 def test_discrete_callback_gradient_holds_its_firing_time_fixed():
     """A dose when ``t >= 1`` first holds at a step end: the step end ``t_s`` (read from
     ``sol.events``) is held fixed, as DiffEqSensitivity does."""

@@ -71,6 +71,23 @@ def test_gradient_through_every_save_point_and_array_parameters():
     )
 
 
+def test_without_saveat_a_differentiated_solve_saves_every_step_like_a_plain_one():
+    # A plain solve without saveat saves every accepted step; the differentiated one must save
+    # the same points (the loss value_and_grad sees is the loss), differentiated with those
+    # times held fixed: the gradient of the same loss with saveat=the plain solve's times.
+    options = {"rtol": 1e-8, "atol": 1e-8}
+    prob = dxode.ODEProblem(lorenz, THETA[:3], (0.0, 1.0), P0)
+    steps = dxode.solve(prob, **options).t
+
+    def loss(theta, **saving):
+        sol = dxode.solve(prob.remake(u0=theta), **saving, **options)
+        return anp.sum(sol.u**2 * np.arange(len(sol.t))[:, None])
+
+    value, grad = autograd.value_and_grad(loss)(THETA[:3])
+    assert value == pytest.approx(loss(THETA[:3]), rel=1e-12)
+    np.testing.assert_allclose(grad, autograd.grad(loss)(THETA[:3], saveat=steps), rtol=1e-12)
+
+
 def test_backward_in_time():
     def loss(theta):
         prob = dxode.ODEProblem(lorenz, theta[:3], (1.0, 0.0), P0)
@@ -225,6 +242,34 @@ def test_unsupported_combinations_raise_clearly():
 
     with pytest.raises(ValueError, match="needs a running cluster"):
         autograd.grad(dask_loss)(theta)
+
+
+@pytest.mark.parametrize("name", ["rtol", "atol", "dt", "dtmin", "dtmax"])
+def test_a_differentiated_solver_setting_is_refused_by_name(name):
+    # These are plain settings: before, a traced one failed in float() with autograd's
+    # ArrayBox in the message, or as "must be a positive number, got <ArrayBox ...>".
+    def loss(theta):
+        prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), (theta[0], 28.0, 8 / 3))
+        sol = dxode.solve(prob, saveat=[1.0], **{name: theta[0] * 1e-3})
+        return anp.sum(sol.u)
+
+    with pytest.raises(TypeError, match=f"{name} is being differentiated.*getval"):
+        autograd.grad(loss)(np.array([10.0]))
+
+
+def test_a_prob_func_changing_the_structure_of_p_is_refused_with_or_without_gradients():
+    # prob.p is a tuple of three numbers, each trajectory's p one array: the differentiated
+    # solve failed with an IndexError inside dxode, the plain one without naming the fix.
+    def loss(theta):
+        eprob = dxode.EnsembleProblem(
+            dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0),
+            prob_func=lambda prob, i, repeat: prob.remake(p=theta * (1 + 0.1 * i)),
+        )
+        return anp.sum(dxode.solve(eprob, trajectories=2, saveat=[1.0]).u)
+
+    for run in (loss, autograd.grad(loss)):
+        with pytest.raises(ValueError, match=r"trajectory 0's p .* nested as prob\.p"):
+            run(np.array(P0))
 
 
 def test_a_hand_written_vjp_gives_the_same_gradients():

@@ -75,6 +75,19 @@ def test_array_api_gradients_are_numpys_to_the_last_bit(sensealg, dtype):
     np.testing.assert_array_equal(g, on_numpy(start))
 
 
+def test_a_single_problem_on_another_backend_gets_numpys_gradient():
+    # The traced single solve took u0's dtype as it is (array_api_strict's), which NumPy
+    # cannot interpret: it failed inside dxode.
+    import array_api_strict as xps
+
+    def loss(theta, u0):
+        prob = dxode.ODEProblem(lorenz, u0, (0.0, 0.5), theta, vjp=lorenz_vjp)
+        return anp.sum(dxode.solve(prob, saveat=[0.25, 0.5], rtol=1e-6, atol=1e-6).u ** 2)
+
+    on_strict = autograd.grad(loss)(THETA, xps.asarray([1.0, 0.5, 0.2]))
+    np.testing.assert_array_equal(on_strict, autograd.grad(loss)(THETA, np.array([1.0, 0.5, 0.2])))
+
+
 def test_array_api_gradients_match_finite_differences():
     import array_api_strict as xps
 

@@ -71,6 +71,49 @@ def test_differentiated_solve_steps_as_the_plain_kernel_solve():
     assert seen["stats"] == plain.stats
 
 
+def test_without_saveat_every_step_is_saved_and_differentiated_as_without_gradients():
+    prob = dxode.ODEProblem(damped, np.array([1.0, 0.5]), (0.0, 5.0), (1.6, 0.3))
+    options = {"rtol": 1e-8, "atol": 1e-8, "kernel": True}
+    steps = dxode.solve(prob, **options).t
+
+    def loss(p, **saving):
+        sol = dxode.solve(prob.remake(p=(p[0], p[1])), **saving, **options)
+        return anp.sum(sol.u**2 * np.arange(len(sol.t))[:, None])
+
+    value, grad = autograd.value_and_grad(loss)(np.array([1.6, 0.3]))
+    assert value == pytest.approx(loss(np.array([1.6, 0.3])), rel=1e-14)
+    np.testing.assert_allclose(grad, autograd.grad(loss)(np.array([1.6, 0.3]), saveat=steps))
+
+
+def _bounce(u, p, t, fired):
+    return [u[0], -p[1] * u[1]]
+
+
+@pytest.mark.parametrize("differentiated", [False, True])
+def test_an_ensemble_with_callbacks_and_a_stiff_method_is_refused_with_or_without_gradients(
+    differentiated,
+):
+    # The kernels locate events in the explicit methods' dense output only: a differentiated
+    # solve must refuse like the plain one (it used to find the events on the array path).
+    ball = dxode.ContinuousCallback(lambda u, p, t: u[0], _bounce, direction="down")
+
+    def loss(e):
+        prob = dxode.ODEProblem(damped, [1.0, 0.0], (0.0, 1.0), (1.0, e))
+        eprob = dxode.EnsembleProblem(prob)
+        sim = dxode.solve(
+            eprob,
+            dxode.Rodas5P(),
+            dxode.EnsembleKernel(),
+            trajectories=2,
+            saveat=[1.0],
+            callback=ball,
+        )
+        return anp.sum(sim.u)
+
+    with pytest.raises(KernelUnsupportedError, match=r"explicit Runge–Kutta.*EnsembleArray"):
+        autograd.grad(loss)(0.8) if differentiated else loss(0.8)
+
+
 def test_float32_gradient_agrees_with_float64():
     theta = np.array([1.0, 0.5, 1.6, 0.3])
     single = autograd.grad(lambda th: _oscillator_loss(th, True, np.float32, 1e-6))(theta)

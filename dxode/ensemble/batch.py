@@ -21,7 +21,7 @@ from .._timegrid import lane_save_grid, stop_times
 from ..backends import Backend, backend_for, get_backend, to_host
 from ..events.record import EventRecord, record_from_lanes
 from ..integrator.loop import integrate
-from .problem import EnsembleProblem, per_trajectory_leaves
+from .problem import EnsembleProblem, check_p_structure, per_trajectory_leaves
 
 Array = Any
 
@@ -252,14 +252,11 @@ def _lanes_from_problems(
     t0 = np.array([t.tspan[0] for t in problems])
     t1 = np.array([t.tspan[1] for t in problems])
     _check_direction(t0, t1)
-    base_structure = _pytree.structure(prob.p)
     per_traj = []
     for i, traj in enumerate(problems):
-        if _pytree.structure(traj.p) != base_structure:
-            raise ValueError(f"trajectory {i}'s p has a different structure than prob.p")
+        check_p_structure(i, traj.p, prob.p)
         per_traj.append(_pytree.leaves(traj.p))
-    if _pytree.structure(first.p) != base_structure:
-        raise ValueError("trajectory 0's p has a different structure than prob.p")
+    check_p_structure(0, first.p, prob.p)
     shared_leaves = _pytree.leaves(first.p)
     lane_leaf = per_trajectory_leaves(shared_leaves, per_traj)
     new_leaves = []

@@ -14,7 +14,13 @@ from .._error_context import add_note, describe_trajectories
 from .._problem import ODEProblem
 from .random import counter_uniform, trajectory_rng
 
-__all__ = ["BatchContext", "EnsembleProblem", "TrajectoryContext", "per_trajectory_leaves"]
+__all__ = [
+    "BatchContext",
+    "EnsembleProblem",
+    "TrajectoryContext",
+    "check_p_structure",
+    "per_trajectory_leaves",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +271,18 @@ def _pair(name: str, pair: str, result: Any, example: str) -> tuple[Any, Any]:
             f"{name} must return a pair {pair}, got {got}; e.g. return value, {example}"
         )
     return result[0], result[1]
+
+
+def check_p_structure(i: int, p: Any, base: Any) -> None:
+    """Raise if trajectory ``i``'s parameters ``p`` are not nested as ``prob.p`` (``base``)."""
+    from .. import _pytree
+
+    if _pytree.structure(p) != _pytree.structure(base):
+        raise ValueError(
+            f"trajectory {i}'s p has a different structure than prob.p: prob_func must return "
+            f"a p nested as prob.p (the same lists, tuples and dicts around its arrays and "
+            f"numbers); give prob.p the form the trajectories use, e.g. an array for an array"
+        )
 
 
 def per_trajectory_leaves(first: list[Any], trajectories: list[list[Any]]) -> list[bool]:

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .._rhs import as_array
+from .._rhs import as_array, is_traced_result
 from ..backends import to_host
 from ..integrator.lanes import expand
 from ..solvers import Step
@@ -356,6 +356,7 @@ class EventHandler:
 
     def _per_lane(self, k: int, what: str, out: Any, n: int) -> Array:
         xp = self._xp
+        _refuse_traced_result(k, what, out)
         if out is None:
             raise TypeError(f"callback {k}: {what} returned None; did it forget to return?")
         if not hasattr(out, "shape") or not hasattr(out, "dtype"):
@@ -417,7 +418,9 @@ class EventHandler:
     ) -> Array:
         xp = self._xp
         shape = tuple(u.shape[:-1]) if self._spec.single else tuple(u.shape)
-        out = as_array(self._backend, self._call(cb.affect, u, t, params, fired), shape=shape)
+        raw = self._call(cb.affect, u, t, params, fired)
+        _refuse_traced_result(k, "affect", raw)
+        out = as_array(self._backend, raw, shape=shape)
         if not hasattr(out, "shape") or tuple(out.shape) != shape:
             got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
             raise ValueError(
@@ -429,6 +432,18 @@ class EventHandler:
                 f"the state's dtype"
             )
         return xp.expand_dims(out, axis=-1) if self._spec.single else out
+
+
+def _refuse_traced_result(k: int, what: str, out: Any) -> None:
+    """Raise if callback ``k``'s ``what`` returned values autograd is tracing from plain
+    arguments: it closes over a value being differentiated, which dxode cannot see."""
+    if is_traced_result(out):
+        raise TypeError(
+            f"callback {k}: {what} returned a value autograd is tracing although u and p are "
+            f"plain: it uses a variable being differentiated from outside (a closure); pass "
+            f"it in the problem's p and read it from p, so that dxode differentiates the "
+            f"solve with respect to it"
+        )
 
 
 class _Bracket(NamedTuple):

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import _pytree
 from ..sensitivity.algorithms import DiscreteAdjoint, ForwardSensitivity
-from .batch import KernelBatch, lane_params
+from .batch import KernelBatch, check_callback_method, lane_params
 from .compiler import dtype_name, user_function_mode
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
@@ -110,7 +110,9 @@ class KernelForwardSensitivity(ForwardSensitivity):
         self, static: Any, callbacks: Any, u0: Any, leaves: list[Any], t0: Any, t1: Any
     ) -> tuple[np.ndarray, ...] | None:
         """The event pass by the plain CPU kernel with the callbacks (``None`` on CUDA: the
-        array path's pass)."""
+        array path's pass). A method the kernels run no callbacks with raises, as without
+        gradients."""
+        check_callback_method(callbacks, static.options.alg)
         if self.device != "cpu":
             return None
         from .event_pass import kernel_event_log

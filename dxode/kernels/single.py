@@ -59,6 +59,13 @@ def solve_kernel(
         from .gradients import kernel_sensealg
 
         kernel_sensealg(sensealg)
+    return _solve_plain(prob, opts, saveat, tstops, callback)
+
+
+def _solve_plain(
+    prob: ODEProblem, opts: SolverOptions, saveat: Any, tstops: Any, callback: Any
+) -> ODESolution:
+    """The kernel solve of a problem nothing differentiates (see ``solve_kernel``)."""
     u0 = np.asarray(prob.u0)
     check_state(u0)
     t0, t1 = (float(t) for t in prob.tspan)
@@ -115,13 +122,21 @@ def _solve_traced(
 ) -> ODESolution:
     """A differentiated kernel solve: forward sensitivities compiled with the kernel, or its
     discrete adjoint (see ``gradients``); with ``callbacks`` (a ``CallbackSet``) event to event,
-    each segment through them (``sensitivity.event_segments``). Without ``saveat`` the end
-    points are saved (with callbacks: the start and the final state after the last event), as
-    on the array path."""
+    each segment through them (``sensitivity.event_segments``). Without ``saveat`` every step of
+    the solve without gradients is saved (with callbacks: the start and the final state after
+    the last event), as on the array path."""
     from autograd.tracer import getval
 
     from ..sensitivity.entry import solve_single_traced
     from .gradients import kernel_sensealg
 
     check_state(np.asarray(getval(prob.u0)))
-    return solve_single_traced(prob, opts, saveat, tstops, kernel_sensealg(sensealg), callbacks)
+    return solve_single_traced(
+        prob,
+        opts,
+        saveat,
+        tstops,
+        kernel_sensealg(sensealg),
+        callbacks,
+        lambda plain: _solve_plain(plain, opts, None, tstops, None).t,
+    )

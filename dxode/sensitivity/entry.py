@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import lane_save_grid, stop_times
 from ..backends import backend_for, get_backend, to_host
-from ..ensemble.problem import EnsembleProblem, per_trajectory_leaves
+from ..ensemble.problem import EnsembleProblem, check_p_structure, per_trajectory_leaves
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
 from .differentiable import (
     _Static,
@@ -25,6 +26,13 @@ from .differentiable import (
 from .event_segments import solve_segmented
 
 
+def untraced_problem(prob: ODEProblem) -> ODEProblem:
+    """``prob`` with the values autograd traces in ``u0`` and ``p`` replaced by their values."""
+    from autograd.tracer import getval
+
+    return prob.remake(u0=getval(prob.u0), p=_pytree.map_leaves(getval, prob.p))
+
+
 def solve_single_traced(
     prob: ODEProblem,
     opts: SolverOptions,
@@ -32,15 +40,19 @@ def solve_single_traced(
     tstops: Any,
     sensealg: Any = None,
     callbacks: Any = None,
+    plain_steps: Callable[[ODEProblem], np.ndarray] | None = None,
 ) -> ODESolution:
     """``solve`` for a problem whose ``u0`` or ``p`` is being differentiated (with
-    ``callbacks``, a ``CallbackSet``, or ``None``)."""
+    ``callbacks``, a ``CallbackSet``, or ``None``). Without ``saveat`` and callbacks it saves
+    at ``plain_steps(problem)``: the step times of the solve without gradients."""
     import autograd.numpy as anp
     from autograd.tracer import getval, isbox
 
     by_default = sensealg is None
     sensealg = sensealg or default_sensealg(opts.alg)
     check_differentiable(opts, _backend_name(prob.u0), sensealg, prob.vjp, _has_jacobians(prob))
+    if saveat is None and callbacks is None and plain_steps is not None:
+        saveat = to_host(plain_steps(untraced_problem(prob)))
     t0, t1 = prob.tspan
     grid = lane_save_grid(saveat, np.array([t0]), np.array([t1]))[:, 0]
     leaves = _pytree.leaves(prob.p)
@@ -59,7 +71,7 @@ def solve_single_traced(
         tstops=stop_times(tstops, t0, t1),
         options=opts,
         batch_size=1,
-        dtype=getval(prob.u0).dtype,
+        dtype=_host_dtype(prob.u0),
         sensealg=sensealg,
         default_sensealg=by_default,
         jac=prob.jac,
@@ -187,6 +199,8 @@ def _traced_trajectories(
     if eprob.prob_func is not None:
         problems = [eprob.trajectory(i, 0, seed) for i in range(n)]
         u0 = anp.stack([_on_host(p.u0) for p in problems])
+        for i, problem in enumerate(problems):
+            check_p_structure(i, problem.p, prob.p)
         per_trajectory = [_pytree.leaves(p.p) for p in problems]
         columns = [[leaves[k] for leaves in per_trajectory] for k in range(len(base))]
         # A leaf every trajectory shares (one object: a fitted parameter vector, say) stays
