@@ -70,6 +70,15 @@ def lane_save_grid(saveat: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
     return np.repeat(grid[:, None], n, axis=1)
 
 
+def lane_stop_times(tstops: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray | None:
+    """``tstops`` for lanes with spans ``t0 -> t1`` (``(L,)`` each, all in one direction),
+    checked against the span covering them all: each lane steps onto those inside its own
+    span and passes the others by."""
+    if t1[0] >= t0[0]:
+        return stop_times(tstops, float(np.min(t0)), float(np.max(t1)))
+    return stop_times(tstops, float(np.max(t0)), float(np.min(t1)))
+
+
 def stop_times(tstops: Any, t0: float, t1: float) -> np.ndarray | None:
     """``tstops`` validated: times the integrator must step to exactly, inside the span."""
     if tstops is None:

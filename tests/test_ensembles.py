@@ -251,6 +251,32 @@ def test_per_trajectory_tspan():
         dxode.solve(eprob, trajectories=3, saveat=0.1)
 
 
+@pytest.mark.parametrize("kernel", [False, True])
+def test_tstops_with_per_trajectory_tspans(kernel):
+    # A stop inside some trajectories' spans only: those step onto it, the others pass it by
+    # (it was refused as outside the first trajectory's span).
+    from problems import lorenz as compilable_lorenz
+
+    if kernel:
+        pytest.importorskip("numba")
+
+    def prob_on(tspan):
+        return dxode.ODEProblem(compilable_lorenz, np.array([1.0, 0.0, 0.0]), tspan, P0)
+
+    spans = np.array([[0.0, 1.0], [0.5, 2.0], [0.0, 2.0]])
+    eprob = EnsembleProblem(prob_on((0.0, 1.0)), tspan=spans)
+    alg = dxode.EnsembleKernel() if kernel else EnsembleArray()
+    opts = {"rtol": 1e-8, "atol": 1e-8}
+    sim = dxode.solve(eprob, "tsit5", alg, trajectories=3, tstops=[0.25, 1.5], **opts)
+    for i, own in enumerate(([0.25], [1.5], [0.25, 1.5])):
+        t0, t1 = spans[i]
+        alone = dxode.solve(prob_on((t0, t1)), "tsit5", saveat=[t0, t1], tstops=own, **opts)
+        np.testing.assert_allclose(sim.u[i], alone.u, rtol=1e-12 if kernel else 0, atol=0)
+        assert sim[i].stats.naccept == alone.stats.naccept
+    with pytest.raises(ValueError, match="outside tspan"):
+        dxode.solve(eprob, "tsit5", alg, trajectories=3, tstops=[2.5])
+
+
 def test_a_failing_trajectory_gets_its_own_retcode():
     params = _scaled_params(5)
     params[1, 0] = 1e300  # overflows to inf/NaN at once

@@ -17,7 +17,7 @@ from .._derivatives import Derivatives
 from .._lane_problem import lane_problem, lane_values, parameters_for
 from .._options import SolverOptions
 from .._problem import ODEProblem
-from .._timegrid import lane_save_grid, stop_times
+from .._timegrid import lane_save_grid, lane_stop_times
 from ..backends import Backend, backend_for, get_backend, to_host
 from ..events.record import EventRecord, record_from_lanes
 from ..integrator.loop import integrate
@@ -116,7 +116,7 @@ def solve_batch(
         save_grid=grid,
         record_steps="dense" if spec.dense else "",
         tstops=(
-            stop_times(spec.tstops, float(t0[0]), float(t1[0])) if spec.tstops is not None else None
+            lane_stop_times(spec.tstops, t0, t1) if spec.tstops is not None else None
         ),
         callbacks=spec.callback,
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._timegrid import lane_save_grid, stop_times
+from .._timegrid import lane_save_grid, lane_stop_times
 from ..backends import get_backend
 from ..ensemble.batch import BatchResult, BatchSpec, build_lanes
 from ..ensemble.problem import EnsembleProblem
@@ -32,7 +32,7 @@ def solve_kernel_batch(
     t0, t1 = lanes.t0, lanes.t1
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
     grid = lane_save_grid(spec.saveat, t0, t1)
-    tstops = stop_times(spec.tstops, float(t0[0]), float(t1[0]))
+    tstops = lane_stop_times(spec.tstops, t0, t1)
     layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype)
     prob = eprob.prob
     batch = KernelBatch(

@@ -13,7 +13,7 @@ from .._options import SolverOptions
 from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
-from .._timegrid import lane_save_grid, stop_times
+from .._timegrid import lane_save_grid, lane_stop_times, stop_times
 from ..backends import backend_for, get_backend, to_host
 from ..ensemble.problem import EnsembleProblem, check_p_structure, per_trajectory_leaves
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
@@ -155,7 +155,7 @@ def solve_ensemble_traced(
         t0=t0,
         t1=t1,
         save_grid=grid,
-        tstops=stop_times(tstops, float(t0[0]), float(t1[0])),
+        tstops=lane_stop_times(tstops, t0, t1),
         options=opts,
         batch_size=lanes_per_batch or batch_size,
         backend=backend,
