@@ -219,6 +219,27 @@ def test_comparison_on_time_and_math_functions_are_differentiated():
     np.testing.assert_allclose(kernel, array, rtol=1e-7)
 
 
+def test_an_f_written_with_autograd_numpy_is_compiled_and_differentiated():
+    """The array path's differentiable f (``anp.sin``, ``anp.exp``) runs in the kernel as
+    NumPy, and complex step differentiates it."""
+    kernel = _grad_wrt_p(_time_switch_traced)
+    array = _grad_wrt_p(_time_switch_traced, kernel=False)
+    np.testing.assert_allclose(kernel, array, rtol=1e-7)
+
+
+def _with_anp_abs(u, p, t):
+    x, v = u
+    return [v, -p[0] * x - p[1] * v * anp.abs(v)]
+
+
+def test_abs_from_autograd_numpy_is_refused_by_name_at_its_line():
+    import inspect
+
+    line = inspect.getsourcelines(_with_anp_abs)[1] + 2
+    with pytest.raises(KernelUnsupportedError, match=rf"np\.abs \(line {line}\)"):
+        _grad_wrt_p(_with_anp_abs)
+
+
 def _abs_jac(u, p, t):
     _, v = u
     return [[0.0, 1.0], [-p[0], -2.0 * p[1] * abs(v)]]

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ARRAY_PATH, KernelUnsupportedError
-from .rhs_source import numba_ready, where_defined
+from .rhs_source import numba_ready, numpy_twin, where_defined
 
 __all__ = ["NOT_ANALYTIC_HINT", "STEP", "complex_copy"]
 
@@ -98,7 +98,7 @@ class _ToComplex(ast.NodeTransformer):
         self.refused: list[str] = []
 
     def _module(self, node: ast.AST) -> Any:
-        return self.globals.get(node.id) if isinstance(node, ast.Name) else None
+        return numpy_twin(self.globals.get(node.id)) if isinstance(node, ast.Name) else None
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         module = self._module(node.value)
@@ -129,9 +129,12 @@ class _ToComplex(ast.NodeTransformer):
     def visit_Name(self, node: ast.Name) -> Any:
         if node.id in getattr(self, "local", ()):
             return node
-        value = self.globals.get(node.id)
+        value = numpy_twin(self.globals.get(node.id))
+        numpy_name = getattr(value, "__name__", None)
         if node.id in _NOT_ANALYTIC_BUILTINS and value is None:
             self.refused.append(f"{node.id} (line {node.lineno})")
+        elif numpy_name in _NOT_ANALYTIC_NUMPY and getattr(np, numpy_name, None) is value:
+            self.refused.append(f"{node.id} (np.{numpy_name}, line {node.lineno})")
         elif callable(value) and getattr(value, "__module__", None) == "math":
             name = getattr(value, "__name__", node.id)
             if name in _CMATH_TWINS:

@@ -6,7 +6,10 @@
   heap object, a tuple lives in registers, which keeps the lane loop vectorizable;
 * ``u`` and ``p`` arrive per lane as tuples of numbers (``x, y, z = u``, ``u[0]`` and
   ``sigma, rho, beta = p`` work as before). An ``f`` that needs ``u`` as an array (``-k * u``)
-  gets a small array instead, which compiles but does not vectorize.
+  gets a small array instead, which compiles but does not vectorize;
+* ``autograd.numpy`` (``anp.sin``, ``from autograd.numpy import exp``), which an ``f``
+  written for gradients on the array path uses, is read as NumPy: numba compiles NumPy, not
+  autograd's wrappers of it.
 
 The rewritten function keeps ``f``'s file name and line numbers, so numba's errors point to
 the user's code.
@@ -18,6 +21,7 @@ import ast
 import contextlib
 import dataclasses
 import hashlib
+import importlib
 import inspect
 import textwrap
 import types
@@ -169,15 +173,18 @@ def numba_ready(
     are added to the globals the rewritten function sees.
     """
     code = getattr(f, "__code__", None)
-    if code is None or f.__name__ == "<lambda>":
+    if code is None:
         return f
+    if f.__name__ == "<lambda>":
+        return _with_numpy(f)
     try:
         source = textwrap.dedent(inspect.getsource(f))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError):
-        return f
+        return _with_numpy(f)
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
-        return f
+        return _with_numpy(f)
+    ast.increment_lineno(tree, code.co_firstlineno - 1)  # the file's lines, in errors too
     func = _ListReturnsToTuples().visit(tree.body[0])
     if rewrite is not None:
         func = rewrite.visit(func)
@@ -199,8 +206,7 @@ def numba_ready(
         )
         tree.body = [outer]
     ast.fix_missing_locations(tree)
-    ast.increment_lineno(tree, code.co_firstlineno - 1)
-    namespace = dict(f.__globals__)
+    namespace = _numpy_globals(f)
     namespace.update(names or {})
     exec(compile(tree, code.co_filename, "exec"), namespace)
     if freevars:
@@ -211,6 +217,50 @@ def numba_ready(
     return types.FunctionType(
         new.__code__, new.__globals__, f.__name__, f.__defaults__, new.__closure__
     )
+
+
+def numpy_twin(value: Any) -> Any:
+    """``value``, or NumPy's own for autograd's NumPy wrapper: the module ``autograd.numpy``
+    (and ``.linalg``, ``.fft``, ``.random``) becomes ``numpy``'s, a function autograd wraps
+    the NumPy function it wraps (``anp.sin`` is ``np.sin``)."""
+    if isinstance(value, types.ModuleType):
+        prefix = "autograd.numpy"
+        name = value.__name__
+        if name == prefix or name.startswith(prefix + "."):
+            return importlib.import_module("numpy" + name[len(prefix) :])
+        return value
+    if callable(value) and str(getattr(value, "__module__", "")).startswith("autograd"):
+        wrapped = getattr(value, "fun", None)  # an autograd primitive
+        if wrapped is None:  # one of autograd.numpy's own (array, stack, where, ...)
+            wrapped = getattr(np, getattr(value, "__name__", ""), None)
+        return value if wrapped is None else wrapped
+    return value
+
+
+def _numpy_globals(f: Callable[..., Any]) -> dict[str, Any]:
+    """A copy of ``f``'s globals with ``numpy_twin`` applied to the names ``f`` reads."""
+    namespace = dict(f.__globals__)
+    for name in _names_read(f.__code__):
+        if name in namespace:
+            namespace[name] = numpy_twin(namespace[name])
+    return namespace
+
+
+def _names_read(code: types.CodeType) -> set[str]:
+    """The global names a code object and the code nested in it (comprehensions) read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names_read(const)
+    return names
+
+
+def _with_numpy(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``f`` itself, or a copy reading NumPy where it reads autograd's wrapper of it."""
+    namespace = _numpy_globals(f)
+    if all(namespace[k] is v for k, v in f.__globals__.items()):
+        return f
+    return types.FunctionType(f.__code__, namespace, f.__name__, f.__defaults__, f.__closure__)
 
 
 @dataclasses.dataclass(frozen=True)
