@@ -6,7 +6,11 @@ check that their tests skip with a reason instead of failing.
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -29,6 +33,19 @@ def pytest_configure(config: pytest.Config) -> None:
     # submodules) raise ModuleNotFoundError, which is what a missing extra looks like.
     for name in filter(None, config.getoption("--without").split(",")):
         sys.modules[name] = None  # type: ignore[assignment]
+    # Compiled kernels go to a directory of this run's own, which its xdist workers and the
+    # processes they start inherit: each run compiles as on a fresh machine, and the user's
+    # cache is left alone. Set DXODE_KERNEL_CACHE to keep compiled kernels between runs.
+    if "DXODE_KERNEL_CACHE" not in os.environ:
+        path = tempfile.mkdtemp(prefix="dxode-test-kernels-")
+        os.environ["DXODE_KERNEL_CACHE"] = config.dxode_kernel_cache = path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = getattr(config, "dxode_kernel_cache", None)
+    if path is not None:  # this process made it (and its "-avx2" twin): remove them
+        for made in glob.glob(f"{glob.escape(path)}*"):
+            shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture(params=backend_params())
