@@ -145,18 +145,27 @@ def test_probes_side_by_side_are_bitwise_those_taken_one_at_a_time(monkeypatch):
     # working sets shrink and the probes differ in width.
     from dxode.sensitivity import stability
 
-    probe = stability._probe_rates
-    compared = []
+    probe, iterate = stability._probe_rates, stability._power_iteration
+    compared, iterations = [], []
 
-    def both(backend, rhs_for, params, trials, n_lanes, single_lane=False):
+    def counted(*args):
+        iterations[-1] += 1
+        return iterate(*args)
+
+    def both(backend, rhs_for, params, trials, n_lanes):
+        iterations.append(0)
         together = probe(backend, rhs_for, params, trials, n_lanes)
-        alone = probe(backend, rhs_for, params, trials, n_lanes, single_lane=True)
+        iterations.append(0)
+        with monkeypatch.context() as one_at_a_time:
+            one_at_a_time.setattr(stability, "_SIDE_BY_SIDE", 0)
+            alone = probe(backend, rhs_for, params, trials, n_lanes)
         np.testing.assert_array_equal(together[0], alone[0])
         np.testing.assert_array_equal(together[1], alone[1])
         compared.append(np.count_nonzero(together[1], axis=1))
         return together
 
     monkeypatch.setattr(stability, "_probe_rates", both)
+    monkeypatch.setattr(stability, "_power_iteration", counted)
     shifts = np.array([[0.0, 0.0, 0.0, 0.0], [-1.0, 0.2, 0.0, 0.0], [-2.0, 0.3, 0.1, 0.0]])
 
     def loss(theta):
@@ -173,6 +182,7 @@ def test_probes_side_by_side_are_bitwise_those_taken_one_at_a_time(monkeypatch):
         autograd.grad(loss)(THETA0)
     widths = compared[0]
     assert widths[0] == 3 and widths[-1] == 1  # probes of three lanes and of one
+    assert iterations[:2] == [1, len(widths)]  # all probes in one working set, or one each
 
 
 def test_per_trajectory_tspans_refuse_with_forward_sensitivities_named():

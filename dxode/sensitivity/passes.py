@@ -156,13 +156,7 @@ def switch_for_stability(static: Any, batch: BatchRHS, result: Any, n_lanes: int
     interval = alg.tableau.real_stability_interval
     succeeded = np.isin(to_host(result.retcode), _SUCCEEDED)
     limited, rho = stability.stability_limited(
-        backend,
-        batch.rhs_for,
-        batch.params,
-        result.trials or [],
-        succeeded,
-        interval,
-        static.single_lane,
+        backend, batch.rhs_for, batch.params, result.trials or [], succeeded, interval
     )
     if not limited.any():
         return False

@@ -51,7 +51,6 @@ def stability_limited(
     trials: list[Trial],
     succeeded: np.ndarray,
     interval: float,
-    single_lane: bool = False,
 ) -> tuple[np.ndarray, float]:
     """Lanes (among the ``succeeded`` ones, an ``(L,)`` host mask) with an accepted step
     ``h`` beyond the stability interval, ``|h| ρ > interval``, and the largest such ``ρ``.
@@ -59,12 +58,11 @@ def stability_limited(
     ``ρ`` comes from power iterations on the Jacobian at up to ``_PROBES`` states along the
     solve (so it also sees the modes the solution does not contain, which frozen steps
     amplify unseen): for a step, the larger of the probes before and after it.
-    ``rhs_for(params)`` is the batch's lane RHS (``params`` its per-lane parameters);
-    ``single_lane``: it takes one trajectory (no lane axis in ``f``).
+    ``rhs_for(params)`` is the batch's lane RHS (``params`` its per-lane parameters).
     """
     xp = backend.xp
     limited = np.zeros(succeeded.shape[0], dtype=bool)
-    probes = _probe_rates(backend, rhs_for, params, trials, succeeded.shape[0], single_lane)
+    probes = _probe_rates(backend, rhs_for, params, trials, succeeded.shape[0])
     if probes is None:
         return limited, 0.0
     at, rates = probes
@@ -86,12 +84,7 @@ def stability_limited(
 
 
 def _probe_rates(
-    backend: Any,
-    rhs_for: Any,
-    params: tuple,
-    trials: list[Trial],
-    n_lanes: int,
-    single_lane: bool = False,
+    backend: Any, rhs_for: Any, params: tuple, trials: list[Trial], n_lanes: int
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Power-iteration estimates of ``|λ|max`` at up to ``_PROBES`` trials' start states:
     the trials' indices ``(P,)`` and the rates ``(P, L)`` (zero for lanes not in a trial's
@@ -99,46 +92,43 @@ def _probe_rates(
 
     Small working sets' probes run side by side as one working set: each lane's rate has
     the bits of its probe on its own, as ``f`` computes each lane on its own and the norms
-    add in order. A single trajectory (``single_lane``: ``f`` sees no lane axis) probes one
-    state after another."""
+    add in order. A batch of one lane probes one state after another (a single trajectory's
+    ``f`` sees no lane axis)."""
     xp = backend.xp
     kept = [j for j, trial in enumerate(trials) if _start_state(trial) is not None]
     if not kept:
         return None
     every = max(1, -(-len(kept) // _PROBES))
     chosen = kept[::every]
+    probes = [trials[j] for j in chosen]
+    states = [_start_state(trial) for trial in probes]
     rng = np.random.default_rng(0)
-    sizes = [math.prod(_start_state(trials[j]).shape) for j in chosen]
-    groups = _side_by_side(chosen, sizes, 0 if single_lane else _SIDE_BY_SIDE)
-    found = []
-    for group in groups:
-        lanes = xp.concat([trials[j].lane for j in group])
-        u = xp.concat([_start_state(trials[j]) for j in group], axis=-1)
-        starts = [rng.standard_normal(tuple(_start_state(trials[j]).shape)) for j in group]
-        start = backend.asarray(np.concatenate(starts, axis=-1), dtype=u.dtype)
-        t = xp.concat([trials[j].t for j in group])
-        rhs = rhs_for(tuple(xp.take(p, lanes, axis=-1) for p in params))
-        found.append(to_host(_power_iteration(backend, rhs, u, t, start)))
-    rate = np.concatenate([np.asarray(r) for r in found])
+    starts = [rng.standard_normal(tuple(u.shape)) for u in states]
+    budget = 0 if n_lanes == 1 else _SIDE_BY_SIDE
     rates = np.zeros((len(chosen), n_lanes))
-    offset = 0
-    for row, j in enumerate(chosen):
-        lane = np.asarray(to_host(trials[j].lane))
-        rates[row, lane] = rate[offset : offset + lane.shape[0]]
-        offset += lane.shape[0]
+    for group in _side_by_side([math.prod(u.shape) for u in states], budget):
+        lanes = xp.concat([probes[k].lane for k in group])
+        u = xp.concat([states[k] for k in group], axis=-1)
+        start = backend.asarray(np.concatenate([starts[k] for k in group], axis=-1), u.dtype)
+        t = xp.concat([probes[k].t for k in group])
+        rhs = rhs_for(tuple(xp.take(p, lanes, axis=-1) for p in params))
+        rate = np.asarray(to_host(_power_iteration(backend, rhs, u, t, start)))
+        ends = np.cumsum([int(probes[k].lane.shape[0]) for k in group])
+        for k, part in zip(group, np.split(rate, ends[:-1]), strict=True):
+            rates[k, np.asarray(to_host(probes[k].lane))] = part
     return np.asarray(chosen), rates
 
 
-def _side_by_side(chosen: list[int], sizes: list[int], budget: int) -> list[list[int]]:
-    """``chosen`` (with ``sizes`` elements each) cut into consecutive groups of at most
-    ``budget`` elements in all (a larger one alone)."""
+def _side_by_side(sizes: list[int], budget: int) -> list[list[int]]:
+    """The positions of items of ``sizes`` elements cut into consecutive groups of at most
+    ``budget`` elements in all (a larger item alone)."""
     groups: list[list[int]] = []
     total = 0
-    for j, size in zip(chosen, sizes, strict=True):
+    for k, size in enumerate(sizes):
         if not groups or total + size > budget:
             groups.append([])
             total = 0
-        groups[-1].append(j)
+        groups[-1].append(k)
         total += size
     return groups
 
