@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
-from .batch import KernelBatch, check_callback_method, lane_params
+from .batch import KernelBatch, lane_params
 from .cpu import run_cpu
 from .ensemble_batch import check_state
 from .events import run_events
@@ -33,8 +33,8 @@ def kernel_event_log(
     """The events of lanes ``u0`` ``(n, L)`` on spans ``t0``, ``t1`` ``(L,)`` with parameter
     leaf values ``leaves``: ``(lane, t, callback, retcode)`` as ``event_plan`` logs them (by
     lane, in firing order), from the CPU kernel (``run``: ``run_cpu``'s block and threads).
-    A method the kernels run no callbacks with raises, as without gradients."""
-    check_callback_method(callbacks, static.options.alg)
+    A method the kernels run no callbacks with raises (``KernelBatch``), as without
+    gradients."""
     u0 = np.ascontiguousarray(u0)
     check_state(u0[..., 0])
     lanes = u0.shape[-1]
