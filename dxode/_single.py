@@ -61,8 +61,7 @@ def solve_problem(
     if callbacks is not None:
         events = record_from_lanes(backend, result.events, None)
         if grid is None:
-            keep_after = np.array([cb.save_positions[1] for cb in callbacks], dtype=bool)
-            t, u = with_points_after(t, u, events, keep_after)
+            t, u = with_points_after(t, u, events, callbacks)
     steps = result.steps
     dense_output = None
     if keep_dense and steps is not None and steps["t"].shape[0] > 0:

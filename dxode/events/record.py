@@ -44,24 +44,12 @@ class EventRecord:
 
     def select(self, rows: np.ndarray) -> EventRecord:
         """The events at positions ``rows`` (a host integer array)."""
-        xp = array_api_compat.array_namespace(self.t)
-        # NumPy, or autograd's wrapper of it (a differentiated solve's traced events).
-        if xp.__name__.split(".")[0] in ("numpy", "autograd"):
-
-            def take(x: Array) -> Array:
-                return x[rows]
-        else:
-            idx = xp.asarray(rows)
-
-            def take(x: Array) -> Array:
-                return xp.take(x, idx, axis=0)
-
         return EventRecord(
-            t=take(self.t),
+            t=take_rows(self.t, rows),
             callback=self.callback[rows],
             trajectory=self.trajectory[rows],
-            u_before=take(self.u_before),
-            u_after=take(self.u_after),
+            u_before=take_rows(self.u_before, rows),
+            u_after=take_rows(self.u_after, rows),
         )
 
     def for_trajectory(self, i: int) -> EventRecord:
@@ -71,6 +59,24 @@ class EventRecord:
 
     def __repr__(self) -> str:
         return f"EventRecord({len(self)} events)"
+
+
+def _numpy_like(xp: Any) -> bool:
+    """Whether ``xp`` is NumPy, or autograd's wrapper of it (for a differentiated solve's
+    traced states, whose ``concat`` and ``take`` autograd does not differentiate)."""
+    return xp.__name__.split(".")[0] in ("numpy", "autograd")
+
+
+def take_rows(x: Array, rows: np.ndarray) -> Array:
+    """``x[rows]`` along the first axis, ``rows`` a host integer array."""
+    xp = array_api_compat.array_namespace(x)
+    return x[rows] if _numpy_like(xp) else xp.take(x, xp.asarray(rows), axis=0)
+
+
+def concat_rows(parts: list[Array]) -> Array:
+    """``parts`` joined along the first axis."""
+    xp = array_api_compat.array_namespace(*parts)
+    return xp.concatenate(parts) if _numpy_like(xp) else xp.concat(parts)
 
 
 def record_from_lanes(
@@ -131,17 +137,15 @@ def replace_trajectories(
     return merged.select(order)
 
 
-def with_points_after(t: Array, u: Array, record: EventRecord, keep_after: np.ndarray) -> tuple:
-    """Every-step output ``(t, u)`` with each event's after-state inserted after its time.
-
-    ``keep_after[c]`` says whether callback ``c`` saves the state after its events. Rows
-    at the same time keep their order: the step's end (the state before), then the events
-    in the order they fired.
-    """
+def with_points_after(t: Array, u: Array, record: EventRecord, callbacks: Any) -> tuple:
+    """Every-step output ``(t, u)`` with the after-state of each event whose callback (in the
+    ``CallbackSet`` ``callbacks``) saves it inserted after its time. Rows at the same time
+    keep their order: the step's end (the state before), then the events in the order they
+    fired. ``u`` may be traced by autograd (``t`` and ``record.t`` then hold values)."""
+    keep_after = np.array([cb.save_positions[1] for cb in callbacks], dtype=bool)
     rows = np.nonzero(keep_after[record.callback])[0]
     if rows.size == 0:
         return t, u
-    xp = array_api_compat.array_namespace(t)
     chosen = record.select(rows)
     t_host, te_host = to_host(t), to_host(chosen.t)
     direction = 1.0 if t_host[-1] >= t_host[0] else -1.0
@@ -149,8 +153,7 @@ def with_points_after(t: Array, u: Array, record: EventRecord, keep_after: np.nd
     at = np.searchsorted(direction * t_host, direction * te_host, side="right") - 1
     keys = np.concatenate([2 * np.arange(t_host.shape[0]), 2 * at + 1])
     order = np.argsort(keys, kind="stable")
-    idx = order if isinstance(t, np.ndarray) else xp.asarray(order)
     return (
-        xp.take(xp.concat([t, chosen.t]), idx, axis=0),
-        xp.take(xp.concat([u, chosen.u_after]), idx, axis=0),
+        take_rows(concat_rows([t, chosen.t]), order),
+        take_rows(concat_rows([u, chosen.u_after]), order),
     )

@@ -91,8 +91,7 @@ def _solve_plain(
         assert result.steps is not None
         t, u = result.steps
         if events is not None:
-            keep_after = np.array([cb.save_positions[1] for cb in callback], dtype=bool)
-            t, u = with_points_after(t, u, events, keep_after)
+            t, u = with_points_after(t, u, events, callback)
     else:
         t, u = grid.astype(u0.dtype), result.saved[0]
     naccept, nreject = int(result.naccept[0]), int(result.nreject[0])
@@ -122,9 +121,8 @@ def _solve_traced(
 ) -> ODESolution:
     """A differentiated kernel solve: forward sensitivities compiled with the kernel, or its
     discrete adjoint (see ``gradients``); with ``callbacks`` (a ``CallbackSet``) event to event,
-    each segment through them (``sensitivity.event_segments``). Without ``saveat`` every step of
-    the solve without gradients is saved (with callbacks: the start and the final state after
-    the last event), as on the array path."""
+    each segment through them (``sensitivity.event_segments``). Without ``saveat`` it saves
+    what the solve without gradients saves (every step, and the events' after-states)."""
     from autograd.tracer import getval
 
     from ..sensitivity.entry import solve_single_traced
@@ -138,5 +136,5 @@ def _solve_traced(
         tstops,
         kernel_sensealg(sensealg),
         callbacks,
-        lambda plain: _solve_plain(plain, opts, None, tstops, None).t,
+        lambda plain, cbs: _solve_plain(plain, opts, None, tstops, cbs).t,
     )

@@ -17,6 +17,7 @@ from .._timegrid import lane_save_grid, lane_stop_times, stop_times
 from ..backends import backend_for, get_backend, to_host
 from ..ensemble.problem import EnsembleProblem, check_p_structure, per_trajectory_leaves
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
+from ..events.record import with_points_after
 from .differentiable import (
     _Static,
     check_differentiable,
@@ -38,22 +39,26 @@ def solve_single_traced(
     opts: SolverOptions,
     saveat: Any,
     tstops: Any,
-    sensealg: Any = None,
-    callbacks: Any = None,
-    plain_steps: Callable[[ODEProblem], np.ndarray] | None = None,
+    sensealg: Any,
+    callbacks: Any,
+    plain_steps: Callable[[ODEProblem, Any], Any],
 ) -> ODESolution:
     """``solve`` for a problem whose ``u0`` or ``p`` is being differentiated (with
-    ``callbacks``, a ``CallbackSet``, or ``None``). Without ``saveat`` and callbacks it saves
-    at ``plain_steps(problem)``: the step times of the solve without gradients."""
+    ``callbacks``, a ``CallbackSet``, or ``None``). Without ``saveat`` it saves what the solve
+    without gradients saves: its times ``plain_steps(problem, callbacks)`` (every step, and
+    with callbacks the events' after-states), held fixed."""
     import autograd.numpy as anp
     from autograd.tracer import getval, isbox
 
     by_default = sensealg is None
     sensealg = sensealg or default_sensealg(opts.alg)
     check_differentiable(opts, _backend_name(prob.u0), sensealg, prob.vjp, _has_jacobians(prob))
-    if saveat is None and callbacks is None and plain_steps is not None:
-        saveat = to_host(plain_steps(untraced_problem(prob)))
     t0, t1 = prob.tspan
+    every_step = saveat is None
+    if every_step:
+        direction = 1.0 if t1 > t0 else -1.0
+        steps = to_host(plain_steps(untraced_problem(prob), callbacks))
+        saveat = direction * np.unique(direction * steps)  # an event's time once: its step end
     grid = lane_save_grid(saveat, np.array([t0]), np.array([t1]))[:, 0]
     leaves = _pytree.leaves(prob.p)
     diff = [isbox(leaf) for leaf in leaves]
@@ -80,18 +85,20 @@ def solve_single_traced(
     )
     u0_lanes = anp.expand_dims(prob.u0, -1)
     diff_values = [leaf for leaf, d in zip(leaves, diff, strict=True) if d]
-    events = None
+    t, events = grid.astype(static.dtype), None
     if callbacks is None:
         saved, out = traced_solve(static, u0_lanes, diff_values)
+        u = saved[0]
     else:
-        if saveat is None:
-            static = dataclasses.replace(static, save_grid=None)
         run = solve_segmented(static, callbacks, u0_lanes, diff_values)
-        saved, out, grid, events = run.saved, run.outcome, run.t, run.events
+        u, out, events = run.saved[0], run.outcome, run.events
+        if every_step:
+            times = dataclasses.replace(events, t=getval(events.t))
+            t, u = with_points_after(t, u, times, callbacks)
     stats = SolverStats(int(out["nf"][0]), int(out["naccept"][0]), int(out["nreject"][0]))
     return ODESolution(
-        grid.astype(static.dtype),
-        saved[0],
+        t,
+        u,
         ReturnCode(int(out["retcode"][0])),
         stats,
         prob,
