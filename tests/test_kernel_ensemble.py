@@ -217,6 +217,25 @@ def test_dense_output_is_refused_saying_what_to_use():
     assert "EnsembleArray" in str(info.value)
 
 
+def _chain(u, p, t):
+    return np.concatenate((-u[:1], u[:-1] - u[1:]))
+
+
+def test_a_state_too_large_for_the_generated_code_is_refused_naming_the_array_path():
+    # 29 components, p and t: a call of 31 arguments, which Python makes a call with *args
+    # and numba cannot inline (it raised numba's UnsupportedError from inside the kernel).
+    prob = dxode.ODEProblem(_chain, np.ones(29), (0.0, 1.0))
+    assert dxode.solve(prob, "tsit5", saveat=[1.0]).retcode == dxode.ReturnCode.Success
+    for solve in (
+        lambda: dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True),
+        lambda: dxode.solve(
+            dxode.EnsembleProblem(prob), "tsit5", dxode.EnsembleKernel(), trajectories=2
+        ),
+    ):
+        with pytest.raises(KernelUnsupportedError, match="at most 28 components, u0 has 29"):
+            solve()
+
+
 def test_dict_parameters_are_refused_clearly():
     prob = PROB.remake(p={"sigma": 10.0})
     with pytest.raises(KernelUnsupportedError, match="dict"):

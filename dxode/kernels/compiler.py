@@ -59,12 +59,12 @@ class CompiledKernel:
 
     def call(self, function: Any, *args: Any) -> Any:
         """Call ``function`` (``block``/``driver``), turning numba's typing errors about ``f``
-        into a ``KernelCompileError``."""
-        import numba
+        (and its refusals of what ``f`` does once inlined) into a ``KernelCompileError``."""
+        from numba.core.errors import TypingError, UnsupportedError
 
         try:
             return function(*args)
-        except numba.core.errors.TypingError as err:
+        except (TypingError, UnsupportedError) as err:
             raise _compile_error(self.f, err) from None
 
 

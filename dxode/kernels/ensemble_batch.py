@@ -17,7 +17,13 @@ from .batch import KernelBatch, lane_params
 from .errors import ARRAY_PATH, KernelUnsupportedError
 from .events import run_events
 
-__all__ = ["solve_kernel_batch"]
+__all__ = ["MAX_COMPONENTS", "solve_kernel_batch"]
+
+# The generated code holds each state component in a variable of its own and passes them
+# to the wrappers of f (and of jac, tgrad and the callbacks) as arguments, with p and t; a
+# Python call with more than 30 arguments compiles to a call with *args, which numba cannot
+# inline. Larger systems are the array path's.
+MAX_COMPONENTS = 28
 
 
 def solve_kernel_batch(
@@ -99,11 +105,16 @@ def _is_cupy(x: Any) -> bool:
 
 
 def check_state(u0: Any) -> None:
-    """Kernels take 1-D float32/float64 states."""
+    """Kernels take 1-D float32/float64 states of at most ``MAX_COMPONENTS`` components."""
     if np.ndim(u0) != 1:
         raise KernelUnsupportedError(
             f"the compiled kernels take a 1-D state u0, got shape {np.shape(u0)}; flatten the "
             f"state (and reshape inside f), or use {ARRAY_PATH}"
+        )
+    if np.size(u0) > MAX_COMPONENTS:
+        raise KernelUnsupportedError(
+            f"the compiled kernels take states of at most {MAX_COMPONENTS} components, u0 has "
+            f"{np.size(u0)}; use {ARRAY_PATH}, which serves large systems"
         )
     if np.asarray(u0).dtype not in (np.float32, np.float64):
         raise KernelUnsupportedError(

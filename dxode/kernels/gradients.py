@@ -26,15 +26,13 @@ from .. import _pytree
 from ..sensitivity.algorithms import DiscreteAdjoint, ForwardSensitivity
 from .batch import KernelBatch, check_callback_method, lane_params
 from .compiler import dtype_name, user_function_mode
-from .ensemble_batch import check_state
+from .ensemble_batch import MAX_COMPONENTS, check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
 
 __all__ = ["ADJOINT_ABOVE", "MAX_FORWARD_COMPONENTS", "KernelForwardSensitivity", "kernel_sensealg"]
 
-# The kernels pass every state component to the RHS as an argument, and a Python call with
-# more than 30 arguments (the state, p and t) is compiled as a call with *args, which numba
-# refuses: forward sensitivities integrate at most this many components, n (1 + inputs).
-MAX_FORWARD_COMPONENTS = 28
+# Forward sensitivities integrate n (1 + inputs) components: at most a kernel's state.
+MAX_FORWARD_COMPONENTS = MAX_COMPONENTS
 # The default (``sensealg=None``) differentiates with forward sensitivities up to this many
 # differentiated inputs per trajectory (u0 components and parameter elements) and
 # ``MAX_FORWARD_COMPONENTS``, above either with the discrete adjoint (``adjoint``), on the CPU
