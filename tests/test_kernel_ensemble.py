@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -234,6 +236,19 @@ def test_a_state_too_large_for_the_generated_code_is_refused_naming_the_array_pa
     ):
         with pytest.raises(KernelUnsupportedError, match="at most 28 components, u0 has 29"):
             solve()
+
+
+def _decay(u, p, t):
+    return -p * u
+
+
+def test_an_f_using_a_1d_p_as_an_array_is_told_to_unpack_it():
+    prob = dxode.ODEProblem(_decay, np.ones(2), (0.0, 1.0), np.array([1.0, 2.0]))
+    assert dxode.solve(prob, "tsit5", saveat=[1.0]).retcode == dxode.ReturnCode.Success
+    with pytest.raises(KernelCompileError, match=r"uses p as an array.*unpack it") as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert re.search(r"test_kernel_ensemble\.py:\d+", str(info.value))
+    assert "EnsembleArray" in str(info.value)
 
 
 def test_dict_parameters_are_refused_clearly():

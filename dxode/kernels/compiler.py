@@ -88,7 +88,36 @@ def user_function_mode(
     key = ("f", function_key(f), n, dtype, str(p_type), target, "rows")
     rest = (p_type, getattr(types, dtype))
     check = lambda dispatcher: _check_rows(f, dispatcher, n, dtype, p_example)
-    return probed_mode(key, f, n, dtype, rest, lambda err: _compile_error(f, err), check)
+    return probed_mode(key, f, n, dtype, rest, lambda err: _refusal(f, err, p_example), check)
+
+
+def _refusal(f: Callable[..., Any], err: Exception, p_example: Any) -> KernelCompileError:
+    """The error for an ``f`` numba cannot compile; the fix named where ``f`` would compile
+    with ``p`` an array (arithmetic on a whole 1-D ``p``, which the kernels pass as a tuple)."""
+    if isinstance(p_example, tuple) and p_example and _compiles_with_array_p(f, p_example):
+        return KernelCompileError(
+            f"the right-hand side f defined at {where_defined(f)} uses p as an array "
+            f"(-p * u, say), and the compiled kernels pass a 1-D p as a tuple of numbers; "
+            f"unpack it (a, b = p) or index it (p[0]) in f, or use {ARRAY_PATH}"
+        )
+    return _compile_error(f, err)
+
+
+def _compiles_with_array_p(f: Callable[..., Any], p_example: tuple[Any, ...]) -> bool:
+    import numba
+
+    try:
+        p = np.asarray(p_example)
+    except ValueError:  # nested tuples of different lengths
+        return False
+    if p.ndim != 1 or p.dtype.kind != "f":
+        return False
+    u_type = numba.typeof(np.ones(2, p.dtype))
+    try:
+        numba.njit(numba_ready(f)).compile((u_type, numba.typeof(p), numba.typeof(p[0])))
+    except numba.core.errors.NumbaError:
+        return False
+    return True
 
 
 def _check_rows(f: Callable[..., Any], dispatcher: Any, n: int, dtype: str, p_example: Any) -> None:
