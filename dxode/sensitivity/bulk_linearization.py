@@ -58,9 +58,13 @@ MAX_STATE = 8  # state components above which the per-step sweep runs (J: n² pe
 # Rows of per-lane parameter leaves traced with the state (J: n (n + rows) per column); the
 # others get their cotangents from one VJP per chunk.
 MAX_LANE_ROWS = 8
-# Elements of array work per lane that cost about as much as autograd's overhead for one
-# traced operation (2-core CPU, 2026-11-23: Lorenz, an MLP and a dense tanh system, 1 to
-# 1,000 lanes, put the break-even point between 3,000 and 4,500).
+# Extra elements of bulk arithmetic that cost about as much as autograd's overhead for one
+# traced operation of the per-step sweep. Re-measured on the current sweep (2-core CPU,
+# 2026-11-24, gradients timed both ways: asv_bench/bulk_break_even.py), the break-even
+# depends on what f computes, not only on how much: about 5,200 for a 2-32-2 tanh MLP,
+# 22,000 for an 8-state tanh system, above 34,000 (every batch size) for Lorenz, which the
+# constant sends to the per-step sweep from 4,000 up (2.9x slower at 3,000 lanes). It is the
+# lowest: the bulk sweep is chosen only where it won in every measurement.
 CALL_ELEMENTS = 4000
 CHUNK_BYTES = 8 * 2**20  # per chunk: Jacobians, columns, the trace of f
 
@@ -78,28 +82,34 @@ def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
 
 def pays(sweep: Any) -> bool:
     """Whether the bulk linearization should cost less than the per-step sweep for this
-    batch: its extra arithmetic, up to ``n`` reverse passes of ``f`` per column (fewer where
-    ``f`` returns its rows) and one more trace, plus the ``n²`` Jacobian products, against
-    autograd's overhead per traced operation saved, from ``f``'s operation and element
-    counts (``rhs_cost.probe`` at the first iteration's start; shapes only, so the same
-    choice on every run, checkpointed or not). ``CALL_ELEMENTS`` was measured for an
-    earlier bulk linearization (``f`` traced over ``n`` copies of the columns, about three
-    times the work per column), so the choice errs towards the per-step sweep."""
+    batch: ``extra_per_call(sweep)`` at most ``CALL_ELEMENTS``."""
+    extra = extra_per_call(sweep)
+    return extra is not None and extra <= CALL_ELEMENTS
+
+
+def extra_per_call(sweep: Any) -> float | None:
+    """The bulk linearization's extra arithmetic, up to ``n`` reverse passes of ``f`` per
+    column (fewer where ``f`` returns its rows) and one more trace, plus the ``n²`` Jacobian
+    products, in elements per traced operation of ``f`` it saves (whose overhead it saves),
+    from ``f``'s operation and element counts (``rhs_cost.probe`` at the first iteration's
+    start; shapes only, so the same on every run, checkpointed or not). ``None`` where
+    there is nothing to sweep or save, or ``f`` cannot take the counting array."""
     rhs, trials = sweep.rhs, sweep.trials
     if not trials:
-        return False
+        return None
     first = trials[0]
     y = first.inputs[0] if first.inputs is not None else first.start[0]
     p = _pytree.rebuild(rhs.p_template, sweep._leaves_at(sweep.lane[0]))
     try:
         calls, elements = rhs_cost.probe(lambda u: rhs.f(u, p, first.t), y)
     except Exception:  # f that cannot take the counting array: the per-step sweep
-        return False
+        return None
+    if calls == 0:  # no overhead to save
+        return None
     n = math.prod(sweep.shape)
     lanes = float(np.mean([sweep.size(j) for j in range(len(trials))]))
     per_lane = elements / y.shape[-1]
-    extra = (n * per_lane + n * n) * lanes
-    return extra <= calls * CALL_ELEMENTS
+    return (n * per_lane + n * n) * lanes / calls
 
 
 class BulkSweep:
