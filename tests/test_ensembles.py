@@ -517,3 +517,27 @@ def test_large_states_are_bitwise_batch_independent():
     np.testing.assert_array_equal(one_by_one.u, together.u)
     alone = dxode.solve(prob.remake(p=(float(rates[5, 0]),)), saveat=1.0, rtol=1e-7)
     np.testing.assert_array_equal(alone.u, together.u[5])
+
+
+def _rate(u, p, t):
+    return -p[0] * u
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"p": (np.array([0.5, 1.5]),)},
+        {"prob_func": lambda prob, i, repeat: prob.remake(p=(np.float64(0.5 + i),))},
+        {"batch_func": lambda prob, ctx: {"p": (0.5 + ctx.indices.astype(np.float64),)}},
+    ],
+    ids=["arrays", "prob_func", "batch_func"],
+)
+def test_serial_casts_float64_trajectory_parameters_to_a_float32_state_like_array(kwargs):
+    # EnsembleSerial passed them on uncast, and f's float64 result was refused.
+    prob = dxode.ODEProblem(_rate, np.array([1.0], dtype=np.float32), (0.0, 1.0), (1.0,))
+    eprob = EnsembleProblem(prob, **kwargs)
+    serial = dxode.solve(eprob, EnsembleSerial(), trajectories=2, saveat=[1.0])
+    array = dxode.solve(eprob, EnsembleArray(), trajectories=2, saveat=[1.0])
+    assert serial.u.dtype == np.float32
+    np.testing.assert_array_equal(serial.u, array.u)
+    np.testing.assert_allclose(serial.u[:, -1, 0], np.exp([-0.5, -1.5]), rtol=1e-4)

@@ -25,6 +25,8 @@ def _prob(**overrides):
         ({"u0": [1.0, math.inf]}, ValueError, "u0 contains non-finite"),
         ({"u0": ["a", "b"]}, TypeError, "real floating dtype"),
         ({"u0": [1 + 2j]}, TypeError, "real floating dtype"),
+        ({"u0": 1.0}, ValueError, r"u0 is a scalar \(shape \(\)\); give the state as .*\[1.0\]"),
+        ({"u0": np.array(2.0, dtype=np.float32)}, ValueError, "u0 is a scalar"),
         ({"p": (1.0, math.nan)}, ValueError, r"p\[1\] is not finite"),
         ({"p": {"k": np.array([1.0, np.inf])}}, ValueError, r"p\['k'\] contains non-finite"),
         ({"tspan": (0.0, 0.0)}, ValueError, "tspan is empty"),
@@ -72,6 +74,9 @@ def test_prob_func_remake_with_a_bad_value_names_the_value_and_the_trajectory():
 
 def test_integer_u0_becomes_float64():
     assert _prob(u0=[1, 0]).u0.dtype == np.float64
+    # Integer and bool arrays too (they were refused: "must have a real floating dtype").
+    assert _prob(u0=np.array([1, 0])).u0.dtype == np.float64
+    assert _prob().remake(u0=np.array([True, False])).u0.dtype == np.float64
 
 
 @pytest.mark.parametrize(
@@ -87,6 +92,8 @@ def test_integer_u0_becomes_float64():
         ({"saveat": [0.5, 0.2]}, ValueError, "strictly increasing"),
         ({"saveat": []}, ValueError, "saveat is empty"),
         ({"saveat": -1.0}, ValueError, "saveat as an interval must be positive"),
+        ({"saveat": "a"}, TypeError, "saveat must be None, a positive interval or a 1-D"),
+        ({"saveat": True}, TypeError, "saveat must be None, a positive interval .* got True"),
         ({"tstops": [3.0]}, ValueError, "tstops time 3.0 is outside tspan"),
         ({"bogus": 1}, TypeError, r"unknown option\(s\) \['bogus'\]"),
         ({"controller": "pi"}, TypeError, "controller must be a step-size controller"),

@@ -51,6 +51,22 @@ def test_all_constant_rows_broadcast_in_ensembles():
     np.testing.assert_allclose(sim.u[:, -1], [[1.0, -2.0], [1.0, -2.0]], rtol=1e-12)
 
 
+def _constant_rate(u, p, t):
+    return [0, 1]  # Python ints: they adapt to the state's dtype (they were stacked as int64)
+
+
+def test_rows_of_python_numbers_alone_take_the_state_dtype(xp, dtype_name):
+    dtype = getattr(xp, dtype_name)
+    prob = dxode.ODEProblem(_constant_rate, xp.asarray([0.0, 1.0], dtype=dtype), (0.0, 1.0))
+    for sol in (
+        dxode.solve(prob, saveat=[1.0]),
+        dxode.solve(prob.remake(f=lambda u, p, t: (0.5, 1.0)), saveat=[1.0]),
+        dxode.solve(EnsembleProblem(prob), trajectories=2, saveat=[1.0]),
+    ):
+        assert sol.u.dtype == dtype
+        np.testing.assert_allclose(to_numpy(sol.u)[..., -1, 1], 2.0, rtol=1e-6)
+
+
 def test_affect_with_a_constant_row_in_ensembles():
     bounce = ContinuousCallback(
         lambda u, p, t: u[0], lambda u, p, t, fired: [0.0, -0.5 * u[1]], direction="down"
@@ -299,6 +315,24 @@ def test_largest_seed_is_accepted():
 def test_ensemble_functions_must_return_pairs(kwargs, match):
     with pytest.raises(TypeError, match=match):
         dxode.solve(EnsembleProblem(_decay(), **kwargs), trajectories=2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"output_func": lambda sol: (sol, False)}, r"output_func\(sol, i\), but its signature"),
+        ({"reduction": lambda acc, u: (acc, False)}, r"reduction\(acc, batch_values, batch_"),
+        ({"batch_func": lambda ctx: {}}, r"batch_func must take 2 .* batch_func\(prob, ctx\)"),
+        (
+            {"reduction": lambda acc, u, i: (acc, False), "combine": lambda a: a},
+            r"combine\(acc_a, acc_b\)",
+        ),
+    ],
+)
+def test_ensemble_functions_with_the_wrong_arguments_fail_at_construction(kwargs, match):
+    # They used to fail inside the first batch ("<lambda>() takes 1 positional argument").
+    with pytest.raises(TypeError, match=match):
+        EnsembleProblem(_decay(), **kwargs)
 
 
 def test_trajectories_default_to_the_per_trajectory_arrays():

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("numba")
 
 import dxode
+from dxode.kernels.batch import KernelBatch
 from dxode.kernels.errors import KernelCompileError, KernelUnsupportedError
 
 from problems import lorenz
@@ -223,6 +224,20 @@ def test_dict_parameters_are_refused_clearly():
         dxode.solve(prob, "tsit5", kernel=True)
 
 
+def _decay_ignoring_p(u, p, t):
+    return [-u[0]]
+
+
+def test_empty_parameters():
+    # An empty tuple failed with NumPy's "need at least one array to concatenate"; an empty
+    # array leaf was laid out as a number.
+    prob = dxode.ODEProblem(_decay_ignoring_p, np.array([1.0]), (0.0, 1.0), ())
+    sol = dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    np.testing.assert_allclose(sol.u[-1], np.exp(-1.0), rtol=1e-5)
+    with pytest.raises(KernelUnsupportedError, match=r"no empty parameter arrays .*\(0,\)"):
+        dxode.solve(prob.remake(p=(1.0, np.zeros(0))), "tsit5", kernel=True)
+
+
 def test_continuous_adjoints_are_refused_clearly():
     # The kernels differentiate with forward sensitivities or the discrete adjoint
     # (test_kernel_gradients.py, test_kernel_adjoint.py).
@@ -248,6 +263,18 @@ def test_bad_arguments():
         dxode.solve(dxode.EnsembleProblem(PROB), kernel=True, trajectories=2)
     with pytest.raises(TypeError, match="kernel must be True or False, got 'no'"):
         dxode.solve(PROB, "tsit5", kernel="no")
+
+
+def test_cuda_without_a_gpu_says_so_before_compiling(monkeypatch):
+    # It used to compile, then fail inside numba with CudaSupportError ("CUDA driver library
+    # cannot be found").
+    cuda = pytest.importorskip("numba.cuda")
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    monkeypatch.setattr(KernelBatch, "prepare", lambda *args: pytest.fail("compiled"))
+    eprob = dxode.EnsembleProblem(PROB, p=P)
+    with pytest.raises(ValueError, match="found no usable CUDA GPU") as info:
+        dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(device="cuda"), trajectories=2)
+    assert 'device="cpu"' in str(info.value) and "NUMBA_ENABLE_CUDASIM=1" in str(info.value)
 
 
 @pytest.mark.skipif(

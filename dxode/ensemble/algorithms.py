@@ -255,8 +255,15 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
 
 
 def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: int) -> ODEProblem:
-    """Trajectory ``index`` of any ensemble as its own ODEProblem."""
-    if eprob.prob_func is not None or not (eprob.arrays or eprob.batch_func):
+    """Trajectory ``index`` of any ensemble as its own ODEProblem.
+
+    Its per-trajectory parameters (from ``prob_func``, ``batch_func`` or arrays) take the
+    state's dtype where they are floating, as in an ``EnsembleArray`` batch.
+    """
+    if eprob.prob_func is not None:
+        prob = eprob.trajectory(index, repeat, seed)
+        return prob.remake(p=_in_state_dtype(prob.p, prob.u0.dtype))
+    if not (eprob.arrays or eprob.batch_func):
         return eprob.trajectory(index, repeat, seed)
     if eprob.batch_func is not None:
         data = eprob.batch(np.array([index]), np.array([repeat]), seed)
@@ -269,8 +276,27 @@ def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: in
     if "tspan" in data:
         changes["tspan"] = tuple(float(x) for x in np.asarray(data["tspan"][row]))
     if "p" in data:
-        changes["p"] = _pytree.map_leaves(lambda leaf: leaf[row, ...], data["p"])
+        rows = _pytree.map_leaves(lambda leaf: leaf[row, ...], data["p"])
+        changes["p"] = _in_state_dtype(rows, eprob.prob.u0.dtype)
     return eprob.prob.remake(**changes)
+
+
+def _in_state_dtype(p: Any, dtype: Any) -> Any:
+    """``p`` with its floating NumPy and array-API leaves cast to ``dtype`` (others as they
+    are: Python numbers adapt by themselves, integers stay integers, traced values stay)."""
+    import array_api_compat
+
+    from .._tracing import is_traced
+
+    def cast(leaf: Any) -> Any:
+        if isinstance(leaf, np.generic) and leaf.dtype.kind == "f":
+            return leaf.astype(dtype)
+        if is_traced(leaf) or not array_api_compat.is_array_api_obj(leaf) or np.isscalar(leaf):
+            return leaf
+        xp = array_api_compat.array_namespace(leaf)
+        return xp.astype(leaf, dtype) if xp.isdtype(leaf.dtype, "real floating") else leaf
+
+    return _pytree.map_leaves(cast, p)
 
 
 def _renumbered(events: Any, trajectory: int) -> Any:

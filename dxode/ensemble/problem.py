@@ -12,6 +12,7 @@ import numpy as np
 
 from .._error_context import add_note, describe_trajectories
 from .._problem import ODEProblem
+from .._validation import check_arguments
 from .random import counter_uniform, trajectory_rng
 
 __all__ = [
@@ -142,6 +143,14 @@ class EnsembleProblem:
         ):
             if func is not None and not callable(func):
                 raise TypeError(f"{name} must be callable, got {type(func).__name__}")
+        for name, func, arguments in (
+            ("combine", combine, "acc_a, acc_b"),
+            ("output_func", output_func, "sol, i"),
+            ("reduction", reduction, "acc, batch_values, batch_indices"),
+            ("batch_func", batch_func, "prob, ctx"),
+        ):
+            if func is not None:
+                check_arguments(name, func, arguments)
         given = [
             name
             for name, v in (

@@ -18,7 +18,7 @@ from .._solution import ODESolution, SolverStats
 from .._timegrid import save_times, stop_times
 from ..events.callbacks import check_preset_times
 from ..events.record import with_points_after
-from .batch import KernelBatch, check_callback_method, lane_params
+from .batch import KernelBatch, check_callback_method, check_parameter_dtypes, lane_params
 from .cpu import run_cpu
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
@@ -59,6 +59,7 @@ def solve_kernel(
         from .gradients import kernel_sensealg
 
         kernel_sensealg(sensealg)
+    check_parameter_dtypes(prob.p, [False] * len(_pytree.leaves(prob.p)), prob.u0.dtype)
     return _solve_plain(prob, opts, saveat, tstops, callback)
 
 
