@@ -51,6 +51,8 @@ class SolverOptions:
         stepper = get_algorithm(alg)
         if adaptive is None:
             adaptive = stepper.adaptive
+        if adaptive not in (True, False):  # adaptive="no" would be true
+            raise TypeError(f"adaptive must be True, False or None, got {adaptive!r}")
         adaptive = bool(adaptive)
         if adaptive and not stepper.adaptive:
             raise ValueError(
@@ -68,8 +70,13 @@ class SolverOptions:
                 "controller must be a step-size controller such as PIController(), "
                 f"got {controller!r}"
             )
-        if isinstance(maxiters, bool) or not isinstance(maxiters, int) or maxiters <= 0:
-            raise ValueError(f"maxiters must be a positive integer, got {maxiters!r}")
+        if (
+            isinstance(maxiters, (bool, np.bool_))
+            or not isinstance(maxiters, (int, np.integer))
+            or not 0 < maxiters < 2**63  # the kernels count steps in int64
+        ):
+            raise ValueError(f"maxiters must be a positive integer below 2**63, got {maxiters!r}")
+        maxiters = int(maxiters)
         rtol_f = positive_float("rtol", rtol)
         assert rtol_f is not None
         dtmin_f = positive_float("dtmin", dtmin, allow_none=True)
@@ -141,8 +148,18 @@ def _as_atol(atol: Any) -> Any:
     if isinstance(atol, (int, float)) and not isinstance(atol, bool):
         return positive_float("atol", atol)
     refuse_traced("atol", atol, OPTION_FIX)
-    array = atol if array_api_compat.is_array_api_obj(atol) else np.asarray(atol, dtype=float)
-    xp = array_api_compat.array_namespace(array)
+    given_array = array_api_compat.is_array_api_obj(atol) and not np.isscalar(atol)
+    try:
+        array = atol if given_array else np.asarray(atol)
+        xp = array_api_compat.array_namespace(array)
+        if not xp.isdtype(array.dtype, ("real floating", "integral")):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"atol must be a positive number or an array of them, got {atol!r}"
+        ) from None
+    if not given_array:
+        array = array.astype(float)
     if not bool(xp.all(array > 0)) or not bool(xp.all(xp.isfinite(array))):
         raise ValueError("atol must be positive and finite in every component")
     return array

@@ -153,6 +153,8 @@ def solve(
     callbacks = as_callback_set(callback)
     if kernel not in (True, False):  # kernel="no" would be true
         raise TypeError(f"kernel must be True or False, got {kernel!r}")
+    if dense not in (None, True, False):  # dense="no" would be true
+        raise TypeError(f"dense must be True, False or None, got {dense!r}")
     if kernel:
         if isinstance(prob, EnsembleProblem):
             raise TypeError(

@@ -107,7 +107,9 @@ def _checked_grid(name: str, values: Any, t0: float, t1: float, direction: float
     try:
         grid = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a number or a 1-D sequence of times") from exc
+        raise TypeError(f"{name} must be a 1-D sequence of times, got {values!r}") from exc
+    if grid.ndim == 0:  # saveat's scalars are intervals, handled before
+        raise ValueError(f"{name} must be a 1-D sequence of times; for one time give [{values!r}]")
     if grid.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {grid.shape}")
     if not np.all(np.isfinite(grid)):

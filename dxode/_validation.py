@@ -146,6 +146,8 @@ def positive_float(name: str, value: Any, allow_none: bool = False) -> float | N
     if value is None and allow_none:
         return None
     try:
+        if isinstance(value, (bool, np.bool_)):  # float(True) is 1.0
+            raise TypeError
         number = float(value)
     except (TypeError, ValueError) as exc:
         refuse_traced(name, value, OPTION_FIX)

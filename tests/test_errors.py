@@ -95,6 +95,13 @@ def test_integer_u0_becomes_float64():
         ({"saveat": "a"}, TypeError, "saveat must be None, a positive interval or a 1-D"),
         ({"saveat": True}, TypeError, "saveat must be None, a positive interval .* got True"),
         ({"tstops": [3.0]}, ValueError, "tstops time 3.0 is outside tspan"),
+        ({"tstops": 0.5}, ValueError, r"tstops must be a 1-D sequence .* give \[0.5\]"),
+        ({"maxiters": 10**20}, ValueError, r"maxiters must be a positive integer below 2\*\*63"),
+        ({"adaptive": "no"}, TypeError, "adaptive must be True, False or None, got 'no'"),
+        ({"dense": "yes"}, TypeError, "dense must be True, False or None, got 'yes'"),
+        ({"rtol": True}, TypeError, "rtol must be a positive number, got True"),
+        ({"atol": True}, TypeError, "atol must be a positive number or an array of them"),
+        ({"atol": [1e-6 + 1j, 1e-6]}, TypeError, "atol must be a positive number or an array"),
         ({"bogus": 1}, TypeError, r"unknown option\(s\) \['bogus'\]"),
         ({"controller": "pi"}, TypeError, "controller must be a step-size controller"),
     ],
@@ -102,6 +109,12 @@ def test_integer_u0_becomes_float64():
 def test_option_validation(kwargs, error, match):
     with pytest.raises(error, match=match):
         dxode.solve(_prob(), dxode.Tsit5(), **kwargs)
+
+
+def test_numpy_integer_maxiters_is_accepted():
+    # It was refused: "maxiters must be a positive integer, got np.int64(100)".
+    sol = dxode.solve(_prob(), dxode.Tsit5(), maxiters=np.int64(3), saveat=[1.0])
+    assert sol.retcode == ReturnCode.MaxIters and sol.stats.naccept + sol.stats.nreject == 3
 
 
 def test_algorithm_lookup_errors():
