@@ -491,3 +491,47 @@ def test_dense_output_of_a_differentiated_solve_points_to_saveat():
 
     with pytest.raises(ValueError, match=r"differentiated solve and a compiled.*saveat"):
         autograd.grad(loss)(1.0)
+
+
+# ---- per-trajectory arrays ---------------------------------------------------------------
+
+
+def test_per_trajectory_u0_and_tspan_may_be_nested_lists():
+    # A list of lists was taken for a tree of scalar leaves ("need a leading trajectory axis").
+    as_lists = EnsembleProblem(_decay(), u0=[[1.0, 2.0], [3.0, 4.0]], tspan=[(0, 1), (0, 2)])
+    as_arrays = EnsembleProblem(
+        _decay(), u0=np.array([[1.0, 2.0], [3.0, 4.0]]), tspan=np.array([[0.0, 1.0], [0.0, 2.0]])
+    )
+    lists = dxode.solve(as_lists, saveat=[0.5])
+    np.testing.assert_array_equal(lists.u, dxode.solve(as_arrays, saveat=[0.5]).u)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (
+            {"u0": np.array([[1.0, 0.0], [2.0, 0.0]]) + 1j},
+            "u0 must hold real numbers, got dtype complex128",
+        ),
+        ({"u0": np.array([["a", "b"], ["c", "d"]])}, "u0 must hold real numbers, got dtype <U1"),
+        ({"p": np.array(["a", "b"])}, "p must hold numbers, got dtype <U1"),
+    ],
+    ids=["complex-u0", "str-u0", "str-p"],
+)
+def test_per_trajectory_arrays_must_hold_numbers(kwargs, match):
+    # A complex u0 lost its imaginary part with a ComplexWarning, strings failed inside NumPy.
+    with pytest.raises(TypeError, match=f"per-trajectory {match}"):
+        dxode.solve(EnsembleProblem(_decay(), **kwargs), trajectories=2)
+
+
+def test_serial_steps_onto_the_tstops_inside_each_trajectorys_span_like_array():
+    # EnsembleSerial refused a stop outside one trajectory's span, which EnsembleArray passes by.
+    eprob = EnsembleProblem(_decay(), tspan=np.array([[0.0, 0.5], [0.0, 1.0]]))
+    serial = dxode.solve(eprob, dxode.Tsit5(), dxode.EnsembleSerial(), tstops=[0.75])
+    array = dxode.solve(eprob, dxode.Tsit5(), dxode.EnsembleArray(), tstops=[0.75])
+    plain = dxode.solve(eprob, dxode.Tsit5(), dxode.EnsembleSerial())
+    np.testing.assert_array_equal(serial.u, array.u)
+    assert [s.stats for s in serial] == [s.stats for s in array]
+    assert serial[0].stats == plain[0].stats and serial[1].stats != plain[1].stats
+    with pytest.raises(ValueError, match="tstops time 1.5 is outside tspan"):
+        dxode.solve(eprob, dxode.Tsit5(), dxode.EnsembleSerial(), tstops=[1.5])

@@ -21,6 +21,7 @@ from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._single import solve_problem
 from .._solution import ODESolution, SolverStats
+from .._timegrid import lane_stop_times
 from ..events.callbacks import check_preset_times
 from ..events.record import concat_records, replace_trajectories
 from .batch import BatchResult, BatchSpec, solve_batch
@@ -222,15 +223,28 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
             raise ValueError(
                 "EnsembleSerial keeps no dense output; use EnsembleArray for dense=True"
             )
+        problems = [
+            trajectory_problem(eprob, int(i), int(r), spec.seed)
+            for i, r in zip(indices, repeat, strict=True)
+        ]
+        # As in an EnsembleArray batch: tstops must lie in the span covering the batch's
+        # trajectories, each of which steps onto those inside its own span.
+        spans = np.array([prob.tspan for prob in problems])
+        stops = lane_stop_times(spec.tstops, spans[:, 0], spans[:, 1])
         sols = []
-        for i, r in zip(indices, repeat, strict=True):
-            prob = trajectory_problem(eprob, int(i), int(r), spec.seed)
+        for prob in problems:
             spec.options.check_state(prob.u0)
             check_preset_times(spec.callback, *sorted(prob.tspan))
             saveat = spec.saveat if spec.saveat is not None else list(prob.tspan)
+            lo, hi = sorted(prob.tspan)
+            inside = None if stops is None else stops[(stops >= lo) & (stops <= hi)]
             sols.append(
                 solve_problem(
-                    prob, spec.options, saveat=saveat, tstops=spec.tstops, callbacks=spec.callback
+                    prob,
+                    spec.options,
+                    saveat=saveat,
+                    tstops=None if inside is None or not inside.size else inside,
+                    callbacks=spec.callback,
                 )
             )
         xp = _namespace(sols[0].u)

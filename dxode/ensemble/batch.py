@@ -115,9 +115,7 @@ def solve_batch(
         stepper=spec.options.alg,
         save_grid=grid,
         record_steps="dense" if spec.dense else "",
-        tstops=(
-            lane_stop_times(spec.tstops, t0, t1) if spec.tstops is not None else None
-        ),
+        tstops=(lane_stop_times(spec.tstops, t0, t1) if spec.tstops is not None else None),
         callbacks=spec.callback,
     )
     result = integrate(problem, spec.options, backend, lockstep=spec.lockstep)
@@ -191,6 +189,7 @@ def _lanes_from_arrays(
                 f"per-trajectory u0 must have shape (trajectories, *{tuple(prob.u0.shape)}), "
                 f"got {tuple(u0.shape)}"
             )
+        _check_real("u0", u0)
         u0 = xp.moveaxis(backend.asarray(_to_backend_input(u0, backend), dtype=dtype), 0, -1)
         _check_finite_lanes("u0", xp, u0)
     else:
@@ -215,6 +214,7 @@ def _lanes_from_arrays(
             for leaf in _pytree.leaves(data["p"])
         ]
         for leaf in leaves:
+            _check_real("p", leaf, allow_complex=True)
             _check_finite_lanes("p", xp, leaf)
         return _Lanes(u0, t0, t1, _pytree.rebuild(data["p"], leaves), [True] * len(leaves))
     shared = _pytree.leaves(prob.p)
@@ -336,6 +336,18 @@ def _check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
     if not (np.all(forward) or not np.any(forward)):
         raise ValueError(
             "all trajectories of an ensemble must integrate in the same time direction"
+        )
+
+
+def _check_real(name: str, x: Array, allow_complex: bool = False) -> None:
+    """Raise unless the array ``x`` holds numbers: real ones (integers and bools become the
+    state's dtype), or complex ones where ``allow_complex`` (parameters; ``f`` must still
+    return reals)."""
+    kinds = ("real floating", "integral", "bool") + (("complex floating",) if allow_complex else ())
+    if not array_api_compat.array_namespace(x).isdtype(x.dtype, kinds):
+        raise TypeError(
+            f"per-trajectory {name} must hold {'numbers' if allow_complex else 'real numbers'}, "
+            f"got dtype {x.dtype}; convert it, e.g. {name}.astype(float64)"
         )
 
 

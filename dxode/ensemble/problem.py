@@ -173,7 +173,11 @@ class EnsembleProblem:
             raise ValueError("combine merges reduction results: give a reduction too")
         self.combine = combine
         self.batch_func = batch_func
-        self.arrays = {k: v for k, v in (("u0", u0), ("p", p), ("tspan", tspan)) if v is not None}
+        self.arrays = {
+            k: _as_rows(v) if k != "p" else v
+            for k, v in (("u0", u0), ("p", p), ("tspan", tspan))
+            if v is not None
+        }
         self._context_form = prob_func is not None and _takes_context(prob_func)
         self.n_arrays = _leading_length(self.arrays)
         # What prob_func or batch_func already built (see ``remembering``), by its arguments.
@@ -314,6 +318,16 @@ def _same_context(ctx: BatchContext, indices: np.ndarray, repeat: np.ndarray, se
 
 def _any_given(*values: Any) -> bool:
     return any(v is not None for v in values)
+
+
+def _as_rows(value: Any) -> Any:
+    """A per-trajectory ``u0`` or ``tspan`` given as nested lists, as an array (it is one
+    array, not a tree of parameters); arrays as they are."""
+    from .._tracing import is_traced
+
+    if isinstance(value, (list, tuple)) and not is_traced(value):
+        return np.asarray(value)
+    return value
 
 
 def _takes_context(func: Callable[..., Any]) -> bool:
