@@ -533,5 +533,5 @@ def test_serial_steps_onto_the_tstops_inside_each_trajectorys_span_like_array():
     np.testing.assert_array_equal(serial.u, array.u)
     assert [s.stats for s in serial] == [s.stats for s in array]
     assert serial[0].stats == plain[0].stats and serial[1].stats != plain[1].stats
-    with pytest.raises(ValueError, match="tstops time 1.5 is outside tspan"):
+    with pytest.raises(ValueError, match=r"tstops time 1\.5 is outside tspan"):
         dxode.solve(eprob, dxode.Tsit5(), dxode.EnsembleSerial(), tstops=[1.5])

@@ -176,6 +176,19 @@ def test_an_f_with_the_wrong_number_of_rows_is_refused_like_on_the_array_path(f)
     assert "test_kernel_ensemble.py" in str(info.value) and "state of 2" in str(info.value)
 
 
+def _forgets_to_return(u, p, t):
+    [-u[0], -u[1]]
+
+
+def test_an_f_that_forgets_to_return_is_told_so_on_both_paths():
+    # The kernel said "returns rows of shape ()".
+    prob = dxode.ODEProblem(_forgets_to_return, np.array([1.0, 2.0]), (0.0, 1.0))
+    with pytest.raises(TypeError, match="did it forget to return"):
+        dxode.solve(prob, "tsit5", saveat=[1.0])
+    with pytest.raises(ValueError, match=r"returns no rows .*did it forget to return"):
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+
+
 class _Decay:
     rate = 1.0
 
