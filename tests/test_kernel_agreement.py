@@ -118,6 +118,19 @@ def test_float32_state_with_integer_trajectory_parameters_is_refused_on_both_pat
         dxode.solve(eprob, "tsit5", dxode.EnsembleKernel())
 
 
+def test_array_api_states_are_solved_on_the_host():
+    # EnsembleKernel failed with "Cannot interpret 'array_api_strict.float64' as a data type".
+    xps = pytest.importorskip("array_api_strict")
+    strict = LORENZ.remake(u0=xps.asarray([1.0, 0.0, 0.0]))
+    expected = dxode.solve(LORENZ, "tsit5", saveat=[1.0], kernel=True, **TOL).u
+    np.testing.assert_array_equal(
+        dxode.solve(strict, "tsit5", saveat=[1.0], kernel=True, **TOL).u, expected
+    )
+    eprob = dxode.EnsembleProblem(strict)
+    sim = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=2, saveat=[1.0], **TOL)
+    np.testing.assert_array_equal(sim.u, np.stack([expected, expected]))
+
+
 def test_max_iters_and_dtmin_return_codes():
     array, kernel = _solve_both(LORENZ, "tsit5", saveat=1.0, maxiters=10, **TOL)
     assert kernel.retcode == array.retcode == dxode.ReturnCode.MaxIters

@@ -171,7 +171,7 @@ def _lanes_from_arrays(
     data: dict[str, Any], prob: ODEProblem, n: int, backend: Backend, take: np.ndarray | None
 ) -> _Lanes:
     """Lanes from trajectories-first arrays (rows ``take`` of them, or all rows)."""
-    dtype = prob.u0.dtype
+    dtype = _state_dtype(prob, backend)
     xp = backend.xp
 
     def rows(x: Any) -> Array:
@@ -227,7 +227,7 @@ def _lanes_from_problems(
     """Lanes from one ODEProblem per trajectory (the ``prob_func`` path); ``first`` is the
     ensemble's trajectory 0, whose parameter leaves the others may share."""
     xp = backend.xp
-    dtype = prob.u0.dtype
+    dtype = _state_dtype(prob, backend)
     for i, traj in enumerate(problems):
         for name in ("f", "jac", "tgrad"):
             if getattr(traj, name) is not getattr(prob, name):
@@ -268,10 +268,20 @@ def _lanes_from_problems(
     return _Lanes(u0, t0, t1, _pytree.rebuild(prob.p, new_leaves), lane_leaf)
 
 
+def _state_dtype(prob: ODEProblem, backend: Backend) -> Any:
+    """``prob.u0``'s dtype in ``backend``'s library (a kernel batch is built with NumPy, also
+    for a state of another array-API library, whose dtypes NumPy does not take)."""
+    dtype = prob.u0.dtype
+    if isinstance(prob.u0, np.ndarray) or backend_for(prob.u0) is backend:
+        return dtype
+    single = dtype == array_api_compat.array_namespace(prob.u0).float32
+    return backend.xp.float32 if single else backend.xp.float64
+
+
 def _repeated_u0(prob: ODEProblem, n: int, backend: Backend) -> Array:
     """``prob.u0`` for ``n`` lanes, ``(*shape, n)``, in the state's dtype."""
     xp = backend.xp
-    base = backend.asarray(_to_backend_input(prob.u0, backend), dtype=prob.u0.dtype)
+    base = backend.asarray(_to_backend_input(prob.u0, backend), dtype=_state_dtype(prob, backend))
     return xp.asarray(xp.broadcast_to(xp.expand_dims(base, axis=-1), (*base.shape, n)), copy=True)
 
 

@@ -16,6 +16,7 @@ from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import save_times, stop_times
+from ..backends import to_host
 from ..events.callbacks import check_preset_times
 from ..events.record import with_points_after
 from .batch import KernelBatch, check_callback_method, check_parameter_dtypes, lane_params
@@ -59,7 +60,8 @@ def solve_kernel(
         from .gradients import kernel_sensealg
 
         kernel_sensealg(sensealg)
-    check_parameter_dtypes(prob.p, [False] * len(_pytree.leaves(prob.p)), prob.u0.dtype)
+    leaves = len(_pytree.leaves(prob.p))
+    check_parameter_dtypes(prob.p, [False] * leaves, to_host(prob.u0).dtype)
     return _solve_plain(prob, opts, saveat, tstops, callback)
 
 
