@@ -541,3 +541,14 @@ def test_serial_casts_float64_trajectory_parameters_to_a_float32_state_like_arra
     assert serial.u.dtype == np.float32
     np.testing.assert_array_equal(serial.u, array.u)
     np.testing.assert_allclose(serial.u[:, -1, 0], np.exp([-0.5, -1.5]), rtol=1e-4)
+
+
+def test_indexing_a_solution_by_trajectory():
+    sim = dxode.solve(EnsembleProblem(_prob(), p=_scaled_params(3)), trajectories=3, saveat=[1.0])
+    np.testing.assert_array_equal(sim[-1].u, sim.u[2])
+    with pytest.raises(IndexError, match="trajectory 3 out of range for 3 trajectories"):
+        sim[3]
+    # A float or a slice failed inside NumPy or with "'<=' not supported ... 'slice'".
+    for index in (1.0, slice(1, None), True):
+        with pytest.raises(TypeError, match=r"sim\[i\] takes one trajectory number \(an int\)"):
+            sim[index]

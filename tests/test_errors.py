@@ -205,6 +205,11 @@ def test_dense_output_errors():
     dense = dxode.solve(dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0))
     with pytest.raises(ValueError, match="outside the solved span"):
         dense(1.5)
+    # These failed inside NumPy ("could not convert string to float"), or were flattened.
+    with pytest.raises(TypeError, match=r"sol\(t\) takes a time or a 1-D array of times"):
+        dense("a")
+    with pytest.raises(ValueError, match=r"1-D array of times, got shape \(1, 2\)"):
+        dense([[0.25, 0.5]])
 
 
 def test_retcode_messages_are_actionable():
