@@ -98,8 +98,12 @@ class SolverOptions:
             dtmax=dtmax_f,
         )
 
-    def check_state(self, u0: Any) -> None:
-        """Raise if the tolerances do not fit a state like ``u0`` (its shape and dtype).
+    def check_state(self, u0: Any, tspan: tuple[float, float] | None = None) -> None:
+        """Raise if the tolerances (or ``tspan``) do not fit a state like ``u0`` (its shape and
+        dtype).
+
+        Time is kept in the state's dtype: a float32 state needs ``t0`` and ``t1`` distinct in
+        float32 (``(1e8, 1e8 + 1)`` is one float32 time).
 
         ``atol`` must broadcast to the state's shape. ``rtol`` must be at least the dtype's
         machine epsilon: no relative accuracy finer than one rounding is achievable, and
@@ -122,6 +126,12 @@ class SolverOptions:
             raise ValueError(
                 f"atol has shape {atol_shape}, which does not broadcast to the state's shape "
                 f"{shape}; give a number or an array of u0's shape"
+            )
+        if tspan is not None and finfo.bits == 32 and np.float32(tspan[0]) == np.float32(tspan[1]):
+            raise ValueError(
+                f"tspan {tuple(tspan)} is one time in float32 ({np.float32(tspan[0])!r}), the "
+                f"dtype of a float32 state's time; shift time to start near 0 (and add t0 inside "
+                f"f), or use a float64 state"
             )
         eps = float(finfo.eps)
         if self.rtol < eps:

@@ -203,7 +203,7 @@ def solve(
         if value is not None:
             raise TypeError(f"{name} applies to an EnsembleProblem, not to a single ODEProblem")
     opts = SolverOptions.from_user(alg, **options)
-    opts.check_state(prob.u0)
+    opts.check_state(prob.u0, prob.tspan)
     check_preset_times(callbacks, *sorted(prob.tspan))
     if is_traced(prob.u0, prob.p):
         if dense:

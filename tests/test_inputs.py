@@ -236,6 +236,24 @@ def test_options_that_cannot_work_for_the_state(kwargs, match):
         dxode.solve(EnsembleProblem(_decay()), trajectories=2, **kwargs)
 
 
+def test_a_span_that_float32_cannot_resolve_is_refused():
+    # t0 and t1 are one float32 number: the solve failed Unstable after saving u0 at t1's place.
+    prob = dxode.ODEProblem(decay, np.array([1.0], dtype=np.float32), (1e8, 1e8 + 1.0), 1.0)
+    for solve in (
+        lambda: dxode.solve(prob),
+        lambda: dxode.solve(EnsembleProblem(prob), trajectories=2),
+        lambda: dxode.solve(EnsembleProblem(prob), dxode.EnsembleSerial(), trajectories=2),
+    ):
+        with pytest.raises(ValueError, match=r"tspan \(100000000.0, 100000001.0\) is one time in"):
+            solve()
+    spans = np.array([[0.0, 1.0], [1e8, 1e8 + 1.0]])
+    with pytest.raises(ValueError, match="also in float32 for a float32 state"):
+        dxode.solve(EnsembleProblem(prob.remake(tspan=(0.0, 1.0)), tspan=spans))
+    assert (
+        dxode.solve(prob.remake(u0=[1.0]), saveat=[1e8 + 1.0]).retcode == dxode.ReturnCode.Success
+    )
+
+
 def test_tolerance_limits_follow_the_dtype():
     prob32 = dxode.ODEProblem(decay, np.ones(2, dtype=np.float32), (0.0, 1.0), 1.0)
     with pytest.raises(ValueError, match=r"rtol=1e-10 is below what float32 resolves.*1.19e-07"):

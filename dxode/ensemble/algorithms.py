@@ -233,7 +233,7 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
         stops = lane_stop_times(spec.tstops, spans[:, 0], spans[:, 1])
         sols = []
         for prob in problems:
-            spec.options.check_state(prob.u0)
+            spec.options.check_state(prob.u0, prob.tspan)
             check_preset_times(spec.callback, *sorted(prob.tspan))
             saveat = spec.saveat if spec.saveat is not None else list(prob.tspan)
             lo, hi = sorted(prob.tspan)

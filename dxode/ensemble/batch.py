@@ -196,13 +196,15 @@ def _lanes_from_arrays(
         u0 = _repeated_u0(prob, n, backend)
     if "tspan" in data:
         spans = np.asarray(to_host(rows(data["tspan"])), dtype=np.float64)
+        time = np.float32 if xp.finfo(dtype).bits == 32 else np.float64  # the state's dtype
         if (
             spans.shape != (n, 2)
             or not np.all(np.isfinite(spans))
-            or np.any(spans[:, 0] == spans[:, 1])
+            or np.any(spans[:, 0].astype(time) == spans[:, 1].astype(time))
         ):
             raise ValueError(
-                "per-trajectory tspan must be a finite (trajectories, 2) array with t0 != t1"
+                "per-trajectory tspan must be a finite (trajectories, 2) array with t0 != t1 "
+                "(also in float32 for a float32 state, whose time is float32)"
             )
         t0, t1 = spans[:, 0].copy(), spans[:, 1].copy()
     else:

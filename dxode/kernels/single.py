@@ -51,7 +51,7 @@ def solve_kernel(
     from .._tracing import is_traced
 
     opts = SolverOptions.from_user(alg, **options)
-    opts.check_state(prob.u0)
+    opts.check_state(prob.u0, prob.tspan)
     check_preset_times(callback, *sorted(float(t) for t in prob.tspan))
     if is_traced(prob.u0, prob.p):
         check_callback_method(callback, opts.alg)
