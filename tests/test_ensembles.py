@@ -552,3 +552,19 @@ def test_indexing_a_solution_by_trajectory():
     for index in (1.0, slice(1, None), True):
         with pytest.raises(TypeError, match=r"sim\[i\] takes one trajectory number \(an int\)"):
             sim[index]
+
+
+def test_ensemble_array_arguments():
+    # lockstep="no" turned lock-step on; a misspelt backend failed only in the first batch.
+    with pytest.raises(ValueError, match="backend must be 'numpy', 'cupy' or None, got 'numpyy'"):
+        EnsembleArray(backend="numpyy")
+    with pytest.raises(TypeError, match="lockstep must be True or False, got 'no'"):
+        EnsembleArray(lockstep="no")
+
+
+@pytest.mark.skipif(dxode.backends.cupy_available(), reason="CuPy with a GPU is here")
+def test_the_cupy_backend_without_cupy_says_what_to_install():
+    # It failed with array_api_compat's "No module named 'cupy'".
+    eprob = EnsembleProblem(_prob())
+    with pytest.raises((ImportError, RuntimeError), match="the 'cupy' backend needs"):
+        dxode.solve(eprob, EnsembleArray(backend="cupy"), trajectories=2, saveat=[1.0])

@@ -200,6 +200,12 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
     backend: str | None = None
     lockstep: bool = False
 
+    def __post_init__(self) -> None:
+        if self.backend not in (None, "numpy", "cupy"):
+            raise ValueError(f"backend must be 'numpy', 'cupy' or None, got {self.backend!r}")
+        if self.lockstep not in (True, False):  # lockstep="no" would be true
+            raise TypeError(f"lockstep must be True or False, got {self.lockstep!r}")
+
     def backend_name(self) -> str | None:
         return self.backend
 
