@@ -486,6 +486,8 @@ def test_construction_errors():
         EnsembleProblem(_prob(), prob_func=lambda prob: prob)
     with pytest.raises(ValueError, match="at most one way"):
         EnsembleProblem(_prob(), prob_func=classic_prob_func, p=_scaled_params(2))
+    with pytest.raises(ValueError, match="u_init is the reduction's starting value"):
+        EnsembleProblem(_prob(), u_init=0.0)  # was ignored
     with pytest.raises(ValueError, match="disagree on the number of trajectories"):
         EnsembleProblem(_prob(), p=_scaled_params(2), u0=np.ones((3, 3)))
     with pytest.raises(TypeError, match="ensemble_alg applies to an EnsembleProblem"):

@@ -171,6 +171,8 @@ class EnsembleProblem:
         self.u_init = u_init
         if combine is not None and reduction is None:
             raise ValueError("combine merges reduction results: give a reduction too")
+        if u_init is not None and reduction is None:  # it would be ignored
+            raise ValueError("u_init is the reduction's starting value: give a reduction too")
         self.combine = combine
         self.batch_func = batch_func
         self.arrays = {
