@@ -272,6 +272,18 @@ def test_bad_arguments():
         dxode.EnsembleKernel(device="gpu")
     with pytest.raises(ValueError, match="block_size"):
         dxode.EnsembleKernel(block_size=0)
+    assert dxode.EnsembleKernel(block_size=np.int64(8), threads=np.int32(1)).threads == 1
+
+
+def test_more_threads_than_numba_has_are_refused_before_compiling(monkeypatch):
+    # numba said "The number of threads must be between 1 and 2", after compiling.
+    import numba
+
+    most = numba.config.NUMBA_NUM_THREADS
+    monkeypatch.setattr(KernelBatch, "prepare", lambda *args: pytest.fail("compiled"))
+    alg = dxode.EnsembleKernel(threads=most + 1)
+    with pytest.raises(ValueError, match=rf"threads={most + 1}\) asks for more .* <= {most}"):
+        dxode.solve(dxode.EnsembleProblem(PROB, p=P), "tsit5", alg, saveat=[1.0])
     with pytest.raises(TypeError, match="EnsembleKernel"):
         dxode.solve(dxode.EnsembleProblem(PROB), kernel=True, trajectories=2)
     with pytest.raises(TypeError, match="kernel must be True or False, got 'no'"):
