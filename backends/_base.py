@@ -132,13 +132,18 @@ class Backend(abc.ABC):
         return increment if u is None else u + increment
 
     def stack_rows(
-        self, rows: Any, out: Array | None = None, shape: tuple[int, ...] | None = None
+        self,
+        rows: Any,
+        out: Array | None = None,
+        shape: tuple[int, ...] | None = None,
+        dtype: Any = None,
     ) -> Array:
         """An RHS that returned a list of rows, stacked along a new first axis (into ``out``).
 
         Rows are broadcast to the state's row shape (``out.shape[1:]``, else ``shape[1:]``,
         else the rows' common shape), so a constant row such as ``-9.81`` fills a whole row
-        of a batch of lanes. Python numbers take the dtype of the array rows.
+        of a batch of lanes. Python numbers take the dtype of the array rows, or ``dtype``
+        (the state's) when every row is a Python number.
         """
         xp = self.xp
         target = row_shape(rows, out.shape if out is not None else shape)
@@ -149,7 +154,7 @@ class Backend(abc.ABC):
             for row in rows
         ]
         arrays = [row for row in converted if not isinstance(row, (int, float))]
-        dtype = xp.result_type(*arrays) if arrays else None
+        dtype = xp.result_type(*arrays) if arrays else dtype
         full = []
         for i, row in enumerate(converted):
             try:

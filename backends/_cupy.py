@@ -50,6 +50,7 @@ class CupyBackend(Backend):
 
     @property
     def xp(self) -> Any:
+        _cupy()  # CuPy and a GPU, or an error saying what to install
         import array_api_compat.cupy
 
         return array_api_compat.cupy

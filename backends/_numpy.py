@@ -71,7 +71,11 @@ class NumpyBackend(Backend):
         return buffer[:m]
 
     def stack_rows(
-        self, rows: Any, out: Array | None = None, shape: tuple[int, ...] | None = None
+        self,
+        rows: Any,
+        out: Array | None = None,
+        shape: tuple[int, ...] | None = None,
+        dtype: Any = None,
     ) -> Array:
         target = row_shape(rows, out.shape if out is not None else shape)
         for i, row in enumerate(rows):
@@ -79,10 +83,11 @@ class NumpyBackend(Backend):
         if out is None:
             if not rows:
                 return np.asarray(rows)
-            try:  # arrays and Python numbers (weakly typed, NEP 50)
-                dtype = np.result_type(*rows)
-            except TypeError:  # a row given as a list
-                dtype = np.result_type(*map(_dtype_operand, rows))
+            if dtype is None or any(type(row) not in (int, float, bool) for row in rows):
+                try:  # arrays and Python numbers (weakly typed, NEP 50)
+                    dtype = np.result_type(*rows)
+                except TypeError:  # a row given as a list
+                    dtype = np.result_type(*map(_dtype_operand, rows))
             out = np.empty((len(rows), *target), dtype=dtype)
         for i, row in enumerate(rows):  # row by row: cheaper than np.stack for a few rows
             try:

@@ -51,6 +51,8 @@ class SolverOptions:
         stepper = get_algorithm(alg)
         if adaptive is None:
             adaptive = stepper.adaptive
+        if adaptive not in (True, False):  # adaptive="no" would be true
+            raise TypeError(f"adaptive must be True, False or None, got {adaptive!r}")
         adaptive = bool(adaptive)
         if adaptive and not stepper.adaptive:
             raise ValueError(
@@ -68,8 +70,13 @@ class SolverOptions:
                 "controller must be a step-size controller such as PIController(), "
                 f"got {controller!r}"
             )
-        if isinstance(maxiters, bool) or not isinstance(maxiters, int) or maxiters <= 0:
-            raise ValueError(f"maxiters must be a positive integer, got {maxiters!r}")
+        if (
+            isinstance(maxiters, (bool, np.bool_))
+            or not isinstance(maxiters, (int, np.integer))
+            or not 0 < maxiters < 2**63  # the kernels count steps in int64
+        ):
+            raise ValueError(f"maxiters must be a positive integer below 2**63, got {maxiters!r}")
+        maxiters = int(maxiters)
         rtol_f = positive_float("rtol", rtol)
         assert rtol_f is not None
         dtmin_f = positive_float("dtmin", dtmin, allow_none=True)
@@ -91,8 +98,12 @@ class SolverOptions:
             dtmax=dtmax_f,
         )
 
-    def check_state(self, u0: Any) -> None:
-        """Raise if the tolerances do not fit a state like ``u0`` (its shape and dtype).
+    def check_state(self, u0: Any, tspan: tuple[float, float] | None = None) -> None:
+        """Raise if the tolerances (or ``tspan``) do not fit a state like ``u0`` (its shape and
+        dtype).
+
+        Time is kept in the state's dtype: a float32 state needs ``t0`` and ``t1`` distinct in
+        float32 (``(1e8, 1e8 + 1)`` is one float32 time).
 
         ``atol`` must broadcast to the state's shape. ``rtol`` must be at least the dtype's
         machine epsilon: no relative accuracy finer than one rounding is achievable, and
@@ -115,6 +126,12 @@ class SolverOptions:
             raise ValueError(
                 f"atol has shape {atol_shape}, which does not broadcast to the state's shape "
                 f"{shape}; give a number or an array of u0's shape"
+            )
+        if tspan is not None and finfo.bits == 32 and np.float32(tspan[0]) == np.float32(tspan[1]):
+            raise ValueError(
+                f"tspan {tuple(tspan)} is one time in float32 ({np.float32(tspan[0])!r}), the "
+                f"dtype of a float32 state's time; shift time to start near 0 (and add t0 inside "
+                f"f), or use a float64 state"
             )
         eps = float(finfo.eps)
         if self.rtol < eps:
@@ -141,8 +158,18 @@ def _as_atol(atol: Any) -> Any:
     if isinstance(atol, (int, float)) and not isinstance(atol, bool):
         return positive_float("atol", atol)
     refuse_traced("atol", atol, OPTION_FIX)
-    array = atol if array_api_compat.is_array_api_obj(atol) else np.asarray(atol, dtype=float)
-    xp = array_api_compat.array_namespace(array)
+    given_array = array_api_compat.is_array_api_obj(atol) and not np.isscalar(atol)
+    try:
+        array = atol if given_array else np.asarray(atol)
+        xp = array_api_compat.array_namespace(array)
+        if not xp.isdtype(array.dtype, ("real floating", "integral")):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"atol must be a positive number or an array of them, got {atol!r}"
+        ) from None
+    if not given_array:
+        array = array.astype(float)
     if not bool(xp.all(array > 0)) or not bool(xp.all(xp.isfinite(array))):
         raise ValueError("atol must be positive and finite in every component")
     return array

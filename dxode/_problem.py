@@ -25,8 +25,9 @@ class ODEProblem:
         ``numpy`` / ``autograd.numpy`` functions: it then runs on NumPy and CuPy arrays alike,
         and in ensembles on ``(n, B)`` batches of lanes (see the docs' RHS rules).
     u0 : array_like
-        Initial state, any shape, real float32 or float64 (integers become float64). The
-        solution keeps this dtype and array library end to end.
+        Initial state, of any shape with at least one axis (a scalar is refused: give
+        ``[x0]``), real float32 or float64 (integers and bools become float64). The solution
+        keeps this dtype and array library end to end.
     tspan : (float, float)
         ``(t0, t1)``; ``t1 < t0`` integrates backwards.
     p : any, optional
@@ -57,7 +58,7 @@ class ODEProblem:
     ------
     ValueError, TypeError
         At construction, for non-finite ``u0`` or ``p``, a non-floating ``u0``, an empty or
-        non-finite ``tspan``, a float16 or empty ``u0``, or an ``f`` (``jac``, ...) that is
+        non-finite ``tspan``, a float16, empty or scalar ``u0``, or an ``f`` (``jac``, ...) that is
         not callable with the arguments it is given.
     """
 

@@ -21,17 +21,22 @@ TRACED_CLOSURE = (
 
 
 def as_array(
-    backend: Any, value: Any, out: Array | None = None, shape: tuple[int, ...] | None = None
+    backend: Any,
+    value: Any,
+    out: Array | None = None,
+    shape: tuple[int, ...] | None = None,
+    dtype: Any = None,
 ) -> Any:
     """The RHS output as an array: a list or tuple of rows is stacked along axis 0.
 
     Rows are broadcast to the state's rows (``shape``, the state's shape, or ``out``'s), so
-    constant rows (``[u[1], -9.81]``) work for one trajectory and for a batch of lanes alike.
+    constant rows (``[u[1], -9.81]``) work for one trajectory and for a batch of lanes alike;
+    rows that are all Python numbers take ``dtype`` (the state's) when given.
     Stacked rows go straight into ``out`` when given (saving a copy); an array is returned
     as it is, and the caller copies it where it belongs.
     """
     if type(value) in (list, tuple):
-        return backend.stack_rows(value, out=out, shape=shape)
+        return backend.stack_rows(value, out=out, shape=shape, dtype=dtype)
     return value
 
 
@@ -40,7 +45,7 @@ def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
     try:
         raw = f(u, p, t)
         traced = is_traced_result(raw)
-        out = raw if traced else as_array(backend, raw, shape=tuple(u.shape))
+        out = raw if traced else as_array(backend, raw, shape=tuple(u.shape), dtype=u.dtype)
     except Exception as exc:
         if _takes_scipy_order(backend, f, u, p, t):
             raise TypeError(SCIPY_ORDER) from exc
@@ -127,7 +132,7 @@ def lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> Callable[..., Array
     """
 
     def rhs(u: Array, t: Array, out: Array | None = None) -> Array:
-        value = as_array(backend, f(u, p, t), out=out, shape=u.shape)
+        value = as_array(backend, f(u, p, t), out=out, shape=u.shape, dtype=u.dtype)
         if _changed(value, u):
             raise _changed_result(value, u)
         return value
@@ -149,7 +154,7 @@ def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> Callable[...
         if u.shape[-1] == 1:
             view = None if out is None else out[..., 0]
             state = u[..., 0]
-            value = as_array(backend, f(state, p, t[0]), out=view, shape=state.shape)
+            value = as_array(backend, f(state, p, t[0]), out=view, shape=state.shape, dtype=u.dtype)
             if value is view and out is not None:
                 return out
             if _changed(value, state):
@@ -158,7 +163,7 @@ def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> Callable[...
         columns = []
         for i in range(u.shape[-1]):
             state = u[..., i]
-            value = as_array(backend, f(state, p, t[i]), shape=state.shape)
+            value = as_array(backend, f(state, p, t[i]), shape=state.shape, dtype=u.dtype)
             if _changed(value, state):
                 raise _changed_result(value, state)
             columns.append(value)

@@ -153,6 +153,8 @@ def solve(
     callbacks = as_callback_set(callback)
     if kernel not in (True, False):  # kernel="no" would be true
         raise TypeError(f"kernel must be True or False, got {kernel!r}")
+    if dense not in (None, True, False):  # dense="no" would be true
+        raise TypeError(f"dense must be True, False or None, got {dense!r}")
     if kernel:
         if isinstance(prob, EnsembleProblem):
             raise TypeError(
@@ -201,7 +203,7 @@ def solve(
         if value is not None:
             raise TypeError(f"{name} applies to an EnsembleProblem, not to a single ODEProblem")
     opts = SolverOptions.from_user(alg, **options)
-    opts.check_state(prob.u0)
+    opts.check_state(prob.u0, prob.tspan)
     check_preset_times(callbacks, *sorted(prob.tspan))
     if is_traced(prob.u0, prob.p):
         if dense:

@@ -27,7 +27,7 @@ def save_times(saveat: Any, t0: float, t1: float) -> np.ndarray | None:
     refuse_traced("saveat", saveat)
     direction = 1.0 if t1 > t0 else -1.0
     if np.ndim(saveat) == 0:
-        interval = float(saveat)
+        interval = _interval(saveat)
         if not (math.isfinite(interval) and interval > 0):
             raise ValueError(f"saveat as an interval must be positive and finite, got {saveat!r}")
         span = abs(t1 - t0)
@@ -44,6 +44,18 @@ def save_times(saveat: Any, t0: float, t1: float) -> np.ndarray | None:
         times[-1] = t1 if abs(times[-1] - t1) <= 1e-12 * span else times[-1]
         return times
     return _checked_grid("saveat", saveat, t0, t1, direction)
+
+
+def _interval(saveat: Any) -> float:
+    """A scalar ``saveat`` as a float, refusing what is not a number (a string, a bool)."""
+    try:
+        if isinstance(saveat, (bool, np.bool_)):
+            raise TypeError
+        return float(saveat)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"saveat must be None, a positive interval or a 1-D sequence of times, got {saveat!r}"
+        ) from None
 
 
 def lane_save_grid(saveat: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
@@ -95,7 +107,9 @@ def _checked_grid(name: str, values: Any, t0: float, t1: float, direction: float
     try:
         grid = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a number or a 1-D sequence of times") from exc
+        raise TypeError(f"{name} must be a 1-D sequence of times, got {values!r}") from exc
+    if grid.ndim == 0:  # saveat's scalars are intervals, handled before
+        raise ValueError(f"{name} must be a 1-D sequence of times; for one time give [{values!r}]")
     if grid.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {grid.shape}")
     if not np.all(np.isfinite(grid)):

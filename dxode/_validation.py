@@ -39,9 +39,9 @@ def as_state_array(name: str, value: Any) -> Array:
             array = np.asarray(value)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be an array or a nested sequence of numbers") from exc
-        if array.dtype.kind in "biu":
-            array = array.astype(np.float64)
     xp = array_api_compat.array_namespace(array)
+    if xp.isdtype(array.dtype, ("bool", "integral")):  # as for a list of integers
+        array = xp.astype(array, xp.float64)
     if not xp.isdtype(array.dtype, "real floating"):
         raise TypeError(
             f"{name} must have a real floating dtype (float32 or float64), got {array.dtype}; "
@@ -55,6 +55,11 @@ def as_state_array(name: str, value: Any) -> Array:
     if math.prod(array.shape) == 0:
         raise ValueError(
             f"{name} is empty (shape {tuple(array.shape)}); the state needs at least one component"
+        )
+    if array.ndim == 0:
+        raise ValueError(
+            f"{name} is a scalar (shape ()); give the state as a one-element array, e.g. "
+            f"[{float(array)!r}], and write f for a state of shape (1,) (x = u[0])"
         )
     check_finite(name, array)
     return array
@@ -75,7 +80,7 @@ def check_parameters_finite(p: Any) -> None:
     """Raise if any numeric leaf of the parameter pytree ``p`` is non-finite."""
     from autograd.tracer import getval
 
-    for path, leaf in _leaves("p", p):
+    for path, leaf in leaf_paths("p", p):
         leaf = getval(leaf)
         if isinstance(leaf, (bool, int)):
             continue
@@ -91,11 +96,15 @@ def check_parameters_finite(p: Any) -> None:
                 check_finite(path, leaf)
 
 
-def _leaves(path: str, tree: Any) -> list[tuple[str, Any]]:
+def leaf_paths(path: str, tree: Any) -> list[tuple[str, Any]]:
+    """``(name, leaf)`` for the leaves of the pytree ``tree`` named ``path``, in
+    ``_pytree.leaves`` order (e.g. ``("p[0]['k']", leaf)``)."""
     if isinstance(tree, dict):
-        return [leaf for key, value in tree.items() for leaf in _leaves(f"{path}[{key!r}]", value)]
+        return [
+            leaf for key, value in tree.items() for leaf in leaf_paths(f"{path}[{key!r}]", value)
+        ]
     if isinstance(tree, (list, tuple)):
-        return [leaf for i, value in enumerate(tree) for leaf in _leaves(f"{path}[{i}]", value)]
+        return [leaf for i, value in enumerate(tree) for leaf in leaf_paths(f"{path}[{i}]", value)]
     return [(path, tree)]
 
 
@@ -137,6 +146,8 @@ def positive_float(name: str, value: Any, allow_none: bool = False) -> float | N
     if value is None and allow_none:
         return None
     try:
+        if isinstance(value, (bool, np.bool_)):  # float(True) is 1.0
+            raise TypeError
         number = float(value)
     except (TypeError, ValueError) as exc:
         refuse_traced(name, value, OPTION_FIX)

@@ -486,6 +486,8 @@ def test_construction_errors():
         EnsembleProblem(_prob(), prob_func=lambda prob: prob)
     with pytest.raises(ValueError, match="at most one way"):
         EnsembleProblem(_prob(), prob_func=classic_prob_func, p=_scaled_params(2))
+    with pytest.raises(ValueError, match="u_init is the reduction's starting value"):
+        EnsembleProblem(_prob(), u_init=0.0)  # was ignored
     with pytest.raises(ValueError, match="disagree on the number of trajectories"):
         EnsembleProblem(_prob(), p=_scaled_params(2), u0=np.ones((3, 3)))
     with pytest.raises(TypeError, match="ensemble_alg applies to an EnsembleProblem"):
@@ -517,3 +519,54 @@ def test_large_states_are_bitwise_batch_independent():
     np.testing.assert_array_equal(one_by_one.u, together.u)
     alone = dxode.solve(prob.remake(p=(float(rates[5, 0]),)), saveat=1.0, rtol=1e-7)
     np.testing.assert_array_equal(alone.u, together.u[5])
+
+
+def _rate(u, p, t):
+    return -p[0] * u
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"p": (np.array([0.5, 1.5]),)},
+        {"prob_func": lambda prob, i, repeat: prob.remake(p=(np.float64(0.5 + i),))},
+        {"batch_func": lambda prob, ctx: {"p": (0.5 + ctx.indices.astype(np.float64),)}},
+    ],
+    ids=["arrays", "prob_func", "batch_func"],
+)
+def test_serial_casts_float64_trajectory_parameters_to_a_float32_state_like_array(kwargs):
+    # EnsembleSerial passed them on uncast, and f's float64 result was refused.
+    prob = dxode.ODEProblem(_rate, np.array([1.0], dtype=np.float32), (0.0, 1.0), (1.0,))
+    eprob = EnsembleProblem(prob, **kwargs)
+    serial = dxode.solve(eprob, EnsembleSerial(), trajectories=2, saveat=[1.0])
+    array = dxode.solve(eprob, EnsembleArray(), trajectories=2, saveat=[1.0])
+    assert serial.u.dtype == np.float32
+    np.testing.assert_array_equal(serial.u, array.u)
+    np.testing.assert_allclose(serial.u[:, -1, 0], np.exp([-0.5, -1.5]), rtol=1e-4)
+
+
+def test_indexing_a_solution_by_trajectory():
+    sim = dxode.solve(EnsembleProblem(_prob(), p=_scaled_params(3)), trajectories=3, saveat=[1.0])
+    np.testing.assert_array_equal(sim[-1].u, sim.u[2])
+    with pytest.raises(IndexError, match="trajectory 3 out of range for 3 trajectories"):
+        sim[3]
+    # A float or a slice failed inside NumPy or with "'<=' not supported ... 'slice'".
+    for index in (1.0, slice(1, None), True):
+        with pytest.raises(TypeError, match=r"sim\[i\] takes one trajectory number \(an int\)"):
+            sim[index]
+
+
+def test_ensemble_array_arguments():
+    # lockstep="no" turned lock-step on; a misspelt backend failed only in the first batch.
+    with pytest.raises(ValueError, match="backend must be 'numpy', 'cupy' or None, got 'numpyy'"):
+        EnsembleArray(backend="numpyy")
+    with pytest.raises(TypeError, match="lockstep must be True or False, got 'no'"):
+        EnsembleArray(lockstep="no")
+
+
+@pytest.mark.skipif(dxode.backends.cupy_available(), reason="CuPy with a GPU is here")
+def test_the_cupy_backend_without_cupy_says_what_to_install():
+    # It failed with array_api_compat's "No module named 'cupy'".
+    eprob = EnsembleProblem(_prob())
+    with pytest.raises((ImportError, RuntimeError), match="the 'cupy' backend needs"):
+        dxode.solve(eprob, EnsembleArray(backend="cupy"), trajectories=2, saveat=[1.0])

@@ -25,6 +25,8 @@ def _prob(**overrides):
         ({"u0": [1.0, math.inf]}, ValueError, "u0 contains non-finite"),
         ({"u0": ["a", "b"]}, TypeError, "real floating dtype"),
         ({"u0": [1 + 2j]}, TypeError, "real floating dtype"),
+        ({"u0": 1.0}, ValueError, r"u0 is a scalar \(shape \(\)\); give the state as .*\[1.0\]"),
+        ({"u0": np.array(2.0, dtype=np.float32)}, ValueError, "u0 is a scalar"),
         ({"p": (1.0, math.nan)}, ValueError, r"p\[1\] is not finite"),
         ({"p": {"k": np.array([1.0, np.inf])}}, ValueError, r"p\['k'\] contains non-finite"),
         ({"tspan": (0.0, 0.0)}, ValueError, "tspan is empty"),
@@ -72,6 +74,9 @@ def test_prob_func_remake_with_a_bad_value_names_the_value_and_the_trajectory():
 
 def test_integer_u0_becomes_float64():
     assert _prob(u0=[1, 0]).u0.dtype == np.float64
+    # Integer and bool arrays too (they were refused: "must have a real floating dtype").
+    assert _prob(u0=np.array([1, 0])).u0.dtype == np.float64
+    assert _prob().remake(u0=np.array([True, False])).u0.dtype == np.float64
 
 
 @pytest.mark.parametrize(
@@ -87,7 +92,16 @@ def test_integer_u0_becomes_float64():
         ({"saveat": [0.5, 0.2]}, ValueError, "strictly increasing"),
         ({"saveat": []}, ValueError, "saveat is empty"),
         ({"saveat": -1.0}, ValueError, "saveat as an interval must be positive"),
+        ({"saveat": "a"}, TypeError, "saveat must be None, a positive interval or a 1-D"),
+        ({"saveat": True}, TypeError, "saveat must be None, a positive interval .* got True"),
         ({"tstops": [3.0]}, ValueError, "tstops time 3.0 is outside tspan"),
+        ({"tstops": 0.5}, ValueError, r"tstops must be a 1-D sequence .* give \[0.5\]"),
+        ({"maxiters": 10**20}, ValueError, r"maxiters must be a positive integer below 2\*\*63"),
+        ({"adaptive": "no"}, TypeError, "adaptive must be True, False or None, got 'no'"),
+        ({"dense": "yes"}, TypeError, "dense must be True, False or None, got 'yes'"),
+        ({"rtol": True}, TypeError, "rtol must be a positive number, got True"),
+        ({"atol": True}, TypeError, "atol must be a positive number or an array of them"),
+        ({"atol": [1e-6 + 1j, 1e-6]}, TypeError, "atol must be a positive number or an array"),
         ({"bogus": 1}, TypeError, r"unknown option\(s\) \['bogus'\]"),
         ({"controller": "pi"}, TypeError, "controller must be a step-size controller"),
     ],
@@ -95,6 +109,12 @@ def test_integer_u0_becomes_float64():
 def test_option_validation(kwargs, error, match):
     with pytest.raises(error, match=match):
         dxode.solve(_prob(), dxode.Tsit5(), **kwargs)
+
+
+def test_numpy_integer_maxiters_is_accepted():
+    # It was refused: "maxiters must be a positive integer, got np.int64(100)".
+    sol = dxode.solve(_prob(), dxode.Tsit5(), maxiters=np.int64(3), saveat=[1.0])
+    assert sol.retcode == ReturnCode.MaxIters and sol.stats.naccept + sol.stats.nreject == 3
 
 
 def test_algorithm_lookup_errors():
@@ -185,6 +205,11 @@ def test_dense_output_errors():
     dense = dxode.solve(dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0))
     with pytest.raises(ValueError, match="outside the solved span"):
         dense(1.5)
+    # These failed inside NumPy ("could not convert string to float"), or were flattened.
+    with pytest.raises(TypeError, match=r"sol\(t\) takes a time or a 1-D array of times"):
+        dense("a")
+    with pytest.raises(ValueError, match=r"1-D array of times, got shape \(1, 2\)"):
+        dense([[0.25, 0.5]])
 
 
 def test_retcode_messages_are_actionable():

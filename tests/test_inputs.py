@@ -51,6 +51,22 @@ def test_all_constant_rows_broadcast_in_ensembles():
     np.testing.assert_allclose(sim.u[:, -1], [[1.0, -2.0], [1.0, -2.0]], rtol=1e-12)
 
 
+def _constant_rate(u, p, t):
+    return [0, 1]  # Python ints: they adapt to the state's dtype (they were stacked as int64)
+
+
+def test_rows_of_python_numbers_alone_take_the_state_dtype(xp, dtype_name):
+    dtype = getattr(xp, dtype_name)
+    prob = dxode.ODEProblem(_constant_rate, xp.asarray([0.0, 1.0], dtype=dtype), (0.0, 1.0))
+    for sol in (
+        dxode.solve(prob, saveat=[1.0]),
+        dxode.solve(prob.remake(f=lambda u, p, t: (0.5, 1.0)), saveat=[1.0]),
+        dxode.solve(EnsembleProblem(prob), trajectories=2, saveat=[1.0]),
+    ):
+        assert sol.u.dtype == dtype
+        np.testing.assert_allclose(to_numpy(sol.u)[..., -1, 1], 2.0, rtol=1e-6)
+
+
 def test_affect_with_a_constant_row_in_ensembles():
     bounce = ContinuousCallback(
         lambda u, p, t: u[0], lambda u, p, t, fired: [0.0, -0.5 * u[1]], direction="down"
@@ -220,6 +236,24 @@ def test_options_that_cannot_work_for_the_state(kwargs, match):
         dxode.solve(EnsembleProblem(_decay()), trajectories=2, **kwargs)
 
 
+def test_a_span_that_float32_cannot_resolve_is_refused():
+    # t0 and t1 are one float32 number: the solve failed Unstable after saving u0 at t1's place.
+    prob = dxode.ODEProblem(decay, np.array([1.0], dtype=np.float32), (1e8, 1e8 + 1.0), 1.0)
+    for solve in (
+        lambda: dxode.solve(prob),
+        lambda: dxode.solve(EnsembleProblem(prob), trajectories=2),
+        lambda: dxode.solve(EnsembleProblem(prob), dxode.EnsembleSerial(), trajectories=2),
+    ):
+        with pytest.raises(ValueError, match=r"tspan \(100000000.0, 100000001.0\) is one time in"):
+            solve()
+    spans = np.array([[0.0, 1.0], [1e8, 1e8 + 1.0]])
+    with pytest.raises(ValueError, match="also in float32 for a float32 state"):
+        dxode.solve(EnsembleProblem(prob.remake(tspan=(0.0, 1.0)), tspan=spans))
+    assert (
+        dxode.solve(prob.remake(u0=[1.0]), saveat=[1e8 + 1.0]).retcode == dxode.ReturnCode.Success
+    )
+
+
 def test_tolerance_limits_follow_the_dtype():
     prob32 = dxode.ODEProblem(decay, np.ones(2, dtype=np.float32), (0.0, 1.0), 1.0)
     with pytest.raises(ValueError, match=r"rtol=1e-10 is below what float32 resolves.*1.19e-07"):
@@ -299,6 +333,24 @@ def test_largest_seed_is_accepted():
 def test_ensemble_functions_must_return_pairs(kwargs, match):
     with pytest.raises(TypeError, match=match):
         dxode.solve(EnsembleProblem(_decay(), **kwargs), trajectories=2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"output_func": lambda sol: (sol, False)}, r"output_func\(sol, i\), but its signature"),
+        ({"reduction": lambda acc, u: (acc, False)}, r"reduction\(acc, batch_values, batch_"),
+        ({"batch_func": lambda ctx: {}}, r"batch_func must take 2 .* batch_func\(prob, ctx\)"),
+        (
+            {"reduction": lambda acc, u, i: (acc, False), "combine": lambda a: a},
+            r"combine\(acc_a, acc_b\)",
+        ),
+    ],
+)
+def test_ensemble_functions_with_the_wrong_arguments_fail_at_construction(kwargs, match):
+    # They used to fail inside the first batch ("<lambda>() takes 1 positional argument").
+    with pytest.raises(TypeError, match=match):
+        EnsembleProblem(_decay(), **kwargs)
 
 
 def test_trajectories_default_to_the_per_trajectory_arrays():
@@ -457,3 +509,47 @@ def test_dense_output_of_a_differentiated_solve_points_to_saveat():
 
     with pytest.raises(ValueError, match=r"differentiated solve and a compiled.*saveat"):
         autograd.grad(loss)(1.0)
+
+
+# ---- per-trajectory arrays ---------------------------------------------------------------
+
+
+def test_per_trajectory_u0_and_tspan_may_be_nested_lists():
+    # A list of lists was taken for a tree of scalar leaves ("need a leading trajectory axis").
+    as_lists = EnsembleProblem(_decay(), u0=[[1.0, 2.0], [3.0, 4.0]], tspan=[(0, 1), (0, 2)])
+    as_arrays = EnsembleProblem(
+        _decay(), u0=np.array([[1.0, 2.0], [3.0, 4.0]]), tspan=np.array([[0.0, 1.0], [0.0, 2.0]])
+    )
+    lists = dxode.solve(as_lists, saveat=[0.5])
+    np.testing.assert_array_equal(lists.u, dxode.solve(as_arrays, saveat=[0.5]).u)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (
+            {"u0": np.array([[1.0, 0.0], [2.0, 0.0]]) + 1j},
+            "u0 must hold real numbers, got dtype complex128",
+        ),
+        ({"u0": np.array([["a", "b"], ["c", "d"]])}, "u0 must hold real numbers, got dtype <U1"),
+        ({"p": np.array(["a", "b"])}, "p must hold numbers, got dtype <U1"),
+    ],
+    ids=["complex-u0", "str-u0", "str-p"],
+)
+def test_per_trajectory_arrays_must_hold_numbers(kwargs, match):
+    # A complex u0 lost its imaginary part with a ComplexWarning, strings failed inside NumPy.
+    with pytest.raises(TypeError, match=f"per-trajectory {match}"):
+        dxode.solve(EnsembleProblem(_decay(), **kwargs), trajectories=2)
+
+
+def test_serial_steps_onto_the_tstops_inside_each_trajectorys_span_like_array():
+    # EnsembleSerial refused a stop outside one trajectory's span, which EnsembleArray passes by.
+    eprob = EnsembleProblem(_decay(), tspan=np.array([[0.0, 0.5], [0.0, 1.0]]))
+    serial = dxode.solve(eprob, dxode.Tsit5(), dxode.EnsembleSerial(), tstops=[0.75])
+    array = dxode.solve(eprob, dxode.Tsit5(), dxode.EnsembleArray(), tstops=[0.75])
+    plain = dxode.solve(eprob, dxode.Tsit5(), dxode.EnsembleSerial())
+    np.testing.assert_array_equal(serial.u, array.u)
+    assert [s.stats for s in serial] == [s.stats for s in array]
+    assert serial[0].stats == plain[0].stats and serial[1].stats != plain[1].stats
+    with pytest.raises(ValueError, match=r"tstops time 1\.5 is outside tspan"):
+        dxode.solve(eprob, dxode.Tsit5(), dxode.EnsembleSerial(), tstops=[1.5])

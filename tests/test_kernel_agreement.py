@@ -84,6 +84,53 @@ def test_float32_runs_in_float32():
     np.testing.assert_allclose(kernel.u, np.asarray(array.u), rtol=1e-3, atol=1e-3)
 
 
+def _two_rates(u, p, t):
+    return [-p[0] * u[0], -p[1] * u[1]]
+
+
+@pytest.mark.parametrize(
+    ("p", "name"),
+    [
+        (np.array([1.0, 2.0]), "p has dtype float64"),
+        ((1.0, np.float64(2.0)), r"p\[1\] has dtype float64"),
+        (np.array([1, 2]), "p has dtype int64"),
+    ],
+)
+def test_float32_state_with_float64_parameters_is_refused_on_both_paths(p, name):
+    # The array path refuses f's float64 result; the kernel computed f in float64 silently.
+    prob = dxode.ODEProblem(_two_rates, np.array([1.0, 0.5], dtype=np.float32), (0.0, 1.0), p)
+    with pytest.raises(TypeError, match="returned dtype float64 for a float32 state"):
+        dxode.solve(prob, "tsit5")
+    with pytest.raises(TypeError, match=f"{name} for a float32 state"):
+        dxode.solve(prob, "tsit5", kernel=True)
+    with pytest.raises(TypeError, match=f"{name} for a float32 state"):
+        dxode.solve(dxode.EnsembleProblem(prob), "tsit5", dxode.EnsembleKernel(), trajectories=2)
+
+
+def test_float32_state_with_integer_trajectory_parameters_is_refused_on_both_paths():
+    # Floating per-trajectory parameters take the state's dtype on both paths; integer ones
+    # stay integers, which the array path refuses (f returns float64).
+    prob = dxode.ODEProblem(_two_rates, np.array([1.0, 0.5], dtype=np.float32), (0.0, 1.0))
+    eprob = dxode.EnsembleProblem(prob, p=np.array([[1, 2], [3, 4]]))
+    with pytest.raises(TypeError, match="returned dtype float64 for a float32 state"):
+        dxode.solve(eprob, "tsit5", dxode.EnsembleArray())
+    with pytest.raises(TypeError, match="p has dtype int64 for a float32 state"):
+        dxode.solve(eprob, "tsit5", dxode.EnsembleKernel())
+
+
+def test_array_api_states_are_solved_on_the_host():
+    # EnsembleKernel failed with "Cannot interpret 'array_api_strict.float64' as a data type".
+    xps = pytest.importorskip("array_api_strict")
+    strict = LORENZ.remake(u0=xps.asarray([1.0, 0.0, 0.0]))
+    expected = dxode.solve(LORENZ, "tsit5", saveat=[1.0], kernel=True, **TOL).u
+    np.testing.assert_array_equal(
+        dxode.solve(strict, "tsit5", saveat=[1.0], kernel=True, **TOL).u, expected
+    )
+    eprob = dxode.EnsembleProblem(strict)
+    sim = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=2, saveat=[1.0], **TOL)
+    np.testing.assert_array_equal(sim.u, np.stack([expected, expected]))
+
+
 def test_max_iters_and_dtmin_return_codes():
     array, kernel = _solve_both(LORENZ, "tsit5", saveat=1.0, maxiters=10, **TOL)
     assert kernel.retcode == array.retcode == dxode.ReturnCode.MaxIters

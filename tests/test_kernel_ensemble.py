@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("numba")
 
 import dxode
+from dxode.kernels.batch import KernelBatch
 from dxode.kernels.errors import KernelCompileError, KernelUnsupportedError
 
 from problems import lorenz
@@ -177,6 +178,19 @@ def test_an_f_with_the_wrong_number_of_rows_is_refused_like_on_the_array_path(f)
     assert "test_kernel_ensemble.py" in str(info.value) and "state of 2" in str(info.value)
 
 
+def _forgets_to_return(u, p, t):
+    [-u[0], -u[1]]
+
+
+def test_an_f_that_forgets_to_return_is_told_so_on_both_paths():
+    # The kernel said "returns rows of shape ()".
+    prob = dxode.ODEProblem(_forgets_to_return, np.array([1.0, 2.0]), (0.0, 1.0))
+    with pytest.raises(TypeError, match="did it forget to return"):
+        dxode.solve(prob, "tsit5", saveat=[1.0])
+    with pytest.raises(ValueError, match=r"returns no rows .*did it forget to return"):
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+
+
 class _Decay:
     rate = 1.0
 
@@ -257,6 +271,20 @@ def test_dict_parameters_are_refused_clearly():
         dxode.solve(prob, "tsit5", kernel=True)
 
 
+def _decay_ignoring_p(u, p, t):
+    return [-u[0]]
+
+
+def test_empty_parameters():
+    # An empty tuple failed with NumPy's "need at least one array to concatenate"; an empty
+    # array leaf was laid out as a number.
+    prob = dxode.ODEProblem(_decay_ignoring_p, np.array([1.0]), (0.0, 1.0), ())
+    sol = dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    np.testing.assert_allclose(sol.u[-1], np.exp(-1.0), rtol=1e-5)
+    with pytest.raises(KernelUnsupportedError, match=r"no empty parameter arrays .*\(0,\)"):
+        dxode.solve(prob.remake(p=(1.0, np.zeros(0))), "tsit5", kernel=True)
+
+
 def test_continuous_adjoints_are_refused_clearly():
     # The kernels differentiate with forward sensitivities or the discrete adjoint
     # (test_kernel_gradients.py, test_kernel_adjoint.py).
@@ -278,10 +306,34 @@ def test_bad_arguments():
         dxode.EnsembleKernel(device="gpu")
     with pytest.raises(ValueError, match="block_size"):
         dxode.EnsembleKernel(block_size=0)
+    assert dxode.EnsembleKernel(block_size=np.int64(8), threads=np.int32(1)).threads == 1
+
+
+def test_more_threads_than_numba_has_are_refused_before_compiling(monkeypatch):
+    # numba said "The number of threads must be between 1 and 2", after compiling.
+    import numba
+
+    most = numba.config.NUMBA_NUM_THREADS
+    monkeypatch.setattr(KernelBatch, "prepare", lambda *args: pytest.fail("compiled"))
+    alg = dxode.EnsembleKernel(threads=most + 1)
+    with pytest.raises(ValueError, match=rf"threads={most + 1}\) asks for more .* <= {most}"):
+        dxode.solve(dxode.EnsembleProblem(PROB, p=P), "tsit5", alg, saveat=[1.0])
     with pytest.raises(TypeError, match="EnsembleKernel"):
         dxode.solve(dxode.EnsembleProblem(PROB), kernel=True, trajectories=2)
     with pytest.raises(TypeError, match="kernel must be True or False, got 'no'"):
         dxode.solve(PROB, "tsit5", kernel="no")
+
+
+def test_cuda_without_a_gpu_says_so_before_compiling(monkeypatch):
+    # It used to compile, then fail inside numba with CudaSupportError ("CUDA driver library
+    # cannot be found").
+    cuda = pytest.importorskip("numba.cuda")
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    monkeypatch.setattr(KernelBatch, "prepare", lambda *args: pytest.fail("compiled"))
+    eprob = dxode.EnsembleProblem(PROB, p=P)
+    with pytest.raises(ValueError, match="found no usable CUDA GPU") as info:
+        dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(device="cuda"), trajectories=2)
+    assert 'device="cpu"' in str(info.value) and "NUMBA_ENABLE_CUDASIM=1" in str(info.value)
 
 
 @pytest.mark.skipif(

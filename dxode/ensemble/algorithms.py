@@ -21,6 +21,7 @@ from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._single import solve_problem
 from .._solution import ODESolution, SolverStats
+from .._timegrid import lane_stop_times
 from ..events.callbacks import check_preset_times
 from ..events.record import concat_records, replace_trajectories
 from .batch import BatchResult, BatchSpec, solve_batch
@@ -199,6 +200,12 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
     backend: str | None = None
     lockstep: bool = False
 
+    def __post_init__(self) -> None:
+        if self.backend not in (None, "numpy", "cupy"):
+            raise ValueError(f"backend must be 'numpy', 'cupy' or None, got {self.backend!r}")
+        if self.lockstep not in (True, False):  # lockstep="no" would be true
+            raise TypeError(f"lockstep must be True or False, got {self.lockstep!r}")
+
     def backend_name(self) -> str | None:
         return self.backend
 
@@ -222,15 +229,28 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
             raise ValueError(
                 "EnsembleSerial keeps no dense output; use EnsembleArray for dense=True"
             )
+        problems = [
+            trajectory_problem(eprob, int(i), int(r), spec.seed)
+            for i, r in zip(indices, repeat, strict=True)
+        ]
+        # As in an EnsembleArray batch: tstops must lie in the span covering the batch's
+        # trajectories, each of which steps onto those inside its own span.
+        spans = np.array([prob.tspan for prob in problems])
+        stops = lane_stop_times(spec.tstops, spans[:, 0], spans[:, 1])
         sols = []
-        for i, r in zip(indices, repeat, strict=True):
-            prob = trajectory_problem(eprob, int(i), int(r), spec.seed)
-            spec.options.check_state(prob.u0)
+        for prob in problems:
+            spec.options.check_state(prob.u0, prob.tspan)
             check_preset_times(spec.callback, *sorted(prob.tspan))
             saveat = spec.saveat if spec.saveat is not None else list(prob.tspan)
+            lo, hi = sorted(prob.tspan)
+            inside = None if stops is None else stops[(stops >= lo) & (stops <= hi)]
             sols.append(
                 solve_problem(
-                    prob, spec.options, saveat=saveat, tstops=spec.tstops, callbacks=spec.callback
+                    prob,
+                    spec.options,
+                    saveat=saveat,
+                    tstops=None if inside is None or not inside.size else inside,
+                    callbacks=spec.callback,
                 )
             )
         xp = _namespace(sols[0].u)
@@ -255,8 +275,15 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
 
 
 def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: int) -> ODEProblem:
-    """Trajectory ``index`` of any ensemble as its own ODEProblem."""
-    if eprob.prob_func is not None or not (eprob.arrays or eprob.batch_func):
+    """Trajectory ``index`` of any ensemble as its own ODEProblem.
+
+    Its per-trajectory parameters (from ``prob_func``, ``batch_func`` or arrays) take the
+    state's dtype where they are floating, as in an ``EnsembleArray`` batch.
+    """
+    if eprob.prob_func is not None:
+        prob = eprob.trajectory(index, repeat, seed)
+        return prob.remake(p=_in_state_dtype(prob.p, prob.u0.dtype))
+    if not (eprob.arrays or eprob.batch_func):
         return eprob.trajectory(index, repeat, seed)
     if eprob.batch_func is not None:
         data = eprob.batch(np.array([index]), np.array([repeat]), seed)
@@ -269,8 +296,27 @@ def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: in
     if "tspan" in data:
         changes["tspan"] = tuple(float(x) for x in np.asarray(data["tspan"][row]))
     if "p" in data:
-        changes["p"] = _pytree.map_leaves(lambda leaf: leaf[row, ...], data["p"])
+        rows = _pytree.map_leaves(lambda leaf: leaf[row, ...], data["p"])
+        changes["p"] = _in_state_dtype(rows, eprob.prob.u0.dtype)
     return eprob.prob.remake(**changes)
+
+
+def _in_state_dtype(p: Any, dtype: Any) -> Any:
+    """``p`` with its floating NumPy and array-API leaves cast to ``dtype`` (others as they
+    are: Python numbers adapt by themselves, integers stay integers, traced values stay)."""
+    import array_api_compat
+
+    from .._tracing import is_traced
+
+    def cast(leaf: Any) -> Any:
+        if isinstance(leaf, np.generic) and leaf.dtype.kind == "f":
+            return leaf.astype(dtype)
+        if is_traced(leaf) or not array_api_compat.is_array_api_obj(leaf) or np.isscalar(leaf):
+            return leaf
+        xp = array_api_compat.array_namespace(leaf)
+        return xp.astype(leaf, dtype) if xp.isdtype(leaf.dtype, "real floating") else leaf
+
+    return _pytree.map_leaves(cast, p)
 
 
 def _renumbered(events: Any, trajectory: int) -> Any:

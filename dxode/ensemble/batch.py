@@ -115,9 +115,7 @@ def solve_batch(
         stepper=spec.options.alg,
         save_grid=grid,
         record_steps="dense" if spec.dense else "",
-        tstops=(
-            lane_stop_times(spec.tstops, t0, t1) if spec.tstops is not None else None
-        ),
+        tstops=(lane_stop_times(spec.tstops, t0, t1) if spec.tstops is not None else None),
         callbacks=spec.callback,
     )
     result = integrate(problem, spec.options, backend, lockstep=spec.lockstep)
@@ -173,7 +171,7 @@ def _lanes_from_arrays(
     data: dict[str, Any], prob: ODEProblem, n: int, backend: Backend, take: np.ndarray | None
 ) -> _Lanes:
     """Lanes from trajectories-first arrays (rows ``take`` of them, or all rows)."""
-    dtype = prob.u0.dtype
+    dtype = _state_dtype(prob, backend)
     xp = backend.xp
 
     def rows(x: Any) -> Array:
@@ -191,19 +189,22 @@ def _lanes_from_arrays(
                 f"per-trajectory u0 must have shape (trajectories, *{tuple(prob.u0.shape)}), "
                 f"got {tuple(u0.shape)}"
             )
+        _check_real("u0", u0)
         u0 = xp.moveaxis(backend.asarray(_to_backend_input(u0, backend), dtype=dtype), 0, -1)
         _check_finite_lanes("u0", xp, u0)
     else:
         u0 = _repeated_u0(prob, n, backend)
     if "tspan" in data:
         spans = np.asarray(to_host(rows(data["tspan"])), dtype=np.float64)
+        time = np.float32 if xp.finfo(dtype).bits == 32 else np.float64  # the state's dtype
         if (
             spans.shape != (n, 2)
             or not np.all(np.isfinite(spans))
-            or np.any(spans[:, 0] == spans[:, 1])
+            or np.any(spans[:, 0].astype(time) == spans[:, 1].astype(time))
         ):
             raise ValueError(
-                "per-trajectory tspan must be a finite (trajectories, 2) array with t0 != t1"
+                "per-trajectory tspan must be a finite (trajectories, 2) array with t0 != t1 "
+                "(also in float32 for a float32 state, whose time is float32)"
             )
         t0, t1 = spans[:, 0].copy(), spans[:, 1].copy()
     else:
@@ -215,6 +216,7 @@ def _lanes_from_arrays(
             for leaf in _pytree.leaves(data["p"])
         ]
         for leaf in leaves:
+            _check_real("p", leaf, allow_complex=True)
             _check_finite_lanes("p", xp, leaf)
         return _Lanes(u0, t0, t1, _pytree.rebuild(data["p"], leaves), [True] * len(leaves))
     shared = _pytree.leaves(prob.p)
@@ -227,7 +229,7 @@ def _lanes_from_problems(
     """Lanes from one ODEProblem per trajectory (the ``prob_func`` path); ``first`` is the
     ensemble's trajectory 0, whose parameter leaves the others may share."""
     xp = backend.xp
-    dtype = prob.u0.dtype
+    dtype = _state_dtype(prob, backend)
     for i, traj in enumerate(problems):
         for name in ("f", "jac", "tgrad"):
             if getattr(traj, name) is not getattr(prob, name):
@@ -268,10 +270,20 @@ def _lanes_from_problems(
     return _Lanes(u0, t0, t1, _pytree.rebuild(prob.p, new_leaves), lane_leaf)
 
 
+def _state_dtype(prob: ODEProblem, backend: Backend) -> Any:
+    """``prob.u0``'s dtype in ``backend``'s library (a kernel batch is built with NumPy, also
+    for a state of another array-API library, whose dtypes NumPy does not take)."""
+    dtype = prob.u0.dtype
+    if isinstance(prob.u0, np.ndarray) or backend_for(prob.u0) is backend:
+        return dtype
+    single = dtype == array_api_compat.array_namespace(prob.u0).float32
+    return backend.xp.float32 if single else backend.xp.float64
+
+
 def _repeated_u0(prob: ODEProblem, n: int, backend: Backend) -> Array:
     """``prob.u0`` for ``n`` lanes, ``(*shape, n)``, in the state's dtype."""
     xp = backend.xp
-    base = backend.asarray(_to_backend_input(prob.u0, backend), dtype=prob.u0.dtype)
+    base = backend.asarray(_to_backend_input(prob.u0, backend), dtype=_state_dtype(prob, backend))
     return xp.asarray(xp.broadcast_to(xp.expand_dims(base, axis=-1), (*base.shape, n)), copy=True)
 
 
@@ -336,6 +348,18 @@ def _check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
     if not (np.all(forward) or not np.any(forward)):
         raise ValueError(
             "all trajectories of an ensemble must integrate in the same time direction"
+        )
+
+
+def _check_real(name: str, x: Array, allow_complex: bool = False) -> None:
+    """Raise unless the array ``x`` holds numbers: real ones (integers and bools become the
+    state's dtype), or complex ones where ``allow_complex`` (parameters; ``f`` must still
+    return reals)."""
+    kinds = ("real floating", "integral", "bool") + (("complex floating",) if allow_complex else ())
+    if not array_api_compat.array_namespace(x).isdtype(x.dtype, kinds):
+        raise TypeError(
+            f"per-trajectory {name} must hold {'numbers' if allow_complex else 'real numbers'}, "
+            f"got dtype {x.dtype}; convert it, e.g. {name}.astype(float64)"
         )
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from .._error_context import add_note, describe_trajectories
 from .._problem import ODEProblem
+from .._validation import check_arguments
 from .random import counter_uniform, trajectory_rng
 
 __all__ = [
@@ -142,6 +143,14 @@ class EnsembleProblem:
         ):
             if func is not None and not callable(func):
                 raise TypeError(f"{name} must be callable, got {type(func).__name__}")
+        for name, func, arguments in (
+            ("combine", combine, "acc_a, acc_b"),
+            ("output_func", output_func, "sol, i"),
+            ("reduction", reduction, "acc, batch_values, batch_indices"),
+            ("batch_func", batch_func, "prob, ctx"),
+        ):
+            if func is not None:
+                check_arguments(name, func, arguments)
         given = [
             name
             for name, v in (
@@ -162,9 +171,15 @@ class EnsembleProblem:
         self.u_init = u_init
         if combine is not None and reduction is None:
             raise ValueError("combine merges reduction results: give a reduction too")
+        if u_init is not None and reduction is None:  # it would be ignored
+            raise ValueError("u_init is the reduction's starting value: give a reduction too")
         self.combine = combine
         self.batch_func = batch_func
-        self.arrays = {k: v for k, v in (("u0", u0), ("p", p), ("tspan", tspan)) if v is not None}
+        self.arrays = {
+            k: _as_rows(v) if k != "p" else v
+            for k, v in (("u0", u0), ("p", p), ("tspan", tspan))
+            if v is not None
+        }
         self._context_form = prob_func is not None and _takes_context(prob_func)
         self.n_arrays = _leading_length(self.arrays)
         # What prob_func or batch_func already built (see ``remembering``), by its arguments.
@@ -305,6 +320,16 @@ def _same_context(ctx: BatchContext, indices: np.ndarray, repeat: np.ndarray, se
 
 def _any_given(*values: Any) -> bool:
     return any(v is not None for v in values)
+
+
+def _as_rows(value: Any) -> Any:
+    """A per-trajectory ``u0`` or ``tspan`` given as nested lists, as an array (it is one
+    array, not a tree of parameters); arrays as they are."""
+    from .._tracing import is_traced
+
+    if isinstance(value, (list, tuple)) and not is_traced(value):
+        return np.asarray(value)
+    return value
 
 
 def _takes_context(func: Callable[..., Any]) -> bool:

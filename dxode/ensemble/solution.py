@@ -155,6 +155,11 @@ class EnsembleSolution:
 
     def __getitem__(self, i: int) -> ODESolution:
         n = len(self)
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(
+                f"sim[i] takes one trajectory number (an int), got {i!r}; for several, iterate "
+                f"over sim or index the arrays (sim.u[i], sim.retcodes[i])"
+            )
         if self.retcodes is None:
             raise TypeError("sim[i] needs per-trajectory results; this ensemble was reduced")
         if not -n <= i < n:

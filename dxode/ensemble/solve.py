@@ -77,7 +77,7 @@ def plan_ensemble(
         else _positive_int("batch_size", batch_size)
     )
     opts = SolverOptions.from_user(alg, **options)
-    opts.check_state(eprob.prob.u0)
+    opts.check_state(eprob.prob.u0, None if "tspan" in eprob.arrays else eprob.prob.tspan)
     seed = _master_seed(seed)
     _check_times(eprob, saveat, tstops, callback)
     return EnsemblePlan(

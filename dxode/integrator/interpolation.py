@@ -44,7 +44,12 @@ class DenseOutput:
         """The state at ``t``: ``(*shape)`` for a scalar time, ``(len(t), *shape)`` for an array."""
         xp, d, steps = self._xp, self._direction, self._steps
         like = steps["t"]
-        tq = xp.asarray(t, dtype=like.dtype, device=getattr(like, "device", None))
+        try:
+            tq = xp.asarray(t, dtype=like.dtype, device=getattr(like, "device", None))
+        except (TypeError, ValueError):
+            raise TypeError(f"sol(t) takes a time or a 1-D array of times, got {t!r}") from None
+        if tq.ndim > 1:
+            raise ValueError(f"sol(t) takes a time or a 1-D array of times, got shape {tq.shape}")
         scalar = tq.ndim == 0
         tq = xp.reshape(tq, (-1,))
         lo, hi = float(self.t_start), float(self.t_end)

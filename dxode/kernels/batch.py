@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _pytree
 from .._options import SolverOptions
+from .._validation import leaf_paths
 from .autoswitch_description import AutoSwitchDescription
 from .codegen import KernelLayout
 from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_mode
@@ -263,12 +264,37 @@ def lane_params(p: Any, lane_leaf: list[bool], lanes: int, dtype: Any) -> tuple[
         if not per_lane:
             value = np.broadcast_to(value[..., None], (*value.shape, lanes))
         rows.append(value.reshape(-1, lanes))
+    if not rows:  # an empty tuple or list
+        return layout, np.zeros((0, lanes), dtype=dtype)
     kinds = {
         np.dtype(dtype) if isinstance(leaf, (int, float)) else np.asarray(_host(leaf)).dtype
         for leaf in _pytree.leaves(p)
     }
     row_dtype = np.dtype(dtype) if kinds == {np.dtype(dtype)} else np.float64
     return layout, np.ascontiguousarray(np.concatenate(rows).astype(row_dtype))
+
+
+def check_parameter_dtypes(p: Any, lane_leaf: list[bool], dtype: Any) -> None:
+    """Refuse, for a float32 state, a parameter that is an integer array or NumPy scalar, or
+    a shared float64 one, as the array path does.
+
+    There NumPy's promotion makes ``f`` return float64 for such a ``p``, which ``solve`` refuses;
+    the kernel would silently compute ``f`` in float64 and round it to float32. Python numbers
+    adapt to the state's dtype on both paths, and floating per-trajectory parameters are cast
+    to it (integer ones stay integers).
+    """
+    if np.dtype(dtype) != np.float32:
+        return
+    for (path, leaf), per_lane in zip(leaf_paths("p", p), lane_leaf, strict=True):
+        if type(leaf) in (bool, int, float):  # np.float64 is a float subclass
+            continue
+        kind = np.asarray(_host(leaf)).dtype
+        if kind.kind in "iu" or (kind == np.float64 and not per_lane):
+            raise TypeError(
+                f"{path} has dtype {kind} for a float32 state: f(u, p, t) would compute in "
+                f"float64 (the array path refuses it too); cast the parameters to float32 "
+                f"(e.g. p.astype(np.float32)) or pass Python floats"
+            )
 
 
 def check_callback_method(callbacks: Any, alg: Any) -> None:

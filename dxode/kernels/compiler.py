@@ -127,7 +127,10 @@ def _check_rows(f: Callable[..., Any], dispatcher: Any, n: int, dtype: str, p_ex
     shape = returned_shape(dispatcher, n, dtype, p_example)
     if shape is None or shape in ((n,), (n, n)):
         return
-    got = f"{shape[0]} rows" if len(shape) == 1 else f"rows of shape {shape}"
+    if shape == ():  # None (a forgotten return), a string, ...
+        got = "no rows (a single object; did it forget to return?)"
+    else:
+        got = f"{shape[0]} rows" if len(shape) == 1 else f"rows of shape {shape}"
     raise ValueError(
         f"the function defined at {where_defined(f)} returns {got} for a state of {n} "
         f"components; f and tgrad must return one number per component ({n} rows), jac "

@@ -27,6 +27,22 @@ def _threads(threads: int | None) -> Iterator[None]:
         numba.set_num_threads(before)
 
 
+def _check_threads(threads: int | None) -> None:
+    """Raise, before anything is compiled, if ``threads`` exceeds numba's thread count (numba's
+    own message names neither the argument nor the fix)."""
+    if threads is None:
+        return
+    import numba
+
+    most = numba.config.NUMBA_NUM_THREADS
+    if threads > most:
+        raise ValueError(
+            f"EnsembleKernel(threads={threads}) asks for more threads than numba has here: "
+            f"NUMBA_NUM_THREADS={most} (by default the CPU count); give threads <= {most} or "
+            f"None, or set NUMBA_NUM_THREADS before numba is imported"
+        )
+
+
 def _driver(kernel: Any) -> Any:
     """The kernel's batch driver for numba's current thread count: blocks over threads, or
     on one thread one after another (the same bits either way)."""
@@ -44,6 +60,7 @@ def run_cpu(
     are bitwise the same for every block size and thread count. ``record`` (one lane only)
     also returns every accepted step.
     """
+    _check_threads(threads)
     if record:
         block = 1
     kernel = batch.prepare("cpu", block, record)

@@ -23,8 +23,7 @@ def run_cuda(batch: KernelBatch, as_cupy: bool = False) -> KernelResult:
     Inputs are copied to the device once; outputs come back as host NumPy arrays, or stay on
     the device as CuPy arrays with ``as_cupy``.
     """
-    from numba import cuda
-
+    cuda = require_gpu()
     kernel = batch.prepare("cuda", 1)
     args = [cuda.to_device(a) for a in batch.arguments()]
     outs = [cuda.to_device(a) for a in batch.outputs()]
@@ -35,6 +34,25 @@ def run_cuda(batch: KernelBatch, as_cupy: bool = False) -> KernelResult:
     cuda.synchronize()
     log = tuple(a.copy_to_host() for a in events[2:]) or None  # host: read to build records
     return KernelResult.from_outputs([_result_array(a, as_cupy) for a in outs], None, log)
+
+
+def require_gpu() -> Any:
+    """``numba.cuda``, once it has found a CUDA GPU (or runs as the simulator), else a
+    ``ValueError`` naming ``device="cpu"`` and the simulator."""
+    fix = (
+        'use EnsembleKernel(device="cpu"), or set NUMBA_ENABLE_CUDASIM=1 before numba.cuda is '
+        "imported to run the CUDA code on numba-cuda's simulator (slow; for tests)"
+    )
+    try:
+        from numba import cuda
+    except ImportError as exc:
+        raise ValueError(
+            f'device="cuda" needs numba-cuda (pip install numba-cuda), which failed to import '
+            f"({exc}); {fix}"
+        ) from exc
+    if not cuda.is_available():
+        raise ValueError(f'device="cuda" but numba.cuda found no usable CUDA GPU or driver; {fix}')
+    return cuda
 
 
 def _result_array(array: Any, as_cupy: bool) -> Any:

@@ -13,7 +13,7 @@ from ..backends import get_backend
 from ..ensemble.batch import BatchResult, BatchSpec, build_lanes
 from ..ensemble.problem import EnsembleProblem
 from ..events.record import EventRecord
-from .batch import KernelBatch, lane_params
+from .batch import KernelBatch, check_parameter_dtypes, lane_params
 from .errors import ARRAY_PATH, KernelUnsupportedError
 from .events import run_events
 
@@ -39,6 +39,7 @@ def solve_kernel_batch(
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
     grid = lane_save_grid(spec.saveat, t0, t1)
     tstops = lane_stop_times(spec.tstops, t0, t1)
+    check_parameter_dtypes(lanes.p, lanes.lane_leaf, u0.dtype)
     layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype)
     prob = eprob.prob
     batch = KernelBatch(

@@ -316,6 +316,11 @@ class ParamLayout:
                     f"trajectory, got a leaf with {ndim} dimensions; flatten it, or use "
                     f"{ARRAY_PATH}"
                 )
+            if ndim == 1 and np.shape(leaf)[0] == 0:
+                raise KernelUnsupportedError(
+                    f"the compiled kernels take no empty parameter arrays (p has a leaf of shape "
+                    f"{np.shape(leaf)}); leave it out of p, or use {ARRAY_PATH}"
+                )
             sizes.append(0 if ndim == 0 else int(np.shape(leaf)[0]))
         sizes_iter = iter(sizes)
         return cls(_pytree.rebuild(_as_tuples(p), list(sizes_iter)))

@@ -16,9 +16,10 @@ from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import save_times, stop_times
+from ..backends import to_host
 from ..events.callbacks import check_preset_times
 from ..events.record import with_points_after
-from .batch import KernelBatch, check_callback_method, lane_params
+from .batch import KernelBatch, check_callback_method, check_parameter_dtypes, lane_params
 from .cpu import run_cpu
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
@@ -50,7 +51,7 @@ def solve_kernel(
     from .._tracing import is_traced
 
     opts = SolverOptions.from_user(alg, **options)
-    opts.check_state(prob.u0)
+    opts.check_state(prob.u0, prob.tspan)
     check_preset_times(callback, *sorted(float(t) for t in prob.tspan))
     if is_traced(prob.u0, prob.p):
         check_callback_method(callback, opts.alg)
@@ -59,6 +60,8 @@ def solve_kernel(
         from .gradients import kernel_sensealg
 
         kernel_sensealg(sensealg)
+    leaves = len(_pytree.leaves(prob.p))
+    check_parameter_dtypes(prob.p, [False] * leaves, to_host(prob.u0).dtype)
     return _solve_plain(prob, opts, saveat, tstops, callback)
 
 
