@@ -13,14 +13,15 @@ time. At module level ``codegen`` writes the wrappers of the user's functions
     Illinois method, and cut the step at the earliest event (the step's end ``tn`` and the
     workspace's ``u1``).
 ``write_apply``
-    Last thing in an accepted step: the callbacks that fired, in the set's order (affects,
-    termination, the event log, a fresh ``f``).
+    Last thing in an accepted step: the callbacks that fired, the continuous one first and
+    then the others in the set's order (affects, termination, the event log, a fresh ``f``).
 ``write_outcome``
     A terminated lane's return code, and the interpolation stages the array path counts.
 
 Per-lane state lives in per-block arrays: ``EG{k}`` continuous callback ``k``'s condition
-at the lane's time (``0`` right after it fired), ``EI{k}`` the next time of preset callback
-``k``, ``EVS`` whether a callback terminated the lane. The log goes straight to the per-lane
+at the lane's time (``0`` right after it fired where the affects left it unchanged),
+``EI{k}`` the next time of preset callback ``k``, ``EVS`` whether a callback terminated the
+lane. The log goes straight to the per-lane
 outputs ``EVT, EVK, EVUB, EVUA`` (``(L, capacity[, n])``) and ``EVN`` (events per lane, which
 may exceed the capacity: the caller then runs those lanes again with room for all of them).
 """
@@ -465,12 +466,21 @@ def _write_root(w: Any, desc: Any, layout: Any, prims: Primitives, k: int) -> No
 
 
 def _write_fire_all(w: Any, layout: Any, prims: Primitives, discrete: bool) -> None:
-    """Fire lane ``j``'s callbacks at ``(t, u)`` in the set's order (``EventHandler.apply``);
+    """Fire lane ``j``'s callbacks at ``(t, u)``, the continuous one first, then the others in
+    the set's order (``EventHandler.apply``);
     without ``discrete`` (at ``t0``) only preset times fire."""
     ev, n = layout.events, layout.n
     w("echg = False")
     w("estop = False")
-    for k, cb in enumerate(ev.callbacks):
+    if ev.continuous:
+        w("eg0 = DT(0.0)  # the fired condition at the event, before any affect")
+    for k in ev.continuous if discrete else ():
+        w(f"if EW == {k}:")
+        w(f"    eg0 = cond{k}({_us(n)}, p, t)")
+    # The continuous callback that fired applies first, then the others in the set's order.
+    order = ev.continuous + [k for k in range(len(ev.callbacks)) if k not in ev.continuous]
+    for k in order:
+        cb = ev.callbacks[k]
         if cb.kind == "continuous":
             if not discrete:
                 continue
@@ -501,7 +511,7 @@ def _write_fire_all(w: Any, layout: Any, prims: Primitives, discrete: bool) -> N
     w("NFX[j] += 1")
     for k in ev.continuous:
         w(f"EG{k}[j] = cond{k}({_us(n)}, p, t)")
-        w(f"if EW == {k}:")
+        w(f"if EW == {k} and EG{k}[j] == eg0:  # left on the crossing: it sits there")
         w(f"    EG{k}[j] = DT(0.0)")
     w("if estop:")
     w("    EVS[j] = 1")
