@@ -41,6 +41,7 @@ __all__ = [
     "EventLayout",
     "Primitives",
     "functions",
+    "interpolant_weight",
     "locate_copies",
     "separate_functions",
     "write_apply",
@@ -345,10 +346,7 @@ def _write_interpolant(
     """``{out}{m}``: the dense output at fraction ``theta`` of the step (``u1`` at 1)."""
     s, e, n = desc.stages, desc.extra_stages, layout.n
     for i, row in enumerate(desc.interpolant):
-        horner = f"{prims.const(row[-1])} * {theta}"
-        for coefficient in reversed(row[:-1]):
-            horner = f"({horner} + {prims.const(coefficient)}) * {theta}"
-        w(f"w{i} = {horner}")
+        w(f"w{i} = {interpolant_weight(row, theta)}")
     for m in range(n):
         products = [f"w{i} * k{i}_{m}" for i in range(s + e)]
         total = products[0]
@@ -356,6 +354,17 @@ def _write_interpolant(
             total = f"({total} + {product})"
         u1 = prims.slot(layout, desc, "u1", m=m)
         w(f"{out}{m} = {u1} if {theta} == DT(1.0) else ({total}) * hs + u{m}")
+
+
+def interpolant_weight(row: Any, theta: str) -> str:
+    """The dense output's stage weight ``sum_j row[j] theta^(j+1)`` by Horner's rule, in
+    float64 and rounded once to ``DT`` (as ``ExplicitRungeKutta.interpolation_weights``: the
+    coefficients are large and of both signs, so float32 arithmetic loses digits)."""
+    x = f"np.float64({theta})"
+    horner = f"{float(row[-1])!r} * {x}"
+    for coefficient in reversed(row[:-1]):
+        horner = f"({horner} + {float(coefficient)!r}) * {x}"
+    return f"DT({horner})"
 
 
 def _sign(value: str) -> str:
