@@ -487,8 +487,8 @@ def test_a_failing_lane_gets_nan_rows_and_gradient():
 
 
 def test_a_discrete_callback_listed_before_the_continuous_one():
-    """Callbacks apply in the set's order: a discrete callback listed first (firing at every
-    step end, the bounce's too) applies before the bounce, whose event time still counts."""
+    """A discrete callback listed first (firing at every step end, the bounce's too) applies
+    after the bounce, whose event time still counts."""
     every_step = DiscreteCallback(lambda u, p, t: True, lambda u, p, t, fired: 1.0 * u)
 
     def loss(theta):

@@ -129,6 +129,51 @@ def test_many_events_in_one_step_are_all_found():
     np.testing.assert_allclose(sol.events.t, 0.05 * np.arange(1, 21), rtol=0, atol=1e-12)
 
 
+def sink(u, p, t):
+    return 0.0 * u - 1.0
+
+
+def level(u, p, t):
+    return u[0]
+
+
+def lift(u, p, t, fired):
+    return u + 0.05
+
+
+def test_a_crossing_right_after_an_affect_is_found():
+    """u' = -1 crosses zero at t = 1; each event lifts u by 0.05, which reaches zero again
+    0.05 later. The steps are long (u is linear): the next crossing comes before the first
+    sample of the step after the event, and must not be mistaken for the lane sitting on
+    the old crossing (the affect moved it off)."""
+    cb = dxode.ContinuousCallback(level, lift, direction="down")
+    prob = dxode.ODEProblem(sink, np.array([1.0]), (0.0, 1.975))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=[1.975])
+    np.testing.assert_allclose(sol.events.t, 1.0 + 0.05 * np.arange(20), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(sol.u[-1], [0.025], atol=1e-12)
+
+
+def near_zero(u, p, t):
+    return abs(u[0]) < 1e-9
+
+
+def jump_up(u, p, t, fired):
+    return u + 1.0
+
+
+def test_the_continuous_event_applies_before_a_discrete_one_listed_first():
+    """At t = 1 the lift applies first (u = 0.05), so the discrete check, listed before it,
+    sees u = 0.05 and does not fire; it would fire on the state before the lift."""
+    cbs = dxode.CallbackSet(
+        dxode.DiscreteCallback(near_zero, jump_up),
+        dxode.ContinuousCallback(level, lift, direction="down"),
+    )
+    prob = dxode.ODEProblem(sink, np.array([1.0]), (0.0, 1.975))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cbs, saveat=[1.975])
+    assert np.all(sol.events.callback == 1) and len(sol.events) == 20
+    np.testing.assert_allclose(sol.u[-1], [0.025], atol=1e-12)
+
+
 @pytest.mark.parametrize("direction, first", [("up", 0.1), ("down", 0.05)])
 def test_direction_selects_crossings(direction, first):
     cb = dxode.ContinuousCallback(sine_of_time, direction=direction)

@@ -175,6 +175,47 @@ def test_single_solve_matches_the_array_path(ball):
     )
 
 
+# ---- a crossing right after an affect; the continuous event applies first --------------
+
+
+def sink(u, p, t):
+    return [0.0 * u[0] - 1.0]
+
+
+def level(u, p, t):
+    return u[0]
+
+
+def lift(u, p, t, fired):
+    return [u[0] + 0.05]
+
+
+def near_zero(u, p, t):
+    return abs(u[0]) < 1e-9
+
+
+def jump_up(u, p, t, fired):
+    return [u[0] + 1.0]
+
+
+def test_a_crossing_right_after_an_affect_and_the_order_of_application():
+    """u' = -1 crosses zero at t = 1 and each lift by 0.05 makes it cross again 0.05 later,
+    before the first sample of the (long) next step: 20 events, as on the array path. The
+    lift applies before the discrete check listed first, which then sees u = 0.05."""
+    cbs = dxode.CallbackSet(
+        dxode.DiscreteCallback(near_zero, jump_up),
+        dxode.ContinuousCallback(level, lift, direction="down"),
+    )
+    prob = dxode.ODEProblem(sink, np.array([1.0]), (0.0, 1.975))
+    kernel, array = both_paths(
+        lambda kernel: dxode.solve(prob, "tsit5", callback=cbs, saveat=[1.975], kernel=kernel)
+    )
+    np.testing.assert_array_equal(kernel.events.callback, np.ones(20))
+    np.testing.assert_allclose(kernel.events.t, 1.0 + 0.05 * np.arange(20), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(kernel.u[-1], [0.025], atol=1e-12)
+    assert_same_events(kernel, array, atol=1e-12)
+
+
 # ---- an ensemble of balls with per-lane restitution (more events than the log holds) ----
 
 

@@ -55,9 +55,10 @@ class ContinuousCallback:
     ----------
     condition : callable
         ``condition(u, p, t) -> (L,)`` values (a scalar for a single problem); events are
-        its zero crossings. A zero at the start of a step never fires: after an event the
-        lane sits on the crossing, and fires again only once the condition has taken a
-        nonzero sign and changed it.
+        its zero crossings. A zero at the start of a step never fires: after an event whose
+        affects left the condition's value unchanged the lane sits on the crossing, and
+        fires again only once the condition has taken a nonzero sign and changed it; after
+        one that moved it, the next crossing counts from the new value.
     affect : callable, optional
         ``affect(u, p, t, fired) -> new u`` (or a list of rows, like ``f``); ``fired`` is an
         ``(L,)`` bool mask of the lanes where the event fired (``True`` for a single problem).

@@ -5,7 +5,8 @@ The integrator's ``Events`` observer (``dxode.integrator.observers``) calls thre
 accept/reject decision (cuts lanes' steps at their earliest continuous event, before any
 saving), and ``apply`` after the lanes advanced (affects, termination, a fresh ``f``).
 Per-lane state lives in the working set, so it is compacted with the lanes: ``ev_g{k}`` the
-condition value of continuous callback ``k`` at the lane's time (``0`` right after it fired),
+condition value of continuous callback ``k`` at the lane's time (``0`` right after it fired
+where the affects left that value unchanged),
 ``ev_i{k}`` the next time of preset callback ``k``.
 """
 
@@ -68,6 +69,13 @@ class EventHandler:
         self._callbacks = tuple(spec.callbacks)
         self._continuous = [
             (k, cb) for k, cb in enumerate(self._callbacks) if isinstance(cb, ContinuousCallback)
+        ]
+        # The order callbacks apply in at a lane's time: the continuous one that fired (at
+        # most one), then the discrete and preset-time ones in the set's order.
+        self._order = self._continuous + [
+            (k, cb)
+            for k, cb in enumerate(self._callbacks)
+            if not isinstance(cb, ContinuousCallback)
         ]
         self._points = max((cb.interp_points for _, cb in self._continuous), default=0)
         self._preset_times = {
@@ -245,7 +253,8 @@ class EventHandler:
     def apply(
         self, lanes: Any, rhs: Any, accept: Array, which: Array | None, discrete: bool = True
     ) -> Array | None:
-        """Apply the callbacks that fired at the lanes' current times, in the set's order.
+        """Apply the callbacks that fired at the lanes' current times: the continuous one that
+        fired, then the discrete and preset-time ones in the set's order.
 
         ``which`` names each lane's continuous callback that fired (from ``locate``). Lanes
         whose state an event touched get a fresh ``f`` and fresh condition values. Returns
@@ -256,7 +265,8 @@ class EventHandler:
         n = t.shape[0]
         changed = xp.zeros(n, dtype=xp.bool)
         stop = xp.zeros(n, dtype=xp.bool)
-        for k, cb in enumerate(self._callbacks):
+        at_event = self._at_event(which, u, t, params)
+        for k, cb in self._order:
             if isinstance(cb, ContinuousCallback):
                 if which is None:
                     continue
@@ -282,10 +292,26 @@ class EventHandler:
         self._count(lanes, xp.astype(changed, xp.int64))
         for k, cb in self._continuous:
             g = xp.where(changed, self._condition(k, cb, u, t, params), lanes[f"ev_g{k}"])
-            if which is not None:
-                g = xp.where(which == k, 0.0, g)
+            if k in at_event:
+                # A lane the affects left on the crossing (its condition unchanged) sits
+                # there: 0, so it fires again only after leaving zero. One they moved off it
+                # keeps the new value, so a crossing right after the event is found.
+                g = xp.where((which == k) & (g == at_event[k]), 0.0, g)
             lanes.put(**{f"ev_g{k}": g})
         return stop
+
+    def _at_event(
+        self, which: Array | None, u: Array, t: Array, params: tuple[Array, ...]
+    ) -> dict[int, Array]:
+        """Each continuous callback that fired: its condition at the event, before any affect."""
+        xp = self._xp
+        if which is None:
+            return {}
+        return {
+            k: self._condition(k, cb, u, t, params)
+            for k, cb in self._continuous
+            if bool(xp.any(which == k))
+        }
 
     def _fire(
         self,

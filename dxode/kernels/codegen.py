@@ -47,7 +47,7 @@ __all__ = ["KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 11
+CODEGEN_VERSION = 13
 
 # The controller's floor under the error (``PIDController.adapt``'s guard of its powers).
 _ERROR_FLOOR = 1e-10
@@ -709,10 +709,7 @@ def _write_saves(
         at = f"t + {_const(desc.c_extra[x])} * hs"
         w(f"{', '.join(f'k{i}_{m}' for m in M)}, = rhs({ys}, p, {at})")
     for i, row in enumerate(desc.interpolant):
-        horner = f"{_const(row[-1])} * theta"
-        for coefficient in reversed(row[:-1]):
-            horner = f"({horner} + {_const(coefficient)}) * theta"
-        w(f"w{i} = {horner}")
+        w(f"w{i} = {events_codegen.interpolant_weight(row, 'theta')}")
     w("if theta == DT(1.0):")
     for m in M:
         w(f"    SAVED[g, SI[j], {m}] = {_w(layout, desc, 'u1', m=m)}")

@@ -13,14 +13,15 @@ time. At module level ``codegen`` writes the wrappers of the user's functions
     Illinois method, and cut the step at the earliest event (the step's end ``tn`` and the
     workspace's ``u1``).
 ``write_apply``
-    Last thing in an accepted step: the callbacks that fired, in the set's order (affects,
-    termination, the event log, a fresh ``f``).
+    Last thing in an accepted step: the callbacks that fired, the continuous one first and
+    then the others in the set's order (affects, termination, the event log, a fresh ``f``).
 ``write_outcome``
     A terminated lane's return code, and the interpolation stages the array path counts.
 
 Per-lane state lives in per-block arrays: ``EG{k}`` continuous callback ``k``'s condition
-at the lane's time (``0`` right after it fired), ``EI{k}`` the next time of preset callback
-``k``, ``EVS`` whether a callback terminated the lane. The log goes straight to the per-lane
+at the lane's time (``0`` right after it fired where the affects left it unchanged),
+``EI{k}`` the next time of preset callback ``k``, ``EVS`` whether a callback terminated the
+lane. The log goes straight to the per-lane
 outputs ``EVT, EVK, EVUB, EVUA`` (``(L, capacity[, n])``) and ``EVN`` (events per lane, which
 may exceed the capacity: the caller then runs those lanes again with room for all of them).
 """
@@ -40,6 +41,7 @@ __all__ = [
     "EventLayout",
     "Primitives",
     "functions",
+    "interpolant_weight",
     "locate_copies",
     "separate_functions",
     "write_apply",
@@ -344,10 +346,7 @@ def _write_interpolant(
     """``{out}{m}``: the dense output at fraction ``theta`` of the step (``u1`` at 1)."""
     s, e, n = desc.stages, desc.extra_stages, layout.n
     for i, row in enumerate(desc.interpolant):
-        horner = f"{prims.const(row[-1])} * {theta}"
-        for coefficient in reversed(row[:-1]):
-            horner = f"({horner} + {prims.const(coefficient)}) * {theta}"
-        w(f"w{i} = {horner}")
+        w(f"w{i} = {interpolant_weight(row, theta)}")
     for m in range(n):
         products = [f"w{i} * k{i}_{m}" for i in range(s + e)]
         total = products[0]
@@ -355,6 +354,17 @@ def _write_interpolant(
             total = f"({total} + {product})"
         u1 = prims.slot(layout, desc, "u1", m=m)
         w(f"{out}{m} = {u1} if {theta} == DT(1.0) else ({total}) * hs + u{m}")
+
+
+def interpolant_weight(row: Any, theta: str) -> str:
+    """The dense output's stage weight ``sum_j row[j] theta^(j+1)`` by Horner's rule, in
+    float64 and rounded once to ``DT`` (as ``ExplicitRungeKutta.interpolation_weights``: the
+    coefficients are large and of both signs, so float32 arithmetic loses digits)."""
+    x = f"np.float64({theta})"
+    horner = f"{float(row[-1])!r} * {x}"
+    for coefficient in reversed(row[:-1]):
+        horner = f"({horner} + {float(coefficient)!r}) * {x}"
+    return f"DT({horner})"
 
 
 def _sign(value: str) -> str:
@@ -465,12 +475,21 @@ def _write_root(w: Any, desc: Any, layout: Any, prims: Primitives, k: int) -> No
 
 
 def _write_fire_all(w: Any, layout: Any, prims: Primitives, discrete: bool) -> None:
-    """Fire lane ``j``'s callbacks at ``(t, u)`` in the set's order (``EventHandler.apply``);
+    """Fire lane ``j``'s callbacks at ``(t, u)``, the continuous one first, then the others in
+    the set's order (``EventHandler.apply``);
     without ``discrete`` (at ``t0``) only preset times fire."""
     ev, n = layout.events, layout.n
     w("echg = False")
     w("estop = False")
-    for k, cb in enumerate(ev.callbacks):
+    if ev.continuous:
+        w("eg0 = DT(0.0)  # the fired condition at the event, before any affect")
+    for k in ev.continuous if discrete else ():
+        w(f"if EW == {k}:")
+        w(f"    eg0 = cond{k}({_us(n)}, p, t)")
+    # The continuous callback that fired applies first, then the others in the set's order.
+    order = ev.continuous + [k for k in range(len(ev.callbacks)) if k not in ev.continuous]
+    for k in order:
+        cb = ev.callbacks[k]
         if cb.kind == "continuous":
             if not discrete:
                 continue
@@ -501,7 +520,7 @@ def _write_fire_all(w: Any, layout: Any, prims: Primitives, discrete: bool) -> N
     w("NFX[j] += 1")
     for k in ev.continuous:
         w(f"EG{k}[j] = cond{k}({_us(n)}, p, t)")
-        w(f"if EW == {k}:")
+        w(f"if EW == {k} and EG{k}[j] == eg0:  # left on the crossing: it sits there")
         w(f"    EG{k}[j] = DT(0.0)")
     w("if estop:")
     w("    EVS[j] = 1")
