@@ -174,6 +174,28 @@ def test_the_continuous_event_applies_before_a_discrete_one_listed_first():
     np.testing.assert_allclose(sol.u[-1], [0.025], atol=1e-12)
 
 
+def half_time(u, p, t):
+    return t - 0.5
+
+
+def add_ten(u, p, t, fired):
+    return u + 10.0
+
+
+def test_two_callbacks_crossing_at_the_same_time_both_fire():
+    """Both conditions are exactly zero at the event: the first listed fires, and the second
+    (its condition zero after the affect, so no sign to cross from) right after it, at the
+    same time; it was never fired."""
+    cbs = dxode.CallbackSet(
+        dxode.ContinuousCallback(half_time, dose), dxode.ContinuousCallback(half_time, add_ten)
+    )
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 1.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cbs, saveat=[1.0])
+    np.testing.assert_array_equal(sol.events.callback, [0, 1])
+    np.testing.assert_array_equal(sol.events.t, [0.5, 0.5])
+    np.testing.assert_allclose(sol.u[-1], [12.0], rtol=1e-12)
+
+
 @pytest.mark.parametrize("direction, first", [("up", 0.1), ("down", 0.05)])
 def test_direction_selects_crossings(direction, first):
     cb = dxode.ContinuousCallback(sine_of_time, direction=direction)
