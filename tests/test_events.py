@@ -219,6 +219,23 @@ def test_event_at_tspan_end_and_just_before_it():
         assert float(sol.t[-1]) == 1.0
 
 
+@pytest.mark.parametrize(
+    "cb, end, after",
+    [
+        (dxode.ContinuousCallback(half_time, add_ten, terminate=True), 0.5, 10.5),
+        (dxode.PresetTimeCallback([0.5, 1.0], add_ten), 1.0, 21.0),
+    ],
+    ids=["terminated", "preset at t1"],
+)
+def test_dense_output_at_an_event_at_the_end_is_the_state_after_it(cb, end, after):
+    """u' = 1 from 0, 10 added at 0.5 (and 1): sol(t) at an event time is the state after
+    the event, at the span's end too (it was the last step's end, the state before it)."""
+    sol = dxode.solve(dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 1.0)), "tsit5", callback=cb)
+    assert float(sol.t[-1]) == end
+    np.testing.assert_array_equal(sol(end), sol.u[-1])
+    np.testing.assert_allclose(sol(np.array([0.5, end]))[:, 0], [10.5, after], rtol=1e-12)
+
+
 def test_saveat_points_around_an_event():
     """Saves just before, at and just after the first impact: before-values, then after."""
     t_hit = impact_times(1)[0]
