@@ -236,6 +236,17 @@ def test_dense_output_at_an_event_at_the_end_is_the_state_after_it(cb, end, afte
     np.testing.assert_allclose(sol(np.array([0.5, end]))[:, 0], [10.5, after], rtol=1e-12)
 
 
+def test_ensemble_dense_output_at_a_terminating_event_is_the_state_after_it():
+    cb = dxode.ContinuousCallback(half_time, add_ten, terminate=True)
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 1.0))
+    sim = dxode.solve(
+        dxode.EnsembleProblem(prob, u0=np.array([[0.0], [1.0]])), "tsit5", callback=cb, dense=True
+    )
+    for i in range(2):
+        np.testing.assert_allclose(sim[i](0.5), [10.5 + i], rtol=1e-12)
+        np.testing.assert_array_equal(sim[i](0.5), sim[i].events.u_after[0])
+
+
 def test_saveat_points_around_an_event():
     """Saves just before, at and just after the first impact: before-values, then after."""
     t_hit = impact_times(1)[0]
