@@ -67,7 +67,8 @@ def solve_problem(
     if keep_dense and steps is not None and steps["t"].shape[0] > 0:
         direction = 1.0 if t1 > t0 else -1.0
         rhs = problem.rhs_for(())
-        dense_output = DenseOutput(backend, opts.alg, rhs, steps, direction)
+        end = None if callbacks is None else result.u[0, ...]  # after the events at t_end
+        dense_output = DenseOutput(backend, opts.alg, rhs, steps, direction, end)
     retcode = ReturnCode(int(result.retcode[0]))
     return ODESolution(t, u, retcode, _stats(opts, result), prob, opts.alg, dense_output, events)
 

@@ -502,6 +502,36 @@ def test_a_discrete_callback_listed_before_the_continuous_one():
     )
 
 
+def ramp_at(u, p, t):
+    return anp.array([p[1] + 0.0 * u[0]])
+
+
+def reached(u, p, t):
+    return u[0] - p[0]
+
+
+def test_two_continuous_events_at_one_time_move_it_once():
+    """u' = s from 0 reaches c at t* = c / s, where two callbacks with the same condition
+    fire at one time (the first records, the second adds 10): the breakpoint moves by dt*/dθ
+    once (it was added once per callback)."""
+    record = ContinuousCallback(reached, direction="up")
+    jump = ContinuousCallback(reached, lambda u, p, t, fired: u + 10.0, direction="up")
+
+    def loss(theta):
+        prob = ODEProblem(ramp_at, anp.array([0.0]), (0.0, 1.0), theta)
+        sol = dxode.solve(prob, saveat=[0.75], callback=[record, jump])
+        assert len(sol.events) == 2
+        return sol.u[0, 0] + 3 * sol.events.t[0] + 5 * sol.events.t[1]
+
+    theta = np.array([0.5, 2.0])
+    plain = ODEProblem(ramp_at, np.array([0.0]), (0.0, 1.0), theta)
+    times = dxode.solve(plain, saveat=[0.75], callback=[record, jump]).events.t
+    assert times[0] == times[1]
+    c, s = theta
+    assert loss(theta) == pytest.approx(0.75 * s + 10 + 8 * c / s, rel=1e-12)
+    np.testing.assert_allclose(autograd.grad(loss)(theta), [8 / s, 0.75 - 8 * c / s**2], rtol=1e-9)
+
+
 def test_one_trajectory_of_a_differentiated_ensemble_keeps_its_traced_events():
     def first_impact(heights):
         prob = ODEProblem(lanes_fall, np.array([1.0, 0.0]), (0.0, 1.0), np.array([G, 0.5]))

@@ -174,6 +174,28 @@ def test_the_continuous_event_applies_before_a_discrete_one_listed_first():
     np.testing.assert_allclose(sol.u[-1], [0.025], atol=1e-12)
 
 
+def half_time(u, p, t):
+    return t - 0.5
+
+
+def add_ten(u, p, t, fired):
+    return u + 10.0
+
+
+def test_two_callbacks_crossing_at_the_same_time_both_fire():
+    """Both conditions are exactly zero at the event: the first listed fires, and the second
+    (its condition zero after the affect, so no sign to cross from) right after it, at the
+    same time; it was never fired."""
+    cbs = dxode.CallbackSet(
+        dxode.ContinuousCallback(half_time, dose), dxode.ContinuousCallback(half_time, add_ten)
+    )
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 1.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cbs, saveat=[1.0])
+    np.testing.assert_array_equal(sol.events.callback, [0, 1])
+    np.testing.assert_array_equal(sol.events.t, [0.5, 0.5])
+    np.testing.assert_allclose(sol.u[-1], [12.0], rtol=1e-12)
+
+
 @pytest.mark.parametrize("direction, first", [("up", 0.1), ("down", 0.05)])
 def test_direction_selects_crossings(direction, first):
     cb = dxode.ContinuousCallback(sine_of_time, direction=direction)
@@ -195,6 +217,34 @@ def test_event_at_tspan_end_and_just_before_it():
         np.testing.assert_allclose(sol.events.t, [c], atol=1e-14)
         np.testing.assert_allclose(sol.u[-1], [11.0], atol=1e-12)
         assert float(sol.t[-1]) == 1.0
+
+
+@pytest.mark.parametrize(
+    "cb, end, after",
+    [
+        (dxode.ContinuousCallback(half_time, add_ten, terminate=True), 0.5, 10.5),
+        (dxode.PresetTimeCallback([0.5, 1.0], add_ten), 1.0, 21.0),
+    ],
+    ids=["terminated", "preset at t1"],
+)
+def test_dense_output_at_an_event_at_the_end_is_the_state_after_it(cb, end, after):
+    """u' = 1 from 0, 10 added at 0.5 (and 1): sol(t) at an event time is the state after
+    the event, at the span's end too (it was the last step's end, the state before it)."""
+    sol = dxode.solve(dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 1.0)), "tsit5", callback=cb)
+    assert float(sol.t[-1]) == end
+    np.testing.assert_array_equal(sol(end), sol.u[-1])
+    np.testing.assert_allclose(sol(np.array([0.5, end]))[:, 0], [10.5, after], rtol=1e-12)
+
+
+def test_ensemble_dense_output_at_a_terminating_event_is_the_state_after_it():
+    cb = dxode.ContinuousCallback(half_time, add_ten, terminate=True)
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 1.0))
+    sim = dxode.solve(
+        dxode.EnsembleProblem(prob, u0=np.array([[0.0], [1.0]])), "tsit5", callback=cb, dense=True
+    )
+    for i in range(2):
+        np.testing.assert_allclose(sim[i](0.5), [10.5 + i], rtol=1e-12)
+        np.testing.assert_array_equal(sim[i](0.5), sim[i].events.u_after[0])
 
 
 def test_saveat_points_around_an_event():

@@ -216,6 +216,32 @@ def test_a_crossing_right_after_an_affect_and_the_order_of_application():
     assert_same_events(kernel, array, atol=1e-12)
 
 
+def ramp(u, p, t):
+    return [0.0 * u[0] + 1.0]
+
+
+def half_time(u, p, t):
+    return t - 0.5
+
+
+def add_ten(u, p, t, fired):
+    return [u[0] + 10.0]
+
+
+def test_two_callbacks_crossing_at_the_same_time_both_fire():
+    cbs = dxode.CallbackSet(
+        dxode.ContinuousCallback(half_time, dose), dxode.ContinuousCallback(half_time, add_ten)
+    )
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 1.0))
+    kernel, array = both_paths(
+        lambda kernel: dxode.solve(prob, "tsit5", callback=cbs, saveat=[1.0], kernel=kernel)
+    )
+    np.testing.assert_array_equal(kernel.events.callback, [0, 1])
+    np.testing.assert_array_equal(kernel.events.t, [0.5, 0.5])
+    np.testing.assert_allclose(kernel.u[-1], [12.0], rtol=1e-12)
+    assert_same_events(kernel, array, atol=0)
+
+
 # ---- an ensemble of balls with per-lane restitution (more events than the log holds) ----
 
 

@@ -143,6 +143,7 @@ def solve_batch(
             p_for,
             lane_params,
             1.0 if t1[0] > t0[0] else -1.0,
+            None if spec.callback is None else result.u,
         )
     return out
 
@@ -379,3 +380,4 @@ class _DenseData:
     p_for: Any
     lane_params: tuple[Array, ...]
     direction: float
+    end_states: Array | None = None  # (L, *shape): after the events at each lane's end

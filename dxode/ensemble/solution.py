@@ -284,4 +284,5 @@ def dense_output_for_lane(data: Any, position: int) -> DenseOutput | None:
     one = xp.asarray([position])
     p = data.p_for(tuple(xp.take(leaf, one, axis=-1)[..., 0] for leaf in data.lane_params))
     rhs = single_lane_rhs(backend, data.f, p)
-    return DenseOutput(backend, data.stepper, rhs, own, data.direction)
+    end = None if data.end_states is None else data.end_states[position, ...]
+    return DenseOutput(backend, data.stepper, rhs, own, data.direction, end)

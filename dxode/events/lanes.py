@@ -6,8 +6,9 @@ accept/reject decision (cuts lanes' steps at their earliest continuous event, be
 saving), and ``apply`` after the lanes advanced (affects, termination, a fresh ``f``).
 Per-lane state lives in the working set, so it is compacted with the lanes: ``ev_g{k}`` the
 condition value of continuous callback ``k`` at the lane's time (``0`` right after it fired
-where the affects left that value unchanged),
-``ev_i{k}`` the next time of preset callback ``k``.
+where the affects left that value unchanged), ``ev_s{k}`` the sign it had before its crossing
+in the last step (or its last nonzero sign), ``ev_i{k}`` the next time of preset callback
+``k``.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ class EventHandler:
         if n == 0:
             return None
         for k, cb in self._continuous:
-            lanes.put(**{f"ev_g{k}": self._condition(k, cb, u, t, params)})
+            g = self._condition(k, cb, u, t, params)
+            lanes.put(**{f"ev_g{k}": g, f"ev_s{k}": xp.sign(g)})
         for k, times in self._preset_times.items():
             before = self._direction * (xp.reshape(times, (-1, 1)) - t) < 0
             lanes.put(**{f"ev_i{k}": xp.sum(xp.astype(before, xp.int64), axis=0)})
@@ -183,6 +185,7 @@ class EventHandler:
             self._count(lanes, xp.full((n,), extra * (m - 1), dtype=xp.int64))
         for i, (k, _) in enumerate(self._continuous):
             lanes.put(**{f"ev_g{k}": xp.where(accept, prev[i], lanes[f"ev_g{k}"])})
+            lanes.put(**{f"ev_s{k}": xp.where(accept, ref[i], lanes[f"ev_s{k}"])})
         return found, brackets
 
     def _cut(
@@ -297,6 +300,11 @@ class EventHandler:
                 # there: 0, so it fires again only after leaving zero. One they moved off it
                 # keeps the new value, so a crossing right after the event is found.
                 g = xp.where((which == k) & (g == at_event[k]), 0.0, g)
+            if which is not None:
+                # Zero at another callback's event (a tie): the sign it had before that
+                # crossing, so it fires right after, at the same time, instead of never.
+                tie = (which >= 0) & (which != k) & (g == 0)
+                g = xp.where(tie, lanes[f"ev_s{k}"], g)
             lanes.put(**{f"ev_g{k}": g})
         return stop
 

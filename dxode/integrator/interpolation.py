@@ -26,10 +26,19 @@ class DenseOutput:
         order of time.
     direction : float
         +1 forward, -1 backward.
+    end_state : (*shape) array, optional
+        The state at the span's end after the events there (the last step's end is the state
+        before them): the value at that time, as after every other event.
     """
 
     def __init__(
-        self, backend: Any, stepper: Any, rhs: Any, steps: dict[str, Array], direction: float
+        self,
+        backend: Any,
+        stepper: Any,
+        rhs: Any,
+        steps: dict[str, Array],
+        direction: float,
+        end_state: Array | None = None,
     ) -> None:
         self._backend = backend
         self._xp = backend.xp
@@ -39,6 +48,7 @@ class DenseOutput:
         self._direction = direction
         self.t_start = steps["t"][0]
         self.t_end = steps["t_end"][-1]
+        self._end_state = end_state
 
     def __call__(self, t: Any) -> Array:
         """The state at ``t``: ``(*shape)`` for a scalar time, ``(len(t), *shape)`` for an array."""
@@ -76,4 +86,7 @@ class DenseOutput:
         )
         values = step.interpolate(theta)
         values = xp.moveaxis(values, -1, 0)
+        if self._end_state is not None:
+            at_end = xp.reshape(tq == self.t_end, (-1,) + (1,) * (values.ndim - 1))
+            values = xp.where(at_end, self._end_state, values)
         return values[0, ...] if scalar else values

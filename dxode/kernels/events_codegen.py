@@ -20,10 +20,11 @@ time. At module level ``codegen`` writes the wrappers of the user's functions
 
 Per-lane state lives in per-block arrays: ``EG{k}`` continuous callback ``k``'s condition
 at the lane's time (``0`` right after it fired where the affects left it unchanged),
-``EI{k}`` the next time of preset callback ``k``, ``EVS`` whether a callback terminated the
-lane. The log goes straight to the per-lane
-outputs ``EVT, EVK, EVUB, EVUA`` (``(L, capacity[, n])``) and ``EVN`` (events per lane, which
-may exceed the capacity: the caller then runs those lanes again with room for all of them).
+``ER{k}`` its sign before its crossing in the last step (or its last nonzero sign), ``EI{k}``
+the next time of preset callback ``k``, ``EVS`` whether a callback terminated the lane. The
+log goes straight to the per-lane outputs ``EVT, EVK, EVUB, EVUA`` (``(L, capacity[, n])``)
+and ``EVN`` (events per lane, which may exceed the capacity: the caller then runs those lanes
+again with room for all of them).
 """
 
 from __future__ import annotations
@@ -192,6 +193,7 @@ def write_start(w: Any, layout: Any, prims: Primitives) -> None:
     w(f"EVS = {prims.alloc(layout, f'({B},)', 'int')}")
     for k in ev.continuous:
         w(f"EG{k} = {prims.alloc(layout, f'({B},)')}")
+        w(f"ER{k} = {prims.alloc(layout, f'({B},)')}")
     for k in ev.presets:
         w(f"EI{k} = {prims.alloc(layout, f'({B},)', 'int')}")
     w(f"for j in range({B}):")
@@ -207,6 +209,7 @@ def write_start(w: Any, layout: Any, prims: Primitives) -> None:
         w(f"u{m} = U[{m}, j]")
     for k in ev.continuous:
         w(f"EG{k}[j] = cond{k}({_us(n)}, p, t)")
+        w(f"ER{k}[j] = {_sign(f'EG{k}[j]')}")
     for k in ev.presets:
         q = ev.callbacks[k].preset
         w("cnt = 0")
@@ -233,7 +236,7 @@ def write_locate(w: Any, desc: Any, layout: Any, prims: Primitives) -> None:
 
 
 def _locate_arrays(ev: EventLayout) -> str:
-    return "U, W, P, NFX, HIT" + "".join(f", EG{k}" for k in ev.continuous)
+    return "U, W, P, NFX, HIT" + "".join(f", EG{k}, ER{k}" for k in ev.continuous)
 
 
 def locate_copies(events: EventLayout) -> list[tuple[str, str]]:
@@ -416,6 +419,7 @@ def _write_scan(w: Any, desc: Any, layout: Any, prims: Primitives) -> None:
     w.dedent()
     for k in ev.continuous:
         w(f"EG{k}[j] = eprev{k}")
+        w(f"ER{k}[j] = eref{k}")
 
 
 def _write_root(w: Any, desc: Any, layout: Any, prims: Primitives, k: int) -> None:
@@ -522,6 +526,8 @@ def _write_fire_all(w: Any, layout: Any, prims: Primitives, discrete: bool) -> N
         w(f"EG{k}[j] = cond{k}({_us(n)}, p, t)")
         w(f"if EW == {k} and EG{k}[j] == eg0:  # left on the crossing: it sits there")
         w(f"    EG{k}[j] = DT(0.0)")
+        w(f"if EW >= 0 and EW != {k} and EG{k}[j] == DT(0.0):  # a tie: fires next, at t")
+        w(f"    EG{k}[j] = ER{k}[j]")
     w("if estop:")
     w("    EVS[j] = 1")
     w.dedent()

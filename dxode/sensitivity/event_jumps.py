@@ -92,8 +92,9 @@ class EventJumps:
 
     def _shift(self, u_pre: Array, t: np.ndarray, fires: np.ndarray) -> Array | None:
         """``δ`` ``(L,)`` (value zero) whose derivative is ``dt*/dθ`` on lanes where a
-        continuous callback fired (at most one per lane and breakpoint; its root was found on
-        the step before any affect, so ``g`` is taken at ``u_pre``); ``None`` if none did."""
+        continuous callback fired: the first one each lane applied here, whose root cut the
+        step (found before any affect, so ``g`` is taken at ``u_pre``); one that tied with it
+        fired at the same time, which moves once. ``None`` if none fired."""
         import autograd.numpy as anp
         from autograd import elementwise_grad
         from autograd.tracer import getval
@@ -101,11 +102,15 @@ class EventJumps:
         delta = None
         u_value = getval(u_pre)
         f_value = self._f(u_value, t)
-        for k in np.unique(fires[fires >= 0]):
+        first = np.full(fires.shape[1], -1)
+        for slot in fires:
+            continuous = np.array(
+                [k >= 0 and isinstance(self._callbacks[int(k)], ContinuousCallback) for k in slot]
+            )
+            first = np.where((first < 0) & continuous, slot, first)
+        for k in np.unique(first[first >= 0]):
             cb = self._callbacks[int(k)]
-            if not isinstance(cb, ContinuousCallback):
-                continue
-            fired = np.any(fires == k, axis=0)
+            fired = first == k
 
             def along_f(eps: Array, cb: Any = cb) -> Array:
                 return self._condition(cb, u_value + eps * f_value, self._p_value, t + eps)
