@@ -21,15 +21,10 @@ from ..solvers import trbdf2 as _trbdf2
 from .errors import ARRAY_PATH, KernelUnsupportedError
 
 __all__ = [
-    "MAX_STIFF_STATES",
     "RosenbrockDescription",
     "describe_rosenbrock",
     "stiff_derivatives",
 ]
-
-# The largest state a stiff kernel takes: each lane factors an (n, n) matrix in registers or
-# thread-local memory, and the generated Jacobian code grows as n**2.
-MAX_STIFF_STATES = 32
 
 # How a derivative reaches the kernel: differences of f, or the user's function taking u as
 # a tuple of numbers or as a small array.
@@ -149,7 +144,6 @@ def stiff_derivatives(
     forward differences (the array path's ``"auto"`` traces ``f`` instead, which kernels
     cannot). ``mode(fn)`` says whether ``fn`` takes ``u`` as an array (``user_function_mode``).
     """
-    _check_size(n, desc.name)
     autodiff = getattr(alg, "autodiff", "auto")
     if autodiff == "autograd":
         raise KernelUnsupportedError(
@@ -166,16 +160,6 @@ def stiff_derivatives(
         sources.append("array" if mode(fn) else "tuple")
         bound.append((name, fn))
     return desc.with_derivatives(n, sources[0], sources[1]), tuple(bound)
-
-
-def _check_size(n: int, name: str) -> None:
-    """Stiff kernels take at most ``MAX_STIFF_STATES`` states: else a clear error."""
-    if n > MAX_STIFF_STATES:
-        raise KernelUnsupportedError(
-            f"the compiled kernels run {name} on states of at most {MAX_STIFF_STATES} "
-            f"components (each lane factors its own n x n matrix); this problem has n = {n}. "
-            f"Use {ARRAY_PATH}, whose batched LU has no such limit"
-        )
 
 
 def describe_rosenbrock(stepper: Any) -> RosenbrockDescription | None:
