@@ -85,15 +85,17 @@ class ExplicitRungeKutta(AbstractStepper):
         ``u(t0 + theta h) = u0 + h sum_i w_i(theta) k_i`` (``theta`` is ``(L,)``; ``like`` a
         state ``(*shape, L)`` giving the dtype and rank)."""
         narrow = like.dtype != xp.float64 and xp.isdtype(like.dtype, "real floating")
-        co = self._coefs(xp, like)
+        coefficients_like = like
         if narrow:
             # A float32 state's weights are evaluated in float64 and rounded once: the
             # coefficients are large and of both signs (up to 88 for Tsit5, 1207 for Vern7),
             # and Horner's rule in float32 lost ~eps * sum |P| in the weights (6e-6 for
             # Tsit5, 3e-4 for Vern7), times h |k| in the dense output, saves and events.
             theta = xp.astype(theta, xp.float64)
-            wide = xp.zeros((1,) * like.ndim, dtype=xp.float64, device=_device(xp, like))
-            co = self._coefs(xp, wide)
+            coefficients_like = xp.zeros(
+                (1,) * like.ndim, dtype=xp.float64, device=_device(xp, like)
+            )
+        co = self._coefs(xp, coefficients_like)
         # w_i(theta) = sum_j P[i, j] theta^(j+1), by Horner's rule: (s + e, L), in place.
         weights = co.p[-1] * theta
         for column in reversed(co.p[:-1]):
