@@ -157,6 +157,17 @@ def positive_float(name: str, value: Any, allow_none: bool = False) -> float | N
     return number
 
 
+def positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
+    """``value`` as a positive int (a Python or NumPy integer, not a bool)."""
+    if value is None and allow_none:
+        return None
+    integer = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not integer or value <= 0:
+        choices = " or None" if allow_none else ""
+        raise ValueError(f"{name} must be a positive integer{choices}, got {value!r}")
+    return int(value)
+
+
 # (callable, argument count) pairs already checked: ``remake`` builds problems in loops.
 _CALLABLE_OK: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
 

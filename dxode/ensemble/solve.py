@@ -15,6 +15,7 @@ import numpy as np
 
 from .._options import SolverOptions
 from .._timegrid import lane_save_grid, stop_times
+from .._validation import positive_int
 from ..backends import to_host
 from ..events.callbacks import CallbackSet, check_preset_times
 from .algorithms import AbstractEnsembleAlgorithm, EnsembleArray
@@ -74,7 +75,7 @@ def plan_ensemble(
     size = (
         ensemble_alg.batch_size_for(n)
         if batch_size is None
-        else _positive_int("batch_size", batch_size)
+        else positive_int("batch_size", batch_size)
     )
     opts = SolverOptions.from_user(alg, **options)
     opts.check_state(eprob.prob.u0, None if "tspan" in eprob.arrays else eprob.prob.tspan)
@@ -108,7 +109,7 @@ def _trajectory_count(eprob: EnsembleProblem, trajectories: Any) -> int:
                 "fix N)"
             )
         trajectories = eprob.n_arrays
-    n = _positive_int("trajectories", trajectories)
+    n = positive_int("trajectories", trajectories)
     if eprob.n_arrays is not None and n > eprob.n_arrays:
         raise ValueError(
             f"trajectories={n} but the per-trajectory arrays hold only {eprob.n_arrays}"
@@ -139,12 +140,6 @@ def _check_times(
         spans = eprob.arrays["tspan"]
         spans = to_host(spans) if array_api_compat.is_array_api_obj(spans) else np.asarray(spans)
         check_preset_times(callback, float(np.min(spans)), float(np.max(spans)))
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def _ensemble_algorithm(value: Any) -> AbstractEnsembleAlgorithm:

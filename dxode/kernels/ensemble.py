@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import positive_int
 from ..ensemble.algorithms import AbstractEnsembleAlgorithm
 from ..ensemble.batch import BatchResult, BatchSpec
 from ..ensemble.problem import EnsembleProblem
@@ -47,13 +48,10 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
     def __post_init__(self) -> None:
         if self.device not in _DEVICES:
             raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
-        if not _positive_int(self.block_size):
-            raise ValueError(f"block_size must be a positive integer, got {self.block_size!r}")
-        if self.threads is not None and not _positive_int(self.threads):
-            raise ValueError(f"threads must be a positive integer or None, got {self.threads!r}")
-        object.__setattr__(self, "block_size", int(self.block_size))  # NumPy integers too
-        if self.threads is not None:
-            object.__setattr__(self, "threads", int(self.threads))
+        # As Python ints (NumPy integers are taken too).
+        object.__setattr__(self, "block_size", positive_int("block_size", self.block_size))
+        threads = positive_int("threads", self.threads, allow_none=True)
+        object.__setattr__(self, "threads", threads)
 
     @property
     def default_batch_size(self) -> int:  # type: ignore[override]
@@ -87,12 +85,3 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
     def options(self) -> dict[str, Any]:
         """The run options the device modules take."""
         return {"block": self.block_size, "threads": self.threads}
-
-
-def _positive_int(value: Any) -> bool:
-    """Whether ``value`` is a positive Python or NumPy integer (not a bool)."""
-    return (
-        not isinstance(value, (bool, np.bool_))
-        and isinstance(value, (int, np.integer))
-        and value > 0
-    )
