@@ -15,8 +15,12 @@ the solve; the first call (compile, or numba's cache load) is reported apart.
 
 ``--device cpu`` runs the CPU kernel on one and on two threads. ``--device cuda`` runs
 ``EnsembleKernel(device="cuda")``, with CuPy arrays in and out on a real GPU (NumPy under
-numba-cuda's simulator), and checks every final state against the CPU kernel's: the two must
-agree bitwise (exit status 1 when they do not).
+numba-cuda's simulator), and checks the final states against the CPU kernel's (exit status 1
+when the check fails). Under the simulator the two must agree bitwise. On a GPU they cannot:
+numba-cuda leaves libNVVM's FMA contraction on (``a * b + c`` is rounded once, not twice), so
+the last bits differ and an adaptive trajectory may take other steps. There the check is
+accuracy: against a float64 solve at ``rtol = atol = 1e-12``, on up to ``CHECKED`` evenly spaced
+trajectories, the GPU's error must be at most twice the CPU kernel's (plus a float32 ulp).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ ADAPTIVE_TOL = 1e-8
 ADAPTIVE_RTOL = float(np.finfo(DTYPE).eps)
 PAPER_N = 8_388_608
 PAPER_V100_S = {"adaptive": 0.0695, "fixed": 0.145}  # DiffEqGPU EnsembleGPUKernel, V100
+CHECKED = 100_000  # trajectories checked against the CPU kernel and the float64 reference
 
 
 def lorenz(u: Any, p: Any, t: Any) -> list[Any]:
@@ -83,21 +88,59 @@ def describe(mode: str) -> str:
     return f"fixed dt {FIXED_DT:g}"
 
 
-def solve_end_to_end(n: int, mode: str, alg: dxode.EnsembleKernel, xp: Any) -> Any:
-    """Build the N problems as per-trajectory arrays and solve them; the final states (N, 3)."""
-    rho = xp.linspace(0.0, 21.0, n, dtype=DTYPE)
-    p = xp.stack([xp.full(n, 10.0, dtype=DTYPE), rho, xp.full(n, 8 / 3, dtype=DTYPE)], axis=1)
-    u0 = xp.zeros((n, 3), dtype=DTYPE)
+def paper_inputs(n: int, dtype: Any = DTYPE) -> tuple[np.ndarray, np.ndarray]:
+    """The paper's initial states ``(n, 3)`` and parameters ``(n, 3)``, built on the host."""
+    rho = np.linspace(0.0, 21.0, n, dtype=dtype)
+    p = np.stack([np.full(n, 10.0, dtype=dtype), rho, np.full(n, 8 / 3, dtype=dtype)], axis=1)
+    u0 = np.zeros((n, 3), dtype=dtype)
     u0[:, 0] = 1.0
+    return u0, p
+
+
+def solve_lanes(u0: Any, p: Any, alg: dxode.EnsembleKernel, **opts: Any) -> Any:
+    """Solve the trajectories of ``u0`` and ``p`` (one batch); the final states ``(N, 3)``."""
     prob = dxode.ODEProblem(lorenz, u0[0], (0.0, 1.0), p[0])
     eprob = dxode.EnsembleProblem(prob, u0=u0, p=p)
-    sim = dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=n, batch_size=n, **options(mode))
+    n = u0.shape[0]
+    sim = dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=n, batch_size=n, **opts)
     return sim.u[:, -1, :]
+
+
+def solve_end_to_end(n: int, mode: str, alg: dxode.EnsembleKernel, xp: Any) -> Any:
+    """Build the N problems' arrays, move them to ``xp``'s device and solve; the final states."""
+    u0, p = paper_inputs(n)
+    return solve_lanes(xp.asarray(u0), xp.asarray(p), alg, **options(mode))
 
 
 def host(x: Any) -> np.ndarray:
     """``x`` as a NumPy array (copied from the GPU for CuPy)."""
     return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def check_against_cpu(final: np.ndarray, n: int, mode: str) -> tuple[bool, str]:
+    """Whether the CUDA kernel's final states ``(n, 3)`` pass (see the module docstring), and
+    the table's cell saying how they compare with the CPU kernel's."""
+    rows = np.unique(np.linspace(0, n - 1, min(n, CHECKED)).round().astype(np.int64))
+    u0, p = (a[rows] for a in paper_inputs(n))
+    cpu = dxode.EnsembleKernel()  # all of numba's threads: the same bits as one
+    expected = host(solve_lanes(u0, p, cpu, **options(mode)))
+    gpu = final[rows]
+    if on_simulator():
+        equal = np.array_equal(gpu, expected)
+        return (
+            equal,
+            "bitwise equal" if equal else f"DIFFERENT: {np.max(np.abs(gpu - expected)):.1e}",
+        )
+    precise = {"saveat": [1.0], "rtol": 1e-12, "atol": 1e-12}
+    exact = host(solve_lanes(u0.astype(np.float64), p.astype(np.float64), cpu, **precise))
+    scale = np.maximum(np.abs(exact), 1.0)
+    err_gpu = float(np.max(np.abs(gpu - exact) / scale))
+    err_cpu = float(np.max(np.abs(expected - exact) / scale))
+    passed = err_gpu <= 2 * err_cpu + float(np.finfo(DTYPE).eps)
+    diff = float(np.max(np.abs(gpu - expected) / scale))
+    verdict = "ok" if passed else "WORSE"
+    cell = f"error {err_gpu:.1e} vs CPU's {err_cpu:.1e} ({verdict}); differ {diff:.1e}"
+    return passed, cell
 
 
 def configurations(device: str) -> list[tuple[str, dxode.EnsembleKernel]]:
@@ -127,8 +170,7 @@ def main() -> int:
         "paper V100 at its N (s) | vs CPU kernel |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    reference = dxode.EnsembleKernel(threads=1)
-    all_equal = True
+    all_passed = True
     for mode in ("adaptive", "fixed"):
         for name, alg in configurations(args.device):
             start = time.perf_counter()
@@ -139,11 +181,8 @@ def main() -> int:
                 seconds, final = best_of(run, args.repeats)
                 check = "-"
                 if args.device == "cuda":
-                    expected = host(solve_end_to_end(n, mode, reference, np))
-                    difference = float(np.max(np.abs(host(final) - expected)))
-                    equal = np.array_equal(host(final), expected)
-                    all_equal &= equal
-                    check = "bitwise equal" if equal else f"max difference {difference:.1e}"
+                    passed, check = check_against_cpu(host(final), n, mode)
+                    all_passed &= passed
                 cells = [
                     f"{n:,}",
                     f"adaptive {ADAPTIVE_RTOL:.3g}/{ADAPTIVE_TOL:g}"
@@ -158,8 +197,8 @@ def main() -> int:
                 ]
                 print("| " + " | ".join(cells) + " |", flush=True)
     if args.device == "cuda":
-        print("cuda kernel vs CPU kernel:", "bitwise equal" if all_equal else "DIFFERENT")
-    return 0 if all_equal else 1
+        print("cuda kernel vs CPU kernel:", "passed" if all_passed else "FAILED")
+    return 0 if all_passed else 1
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ THREADS_PER_BLOCK = 128
 def run_cuda(batch: KernelBatch, as_cupy: bool = False) -> KernelResult:
     """Integrate every lane of ``batch`` on the GPU, one thread per lane.
 
-    Inputs are copied to the device once; outputs come back as host NumPy arrays, or stay on
-    the device as CuPy arrays with ``as_cupy``.
+    Inputs are copied to the device once; outputs come back as host NumPy arrays, except that
+    with ``as_cupy`` the saved states stay on the device as a CuPy array (the per-lane return
+    codes and statistics always come to the host, where the ensemble's bookkeeping reads them).
     """
     cuda = require_gpu()
     kernel = batch.prepare("cuda", 1)
@@ -33,7 +34,9 @@ def run_cuda(batch: KernelBatch, as_cupy: bool = False) -> KernelResult:
     kernel.call(kernel.driver[grid, THREADS_PER_BLOCK], *args, *outs, *events)
     cuda.synchronize()
     log = tuple(a.copy_to_host() for a in events[2:]) or None  # host: read to build records
-    return KernelResult.from_outputs([_result_array(a, as_cupy) for a in outs], None, log)
+    saved, *per_lane = outs
+    host = [_result_array(saved, as_cupy)] + [a.copy_to_host() for a in per_lane]
+    return KernelResult.from_outputs(host, None, log)
 
 
 def require_gpu() -> Any:

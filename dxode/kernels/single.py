@@ -68,8 +68,9 @@ def solve_kernel(
 def _solve_plain(
     prob: ODEProblem, opts: SolverOptions, saveat: Any, tstops: Any, callback: Any
 ) -> ODESolution:
-    """The kernel solve of a problem nothing differentiates (see ``solve_kernel``)."""
-    u0 = np.asarray(prob.u0)
+    """The kernel solve of a problem nothing differentiates (see ``solve_kernel``): on the
+    CPU, so a CuPy state is brought to the host (one trajectory would be one GPU thread)."""
+    u0 = to_host(prob.u0)
     check_state(u0)
     t0, t1 = (float(t) for t in prob.tspan)
     grid = save_times(saveat, t0, t1)
