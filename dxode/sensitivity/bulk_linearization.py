@@ -33,14 +33,17 @@ faults on every chunk (glibc returns large freed blocks to the kernel), which ou
 arithmetic on a 2-core VM.
 Above ``MAX_STATE`` state components (``n`` reverse passes, ``n²`` entries) the per-step sweep
 runs instead, and so it does where ``pays`` finds the extra arithmetic (``f``'s work per
-lane, counted) larger than the overhead saved. Only autograd-traced RHSs over a lane axis
-take this path: a hand-written ``vjp`` or ``jac`` + ``paramjac`` has no tracing overhead to
-save, and a single-trajectory ``f`` (``single_lane``) cannot take columns of many steps at
-once.
+lane, counted) larger than the overhead saved. Only autograd-traced RHSs take this path: a
+hand-written ``vjp`` or ``jac`` + ``paramjac`` has no tracing overhead to save. A single
+trajectory's ``f`` (``single_lane``: written for one state, no lane axis) takes it where it
+also computes columns of states ``(*shape, K)`` and times ``(K,)`` column by column, as ``f``
+written with arithmetic, rows and ``A @ u`` does: checked on the solve's own stage inputs,
+every column's value against ``f`` of that column alone (``for_columns``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -67,6 +70,8 @@ MAX_LANE_ROWS = 8
 # lowest: the bulk sweep is chosen only where it won in every measurement.
 CALL_ELEMENTS = 4000
 CHUNK_BYTES = 8 * 2**20  # per chunk: Jacobians, columns, the trace of f
+# Stage inputs on which a single trajectory's f is checked to compute columns one by one.
+PROBE_COLUMNS = 11
 
 
 def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
@@ -77,7 +82,81 @@ def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
     n = math.prod(shape)
     autograd_traced = rhs.vjp is None and not rhs.has_jacobians and rhs.backend.name == "numpy"
     real = autograd_traced and np.issubdtype(np.dtype(dtype), np.floating)
-    return real and not rhs.single_lane and 0 < n <= MAX_STATE
+    return real and 0 < n <= MAX_STATE
+
+
+def prepare(sweep: Any, dtype: Any) -> bool:
+    """Whether the bulk linearization runs this sweep (``applies``, ``for_columns`` and
+    ``pays``); where it does, ``sweep.rhs`` becomes the RHS it evaluates over columns."""
+    if not applies(sweep.rhs, sweep.shape, dtype):
+        return False
+    rhs = for_columns(sweep)
+    if rhs is None:
+        return False
+    single = sweep.rhs
+    sweep.rhs = rhs
+    if pays(sweep):
+        return True
+    sweep.rhs = single
+    return False
+
+
+def for_columns(sweep: Any) -> TracedRHS | None:
+    """The RHS to evaluate over columns of stage inputs: the batch's own over lanes; for a
+    single trajectory, a copy that hands ``f`` the columns as lanes, where ``f`` gives up to
+    ``PROBE_COLUMNS`` of the solve's stage inputs, evaluated together, the values each gives
+    alone (to rounding: NumPy's vector and scalar transcendental functions may differ in the
+    last bits); else ``None``, and the per-step sweep runs."""
+    rhs = sweep.rhs
+    if not rhs.single_lane:
+        return rhs
+    y, t = _probe_columns(sweep)
+    if t.shape[0] < 2:
+        return None
+    columns = dataclasses.replace(rhs, single_lane=False)
+    leaves = sweep._leaves_at(sweep.lane[0])
+    p = _pytree.rebuild(rhs.p_template, leaves)
+    n, k = math.prod(sweep.shape), t.shape[0]
+    try:
+        with np.errstate(all="ignore"):
+            together = np.asarray(columns._plain_value(y, t, p))
+            alone = [rhs._plain_value(y[..., j : j + 1], t[j : j + 1], p) for j in range(k)]
+            # and autograd traces it over columns as the bulk sweep will
+            linearize(columns, y, t, leaves, [], np.empty((n, n, k), dtype=y.dtype))
+            if sweep.diff_idx:
+                parameter_vjp(columns, y, t, leaves, sweep.diff_idx, np.zeros_like(y))
+    except Exception:  # f written for one state (an `if` on a value, math.sin, a reshape)
+        return None
+    alone = np.concatenate([np.asarray(a) for a in alone], axis=-1)
+    if together.shape != alone.shape:
+        return None
+    scale = np.max(np.abs(alone), initial=0.0, where=np.isfinite(alone))
+    tolerance = 64 * np.finfo(alone.dtype).eps * scale
+    same_nan = np.array_equal(np.isnan(together), np.isnan(alone))
+    close = np.all(np.abs(together - alone) <= tolerance, where=~np.isnan(alone))
+    return columns if same_nan and close else None
+
+
+def _probe_columns(sweep: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Up to ``PROBE_COLUMNS`` stage inputs of a single trajectory's first iterations,
+    ``(*shape, K)``, and their times ``(K,)`` (start states where only checkpoints are kept)."""
+    ys, ts = [], []
+    c = np.reshape(np.asarray(sweep.coefficients.c, dtype=np.float64), -1)
+    for trial in sweep.trials:
+        t, h = float(trial.t[0]), float(trial.h[0])
+        if trial.inputs is not None:
+            stages = min(len(trial.inputs), c.shape[0])
+            ys += [trial.inputs[i] for i in range(stages)]
+            ts += [t + c[i] * h for i in range(stages)]
+        elif trial.start is not None:
+            ys.append(trial.start[0])
+            ts.append(t)
+        if len(ts) >= PROBE_COLUMNS:
+            break
+    if not ts:
+        return np.zeros((*sweep.shape, 0)), np.zeros(0)
+    y = np.concatenate([np.asarray(v) for v in ys[:PROBE_COLUMNS]], axis=-1)
+    return y, np.asarray(ts[:PROBE_COLUMNS], dtype=y.dtype)
 
 
 def pays(sweep: Any) -> bool:

@@ -88,8 +88,7 @@ def backward(
     sweep = _Sweep(backend, stepper, rhs, trials, leaves, save_grid, retcodes, cotangent)
     checkpointed = bool(trials) and trials[0].inputs is None
     with backend.ignore_fp_errors():  # rejected trials may hold overflowed stages
-        bulk = bulk_linearization.applies(rhs, sweep.shape, cotangent.dtype)
-        if bulk and bulk_linearization.pays(sweep):
+        if bulk_linearization.prepare(sweep, cotangent.dtype):
             inputs = _Replayed(sweep, rhs_for) if checkpointed else _Recorded(trials)
             bulk_linearization.BulkSweep(sweep).run(inputs)
         elif checkpointed:
