@@ -257,6 +257,21 @@ def test_a_differentiated_solver_setting_is_refused_by_name(name):
         autograd.grad(loss)(np.array([10.0]))
 
 
+def test_second_derivatives_are_refused_clearly():
+    # Before: autograd.hessian failed with "'NoneType' object is not iterable" (the inner
+    # level's VJP had taken the forward pass's records), and a traced cotangent with
+    # "setting an array element with a sequence".
+    def total(y):
+        prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 0.1), (y[0], 28.0, 8 / 3))
+        return anp.sum(dxode.solve(prob, saveat=[0.1]).u)
+
+    y = np.array([10.0])
+    with pytest.raises(NotImplementedError, match=r"second derivatives.*autograd\.hessian"):
+        autograd.hessian(total)(y)
+    with pytest.raises(NotImplementedError, match="second derivatives"):
+        autograd.grad(lambda x: anp.sum(autograd.grad(lambda y: x * total(y))(y)))(2.0)
+
+
 def test_a_prob_func_changing_the_structure_of_p_is_refused_with_or_without_gradients():
     # prob.p is a tuple of three numbers, each trajectory's p one array: the differentiated
     # solve failed with an IndexError inside dxode, the plain one without naming the fix.

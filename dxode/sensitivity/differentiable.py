@@ -110,6 +110,7 @@ def _make_primitive() -> Any:
         records, run.records = run.records, None
 
         def vjp(g: Array) -> tuple[Any, ...]:
+            _first_order_only(records, g)
             u0_bar, leaf_bars = _backward(static, run, records, np.asarray(g))
             grads = [u0_bar, *leaf_bars]
             return tuple(_like(grads[i], args[i]) for i in argnums)
@@ -118,6 +119,24 @@ def _make_primitive() -> Any:
 
     defvjp_argnums(solve_primitive, vjp_maker)
     return solve_primitive
+
+
+def _first_order_only(records: list[_BatchRecord] | None, g: Array) -> None:
+    """Refuse a second derivative: the backward pass is plain NumPy, not itself traced.
+
+    Nested differentiation shows in two ways: the solve's inputs traced at two levels (the
+    innermost level's VJP took the forward pass's records, so the outer one finds none), or
+    a cotangent that is itself traced (it depends on what an outer level differentiates).
+    """
+    from autograd.tracer import isbox
+
+    if records is None or isbox(g):
+        raise NotImplementedError(
+            "second derivatives through solve (autograd.hessian, a gradient of a gradient) "
+            "are not supported: its backward pass is not differentiable. Differentiate once "
+            "(for curvature, take finite differences of autograd.grad, or a Gauss-Newton "
+            "approximation from autograd.jacobian of sol.u)"
+        )
 
 
 def _solve_primitive(*args: Any, static: _Static, run: _Pass) -> Any:
