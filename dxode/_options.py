@@ -86,11 +86,17 @@ class SolverOptions:
                 f"dtmin={dtmin_f} is larger than dtmax={dtmax_f}: no step size satisfies both; "
                 f"give dtmin <= dtmax"
             )
+        dt_f = positive_float("dt", dt, allow_none=True)
+        if adaptive and dt_f is not None and dtmin_f is not None and dt_f < dtmin_f:
+            raise ValueError(
+                f"the first step dt={dt_f} is below dtmin={dtmin_f}, the smallest step "
+                f"allowed; give dt >= dtmin (or leave dt out to have it chosen)"
+            )
         return cls(
             alg=stepper,
             rtol=rtol_f,
             atol=_as_atol(atol),
-            dt=positive_float("dt", dt, allow_none=True),
+            dt=dt_f,
             adaptive=adaptive,
             controller=controller,
             maxiters=maxiters,

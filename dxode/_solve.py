@@ -132,8 +132,11 @@ def solve(
     maxiters : int
         Maximum number of steps (accepted or rejected), default ``100_000``.
     dtmin : float, optional
-        Smallest step size. By default a trajectory fails (``DtLessThanMin``) when its step
-        falls below ``16 * eps * |t|`` at its current time ``t``: too small to move ``t``.
+        Smallest step size of adaptive solves: a trajectory fails (``DtLessThanMin``) when
+        the controller proposes a smaller step, except for a step landing on the end or a
+        tstop after an accepted step (taken at ``dtmin``, it lands). By default a trajectory
+        fails when a rejected step proposes a step below ``16 * eps * |t|`` at its current
+        time ``t``: too small to move ``t``.
     dtmax : float, optional
         Largest step size.
 

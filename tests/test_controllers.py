@@ -86,3 +86,33 @@ def test_pi_control_rejects_fewer_steps_than_i_control_on_an_oscillation():
     i_sol = dxode.solve(prob, controller=dxode.IController(), rtol=1e-6, atol=1e-6)
     pi_sol = dxode.solve(prob, controller=dxode.PIController(), rtol=1e-6, atol=1e-6)
     assert pi_sol.stats.nreject <= i_sol.stats.nreject
+
+
+def _steps_below(sol, dtmin, landings):
+    """The accepted steps shorter than ``dtmin`` that do not end on one of ``landings``."""
+    t = np.asarray(sol.t)
+    short = np.diff(t) < dtmin
+    return [(a, b) for a, b, s in zip(t[:-1], t[1:], short, strict=True) if s and b not in landings]
+
+
+@pytest.mark.parametrize("tstops", [None, [0.95]])
+def test_dtmin_is_a_floor_under_every_step_but_a_landing_one(tstops):
+    # u' = -u at rtol 1e-3 takes steps of 0.15 to 0.6; from dtmin=0.1 on they were also taken
+    # below the floor, which only rejected steps were checked against. Only the steps that
+    # land on the end or a stop may be shorter (the one onto 0.95 is 0.05 here).
+    prob = dxode.ODEProblem(lambda u, p, t: -u, [1.0], (0.0, 1.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), dtmin=0.2, tstops=tstops, dense=False)
+    assert sol.retcode == dxode.ReturnCode.Success
+    assert _steps_below(sol, 0.2, {1.0, 0.95}) == []
+    assert float(sol.t[-1]) == 1.0
+
+
+def test_a_step_proposed_below_dtmin_after_an_accepted_one_fails():
+    # At rtol 1e-10 u' = -u needs steps near 0.01: every one was accepted, so dtmin=0.05
+    # was never checked and the solve ended in Success with every step below it.
+    prob = dxode.ODEProblem(lambda u, p, t: -u, [1.0], (0.0, 1.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), rtol=1e-10, atol=1e-10, dtmin=0.05, dense=False)
+    assert sol.retcode == dxode.ReturnCode.DtLessThanMin
+    assert _steps_below(sol, 0.05, set()) == []
+    # Without the floor the same solve succeeds (the tolerance is reachable).
+    assert dxode.solve(prob, dxode.Tsit5(), rtol=1e-10, atol=1e-10).retcode.name == "Success"

@@ -177,3 +177,15 @@ def test_a_blow_up_is_unstable_like_the_array_path():
     array, kernel = _solve_both(prob, "tsit5", saveat=1.0)
     assert kernel.retcode == array.retcode
     assert kernel.retcode != dxode.ReturnCode.Success
+
+
+@pytest.mark.parametrize(("dtmin", "code"), [(0.01, "DtLessThanMin"), (5e-3, "Success")])
+def test_dtmin_after_accepted_steps_like_the_array_path(dtmin, code):
+    # This solve's steps are 0.009 to 0.04, with one rejection early on: dtmin=0.01 must fail
+    # (it ended in Success on both paths: it was checked only after rejections); dtmin=5e-3
+    # is below every step but those landing on the stop at 2.9995 and on the end 5e-4 later.
+    kwargs = {"saveat": 1.0, "dtmin": dtmin, "tstops": [1.5, 2.9995], **TOL}
+    array, kernel = _solve_both(LORENZ, "tsit5", **kwargs)
+    assert kernel.retcode == array.retcode == dxode.ReturnCode[code]
+    assert _same_stats(array, kernel)
+    np.testing.assert_allclose(kernel.u, np.asarray(array.u), rtol=0, atol=1e-9)

@@ -153,6 +153,8 @@ class _Loop:
             self.nf_start += 1
             if self.lockstep:
                 h = xp.zeros_like(h) + xp.min(h)
+            if options.dtmin is not None:  # (a given dt is at least dtmin: SolverOptions)
+                h = xp.maximum(h, options.dtmin)
         if options.dtmax is not None:
             h = xp.minimum(h, options.dtmax)
         return h
@@ -231,9 +233,7 @@ class _Loop:
         lane's target, then accepted or rejected."""
         xp, lanes = self.xp, self.lanes
         t, u = lanes["t"], lanes["u"]
-        target = lanes["t1"]
-        for obs in self.observers:
-            target = obs.target(lanes, target)
+        target = self._targets()
         remaining = self.direction * (target - t)
         habs = (
             xp.abs(lanes["h"])
@@ -270,6 +270,13 @@ class _Loop:
             t_new,
             result.u1,
         )
+
+    def _targets(self) -> Array:
+        """Every lane's next target (``(L,)``): its end, or the next stop before it."""
+        target = self.lanes["t1"]
+        for obs in self.observers:
+            target = obs.target(self.lanes, target)
+        return target
 
     def _control(self, u: Array, result: StepResult, habs: Array) -> tuple[Array, Array, Array]:
         """Accept or reject each lane's step; propose its next step size.
@@ -356,13 +363,7 @@ class _Loop:
         accept, t = attempt.accept, lanes["t"]
         done = accept & (t == lanes["t1"])
         if options.adaptive:
-            # Written so that a NaN step size fails too.
-            dtmin = (
-                options.dtmin
-                if options.dtmin is not None
-                else 16 * self.eps * xp.abs(t) + self.tiny
-            )
-            failed = ~accept & ~(attempt.h_next >= dtmin)
+            failed = self._below_dtmin(accept, attempt.h_next)
         else:
             failed = ~attempt.finite
         if not self.all_active:
@@ -387,6 +388,24 @@ class _Loop:
         else:
             lanes.put(active=active)
             self.all_active = False
+
+    def _below_dtmin(self, accept: Array, h_next: Array) -> Array:
+        """The lanes whose next step would fall below ``dtmin`` (they fail).
+
+        A user's ``dtmin`` is a floor under every step but the one that lands on the lane's
+        next target (its end or a stop) after an accepted step: a lane whose target lies
+        within ``dtmin`` steps onto it (its next step is raised to ``dtmin``, which lands).
+        Without ``dtmin``, a lane fails when a rejection proposes a step too small to move
+        its time (``16 * eps * |t|``). Written so that a NaN step size fails too.
+        """
+        xp, lanes, dtmin = self.xp, self.lanes, self.options.dtmin
+        if dtmin is None:
+            floor = 16 * self.eps * xp.abs(lanes["t"]) + self.tiny
+            return ~accept & ~(h_next >= floor)
+        small = ~(h_next >= dtmin)
+        lands = accept & (self.direction * (self._targets() - lanes["t"]) <= dtmin)
+        lanes.put(h=self.direction * xp.maximum(h_next, dtmin))
+        return small & ~lands
 
     def _retire(self, mask: Array, code: ReturnCode, iteration: int) -> None:
         self.records.retire(self.lanes, mask, code, iteration, self.nf_start, self.evals_per_step)

@@ -47,7 +47,7 @@ __all__ = ["KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 14
+CODEGEN_VERSION = 15
 
 # The controller's floor under the error (``PIDController.adapt``'s guard of its powers).
 _ERROR_FLOOR = 1e-10
@@ -348,6 +348,8 @@ def _write_lane_starts(w: _Writer, desc: StepperDescription, layout: KernelLayou
     w("else:")
     w.indent()
     _write_initial_step(w, desc, n, _controlled(layout))
+    w("if HAS_DTMIN:")
+    w("    h = maximum(h, DTMIN)")
     w.dedent()
     w("if HAS_DTMAX:")
     w("    h = minimum(h, DTMAX)")
@@ -469,14 +471,26 @@ def _write_outcome(w: _Writer, desc: StepperDescription, layout: KernelLayout, n
     """The next step size, and the lane's return code if it ended (success or failure)."""
     eps = float(np.finfo(layout.dtype).eps)
     tiny = float(np.finfo(layout.dtype).smallest_normal)
+    adaptive = desc.adaptive and layout.adaptive
     w("H[j] = hnext")
     w("code = -1")
     w("if acc:")
-    w("    if T[j] == TE[j]:")
-    w(f"        code = {_SUCCESS}")
+    w.indent()
+    w("if T[j] == TE[j]:")
+    w(f"    code = {_SUCCESS}")
+    if adaptive:  # a step below dtmin only to land on the target (``_Loop._below_dtmin``)
+        w("elif HAS_DTMIN and not (hnext >= DTMIN):")
+        w.indent()
+        _write_target(w, store=False)
+        w("if D * (target - T[j]) <= DTMIN:")
+        w("    H[j] = maximum(hnext, DTMIN)")
+        w("else:")
+        w(f"    code = {_DTMIN}")
+        w.dedent()
+    w.dedent()
     w("else:")
     w.indent()
-    if desc.adaptive and layout.adaptive:
+    if adaptive:
         w("if HAS_DTMIN:")
         w("    dtmin = DTMIN")
         w("else:")
@@ -952,8 +966,11 @@ def _write_commit(w: _Writer, desc: StepperDescription, layout: KernelLayout) ->
         w("goes = (acc ^ True) & (hnext >= dtmin)")
     else:
         w("goes = False")
-    # an accepted step that passes no save point, lands on no tstop and ends nothing
+    # an accepted step that passes no save point, lands on no tstop, ends nothing and
+    # proposes no step below a user's dtmin
     w(f"plain = (D * ({st('NS')} - tn) > DT(0.0)) & (tn != {st('TE')})")
+    if adaptive:
+        w("plain = plain & ((hnext >= DTMIN) | (HAS_DTMIN ^ True))")
     w(f"plain = plain & (({st('HIT')} == DT(0.0)) | ({st('USE')} == DT(0.0)))")
     w("fast = act & ((acc & plain) | goes)")
     w("a = fast & acc")
