@@ -58,14 +58,18 @@ def _interval(saveat: Any) -> float:
         ) from None
 
 
-def lane_save_grid(saveat: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+def lane_save_grid(
+    saveat: Any, t0: np.ndarray, t1: np.ndarray, trajectories: np.ndarray | None = None
+) -> np.ndarray:
     """Save times ``(nsave, L)`` (float64, host) of lanes on spans ``t0``, ``t1`` (``(L,)``):
-    ``saveat``'s (see ``save_times``), shared by the lanes, or each lane's end points."""
-    shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
+    ``saveat``'s (see ``save_times``), shared by the lanes, or each lane's end points.
+    ``trajectories`` (``(L,)``, the lanes' trajectory indices) name the trajectory whose span
+    a save time lies outside of."""
     n = t0.shape[0]
     if saveat is None:
         return np.stack([t0, t1])
-    if shared_span:
+    shared = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
+    if shared and (trajectories is None or np.ndim(saveat) == 0):
         grid = save_times(saveat, float(t0[0]), float(t1[0]))
         assert grid is not None
         return np.repeat(grid[:, None], n, axis=1)
@@ -74,11 +78,20 @@ def lane_save_grid(saveat: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
             "saveat as an interval needs one shared tspan; with per-trajectory tspans give the "
             "save times as an array inside every trajectory's span (or saveat=None for the ends)"
         )
-    lo, hi = np.minimum(t0, t1).max(), np.maximum(t0, t1).min()
-    grid = save_times(saveat, float(t0[0]), float(t1[0]))
+    lo, hi = np.minimum(t0, t1), np.maximum(t0, t1)
+    direction = 1.0 if t1[0] > t0[0] else -1.0
+    grid = save_times(saveat, -direction * math.inf, direction * math.inf)  # ordered, finite
     assert grid is not None
-    if grid.min() < lo or grid.max() > hi:
-        raise ValueError(f"saveat must lie inside every trajectory's tspan, i.e. in [{lo}, {hi}]")
+    outside = (grid.min() < lo) | (grid.max() > hi)
+    if np.any(outside):
+        lane = int(np.argmax(outside))
+        time = grid[(grid < lo[lane]) | (grid > hi[lane])][0]
+        who = "a trajectory" if trajectories is None else f"trajectory {int(trajectories[lane])}"
+        raise ValueError(
+            f"saveat time {float(time)} is outside the tspan ({float(t0[lane])}, "
+            f"{float(t1[lane])}) of {who}; a shared saveat must lie inside every trajectory's "
+            f"tspan (or pass saveat=None to save each trajectory's ends)"
+        )
     return np.repeat(grid[:, None], n, axis=1)
 
 

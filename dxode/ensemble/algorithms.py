@@ -21,7 +21,7 @@ from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._single import solve_problem
 from .._solution import ODESolution, SolverStats
-from .._timegrid import lane_stop_times
+from .._timegrid import lane_save_grid, lane_stop_times
 from ..events.callbacks import check_preset_times
 from ..events.record import concat_records, replace_trajectories
 from .batch import BatchResult, BatchSpec, solve_batch
@@ -236,6 +236,7 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
         # As in an EnsembleArray batch: tstops must lie in the span covering the batch's
         # trajectories, each of which steps onto those inside its own span.
         spans = np.array([prob.tspan for prob in problems])
+        lane_save_grid(spec.saveat, spans[:, 0], spans[:, 1], indices)  # names a bad span
         stops = lane_stop_times(spec.tstops, spans[:, 0], spans[:, 1])
         sols = []
         for prob in problems:

@@ -21,7 +21,7 @@ from .._timegrid import lane_save_grid, lane_stop_times
 from ..backends import Backend, backend_for, get_backend, to_host
 from ..events.record import EventRecord, record_from_lanes
 from ..integrator.loop import integrate
-from .problem import EnsembleProblem, check_p_structure, per_trajectory_leaves
+from .problem import EnsembleProblem, per_trajectory_leaves
 
 Array = Any
 
@@ -100,7 +100,7 @@ def solve_batch(
     lanes = build_lanes(eprob, indices, repeat, spec.seed, backend)
     t0, t1 = lanes.t0, lanes.t1
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
-    grid = lane_save_grid(spec.saveat, t0, t1)
+    grid = lane_save_grid(spec.saveat, t0, t1, indices)
     p_leaves = _pytree.leaves(lanes.p)
     p_for = parameters_for(lanes.p, p_leaves, lanes.lane_leaf)
     lane_params = lane_values(p_leaves, lanes.lane_leaf)
@@ -227,22 +227,11 @@ def _lanes_from_arrays(
 def _lanes_from_problems(
     problems: list[ODEProblem], prob: ODEProblem, first: ODEProblem, backend: Backend
 ) -> _Lanes:
-    """Lanes from one ODEProblem per trajectory (the ``prob_func`` path); ``first`` is the
-    ensemble's trajectory 0, whose parameter leaves the others may share."""
+    """Lanes from one ODEProblem per trajectory (the ``prob_func`` path, each checked by
+    ``check_trajectory`` as it was built); ``first`` is the ensemble's trajectory 0, whose
+    parameter leaves the others may share."""
     xp = backend.xp
     dtype = _state_dtype(prob, backend)
-    for i, traj in enumerate(problems):
-        for name in ("f", "jac", "tgrad"):
-            if getattr(traj, name) is not getattr(prob, name):
-                raise ValueError(
-                    f"prob_func changed {name} for trajectory {i}; a batch shares one "
-                    f"right-hand side and its derivatives (put the differences in p or u0)"
-                )
-        if tuple(traj.u0.shape) != tuple(prob.u0.shape):
-            raise ValueError(
-                f"trajectory {i} has u0 shape {tuple(traj.u0.shape)}, expected "
-                f"{tuple(prob.u0.shape)}"
-            )
     u0s = [t.u0 for t in problems]
     if all(u0 is prob.u0 for u0 in u0s):
         u0 = _repeated_u0(prob, len(problems), backend)
@@ -255,11 +244,7 @@ def _lanes_from_problems(
     t0 = np.array([t.tspan[0] for t in problems])
     t1 = np.array([t.tspan[1] for t in problems])
     _check_direction(t0, t1)
-    per_traj = []
-    for i, traj in enumerate(problems):
-        check_p_structure(i, traj.p, prob.p)
-        per_traj.append(_pytree.leaves(traj.p))
-    check_p_structure(0, first.p, prob.p)
+    per_traj = [_pytree.leaves(traj.p) for traj in problems]  # checked as each was built
     shared_leaves = _pytree.leaves(first.p)
     lane_leaf = per_trajectory_leaves(shared_leaves, per_traj)
     new_leaves = []

@@ -20,6 +20,7 @@ __all__ = [
     "EnsembleProblem",
     "TrajectoryContext",
     "check_p_structure",
+    "check_trajectory",
     "per_trajectory_leaves",
 ]
 
@@ -221,6 +222,7 @@ class EnsembleProblem:
                 f"prob_func must return an ODEProblem (e.g. prob.remake(p=...)), got "
                 f"{type(prob).__name__} for trajectory {index}"
             )
+        check_trajectory(index, prob, self.prob)
         return prob
 
     def batch(self, indices: np.ndarray, repeat: np.ndarray, seed: int) -> dict[str, Any]:
@@ -286,6 +288,25 @@ def _pair(name: str, pair: str, result: Any, example: str) -> tuple[Any, Any]:
             f"{name} must return a pair {pair}, got {got}; e.g. return value, {example}"
         )
     return result[0], result[1]
+
+
+def check_trajectory(index: int, traj: ODEProblem, prob: ODEProblem) -> None:
+    """Raise unless ``prob_func``'s trajectory ``index`` (``traj``) fits in a batch with the
+    ensemble's ``prob``: the same ``f``, ``jac`` and ``tgrad``, ``u0`` of the same shape, ``p``
+    nested alike. Checked as each trajectory is built, so every ensemble algorithm refuses
+    the same trajectories with the same message."""
+    for name in ("f", "jac", "tgrad"):
+        if getattr(traj, name) is not getattr(prob, name):
+            raise ValueError(
+                f"prob_func changed {name} for trajectory {index}; a batch shares one "
+                f"right-hand side and its derivatives (put the differences in p or u0)"
+            )
+    if tuple(traj.u0.shape) != tuple(prob.u0.shape):
+        raise ValueError(
+            f"trajectory {index} has u0 shape {tuple(traj.u0.shape)}, expected "
+            f"{tuple(prob.u0.shape)} (prob.u0's shape): prob_func must keep u0's shape"
+        )
+    check_p_structure(index, traj.p, prob.p)
 
 
 def check_p_structure(i: int, p: Any, base: Any) -> None:

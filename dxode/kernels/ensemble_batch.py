@@ -37,7 +37,7 @@ def solve_kernel_batch(
     check_state(u0[..., 0])
     t0, t1 = lanes.t0, lanes.t1
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
-    grid = lane_save_grid(spec.saveat, t0, t1)
+    grid = lane_save_grid(spec.saveat, t0, t1, indices)
     tstops = lane_stop_times(spec.tstops, t0, t1)
     check_parameter_dtypes(lanes.p, lanes.lane_leaf, u0.dtype)
     layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype)
