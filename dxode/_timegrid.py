@@ -95,6 +95,13 @@ def lane_save_grid(
     return np.repeat(grid[:, None], n, axis=1)
 
 
+def trajectory_times(grid: np.ndarray) -> np.ndarray:
+    """A batch's save times from its lanes' grid ``(nsave, L)``: ``(nsave,)`` when every lane
+    saves at the same times, else ``(L, nsave)``. Decided by the times alone, so an
+    ensemble's ``sim.t`` has the same shape however its trajectories are batched."""
+    return grid[:, 0] if bool(np.all(grid == grid[:, :1])) else grid.T
+
+
 def lane_stop_times(tstops: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray | None:
     """``tstops`` for lanes with spans ``t0 -> t1`` (``(L,)`` each, all in one direction),
     checked against the span covering them all: each lane steps onto those inside its own

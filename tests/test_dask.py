@@ -118,6 +118,34 @@ def test_zarr_output(client, reference, tmp_path):
     assert sim.stats.total_nf == reference.stats.total_nf
 
 
+@pytest.mark.parametrize("output", ["memory", "dask", "zarr"])
+def test_outputs_keep_each_trajectory_s_own_save_times(client, tmp_path, output):
+    # With per-trajectory spans and saveat=None every trajectory saves at its own start and
+    # end; a Zarr output's sim.t was trajectory 0's times (2,), so sim[5].t was [0, 1].
+    import zarr
+
+    spans = np.column_stack([np.zeros(7), np.linspace(1.0, 2.0, 7)])
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0)
+    eprob = EnsembleProblem(prob, tspan=spans)
+    store = str(tmp_path / "spans.zarr")
+    sim = dxode.solve(
+        eprob, dxode.Tsit5(), EnsembleDask(client, output=output, store=store), batch_size=3
+    )
+    np.testing.assert_array_equal(np.asarray(sim.t), spans)
+    np.testing.assert_array_equal(sim[5].t, spans[5])
+    if output == "zarr":
+        np.testing.assert_array_equal(zarr.open_group(store, mode="r")["t"][...], spans)
+
+
+def test_a_closed_client_is_refused_clearly(client):
+    closed = distributed.Client(client.scheduler.address, set_as_default=False)
+    closed.close()
+    with pytest.raises(ValueError, match="EnsembleDask's client is closed: pass a running"):
+        dxode.solve(_eprob(), dxode.Tsit5(), closed, trajectories=4, **SOLVE)
+    with pytest.raises(ValueError, match="client is closed"):
+        dxode.solve(_eprob(), dxode.Tsit5(), EnsembleDask(closed), trajectories=4, batch_size=2)
+
+
 def test_output_func_runs_on_the_workers(client):
     def output_func(sol, i):
         return (os.getpid(), float(sol.u[-1, 0])), False

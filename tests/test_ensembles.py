@@ -253,6 +253,21 @@ def test_per_trajectory_tspan():
         dxode.solve(eprob, trajectories=3, saveat=0.1)
 
 
+@pytest.mark.parametrize("alg", [EnsembleSerial(), EnsembleArray()], ids=["serial", "array"])
+@pytest.mark.parametrize("batch_size", [1, 2, 3])
+def test_sim_t_shape_does_not_depend_on_batching(alg, batch_size):
+    # sim.t is (trajectories, nsave) exactly when trajectories save at different times; an
+    # EnsembleArray batch of lanes with different spans gave (B, nsave) rows for a shared
+    # saveat, so sim.t was (3, 2) with batch_size=2 or 3 and (2,) with batch_size=1 or serially.
+    spans = np.array([[0.0, 1.0], [0.0, 2.5], [0.0, 0.5]])
+    eprob = EnsembleProblem(_prob(), tspan=spans)
+    shared = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=batch_size, saveat=[0.25, 0.5])
+    np.testing.assert_array_equal(shared.t, [0.25, 0.5])
+    np.testing.assert_array_equal(shared[1].t, [0.25, 0.5])
+    ends = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=batch_size)
+    np.testing.assert_array_equal(ends.t, spans)
+
+
 @pytest.mark.parametrize("kernel", [False, True])
 def test_tstops_with_per_trajectory_tspans(kernel):
     # A stop inside some trajectories' spans only: those step onto it, the others pass it by

@@ -17,7 +17,7 @@ from .._derivatives import Derivatives
 from .._lane_problem import lane_problem, lane_values, parameters_for
 from .._options import SolverOptions
 from .._problem import ODEProblem
-from .._timegrid import lane_save_grid, lane_stop_times
+from .._timegrid import lane_save_grid, lane_stop_times, trajectory_times
 from ..backends import Backend, backend_for, get_backend, to_host
 from ..events.record import EventRecord, record_from_lanes
 from ..integrator.loop import integrate
@@ -99,7 +99,6 @@ def solve_batch(
     backend = get_backend(spec.backend) if spec.backend else backend_for(eprob.prob.u0)
     lanes = build_lanes(eprob, indices, repeat, spec.seed, backend)
     t0, t1 = lanes.t0, lanes.t1
-    shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
     grid = lane_save_grid(spec.saveat, t0, t1, indices)
     p_leaves = _pytree.leaves(lanes.p)
     p_for = parameters_for(lanes.p, p_leaves, lanes.lane_leaf)
@@ -120,7 +119,7 @@ def solve_batch(
     )
     result = integrate(problem, spec.options, backend, lockstep=spec.lockstep)
     dtype = lanes.u0.dtype
-    t_out = backend.asarray(grid[:, 0] if shared_span else grid.T, dtype=dtype)
+    t_out = backend.asarray(trajectory_times(grid), dtype=dtype)
     out = BatchResult(
         indices=indices,
         t=t_out,
