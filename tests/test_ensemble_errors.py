@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import dxode
@@ -127,3 +128,33 @@ def test_saveat_outside_a_trajectory_span_names_that_trajectory(alg, saveat, mat
     eprob = EnsembleProblem(_decay(), tspan=spans)
     with pytest.raises(ValueError, match=match):
         dxode.solve(eprob, dxode.Tsit5(), alg, saveat=saveat, batch_size=batch_size)
+
+
+def _rows(extra=0, width=1):
+    def batch_func(prob, ctx):
+        return {"u0": np.ones((len(ctx.indices) + extra, width))}
+
+    return batch_func
+
+
+def _backwards_at_one(prob, i, repeat):
+    return prob.remake(tspan=(1.0, 0.0)) if i == 1 else prob
+
+
+@pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
+@pytest.mark.parametrize(
+    ("given", "match"),
+    [
+        ({"u0": np.ones((4, 3))}, r"per-trajectory u0 must have shape \(trajectories, \*\(1,\)\)"),
+        ({"batch_func": _rows(extra=1)}, "expected 2 trajectories along the first axis, got 3"),
+        ({"batch_func": _rows(width=3)}, r"u0 must have shape \(trajectories, \*\(1,\)\)"),
+        ({"prob_func": _backwards_at_one}, "must integrate in the same time direction"),
+    ],
+    ids=["arrays-u0-shape", "batch_func-rows", "batch_func-u0-shape", "directions"],
+)
+def test_every_algorithm_refuses_misfit_arrays_alike(alg, given, match):
+    # EnsembleSerial solved all four: trajectories with a (3,) state for a (1,) prob.u0, the
+    # first rows of a batch_func's extra ones, spans running both ways in one batch.
+    eprob = EnsembleProblem(_decay(), **given)
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=4, batch_size=2, saveat=[0.5])

@@ -167,6 +167,15 @@ def build_lanes(
     return _lanes_from_arrays(eprob.arrays, prob, n, backend, take=indices)
 
 
+def check_arrays(
+    data: dict[str, Any], prob: ODEProblem, n: int, take: np.ndarray | None, backend: Backend
+) -> None:
+    """Raise as an ``EnsembleArray`` batch of ``n`` trajectories would for their
+    trajectories-first arrays ``data`` (rows ``take`` of them, or all rows as a
+    ``batch_func`` returns them), so that ``EnsembleSerial`` refuses what a batch refuses."""
+    _lanes_from_arrays(data, prob, n, backend, take)
+
+
 def _lanes_from_arrays(
     data: dict[str, Any], prob: ODEProblem, n: int, backend: Backend, take: np.ndarray | None
 ) -> _Lanes:
@@ -209,7 +218,7 @@ def _lanes_from_arrays(
         t0, t1 = spans[:, 0].copy(), spans[:, 1].copy()
     else:
         t0, t1 = np.full(n, prob.tspan[0]), np.full(n, prob.tspan[1])
-    _check_direction(t0, t1)
+    check_direction(t0, t1)
     if "p" in data:
         leaves = [
             xp.moveaxis(_as_lane_param(rows(leaf), backend, dtype), 0, -1)
@@ -242,7 +251,7 @@ def _lanes_from_problems(
         )
     t0 = np.array([t.tspan[0] for t in problems])
     t1 = np.array([t.tspan[1] for t in problems])
-    _check_direction(t0, t1)
+    check_direction(t0, t1)
     per_traj = [_pytree.leaves(traj.p) for traj in problems]  # checked as each was built
     shared_leaves = _pytree.leaves(first.p)
     lane_leaf = per_trajectory_leaves(shared_leaves, per_traj)
@@ -328,7 +337,7 @@ def _take_rows(arr: Any, rows: np.ndarray) -> Any:
     return xp.take(arr, xp.asarray(rows), axis=0)
 
 
-def _check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
+def check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
     forward = t1 > t0
     if not (np.all(forward) or not np.any(forward)):
         raise ValueError(
