@@ -163,6 +163,25 @@ def test_output_func_runs_on_the_workers(client):
     assert pids <= set(client.run(os.getpid).values())
 
 
+def _sum_in_place(acc, values, indices):
+    acc += np.sum(values[:, -1, :], axis=0)
+    return acc, False
+
+
+@pytest.mark.parametrize("combine", [np.add, None], ids=["on-workers", "on-the-driver"])
+def test_a_reduction_may_update_its_accumulator_in_place(client, reference, combine):
+    # Each reduction starts from a copy of u_init: a worker reused the u_init its earlier
+    # batches had updated in place (the tree sum then counted them again), and a solve left
+    # u_init changed for the next one.
+    u_init = np.zeros(3)
+    eprob = _eprob(reduction=_sum_in_place, u_init=u_init, combine=combine)
+    expected = reference.u[:, -1, :].sum(axis=0)
+    for _ in range(2):
+        sim = dxode.solve(eprob, dxode.Tsit5(), client, trajectories=N, batch_size=8, **SOLVE)
+        np.testing.assert_allclose(sim.u, expected, rtol=1e-12)
+    np.testing.assert_array_equal(u_init, 0.0)
+
+
 def test_reduction_tree_on_workers(client, reference):
     def reduction(acc, values, indices):
         return acc + np.sum(values[:, -1, :], axis=0), False

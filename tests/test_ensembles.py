@@ -253,6 +253,21 @@ def test_per_trajectory_tspan():
         dxode.solve(eprob, trajectories=3, saveat=0.1)
 
 
+def test_a_reduction_may_update_its_accumulator_in_place():
+    # The second solve started from the first one's sum, left in u_init.
+    def sum_in_place(acc, u, indices):
+        acc += u[:, -1, :].sum(axis=0)
+        return acc, False
+
+    u_init = np.zeros(3)
+    eprob = EnsembleProblem(_prob(), p=_scaled_params(6), reduction=sum_in_place, u_init=u_init)
+    plain = dxode.solve(EnsembleProblem(_prob(), p=_scaled_params(6)), saveat=[1.0])
+    for alg in (EnsembleArray(), EnsembleSerial(), EnsembleArray()):
+        sim = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=4, saveat=[1.0])
+        np.testing.assert_allclose(sim.u, plain.u[:, -1, :].sum(axis=0), rtol=1e-14)
+    np.testing.assert_array_equal(u_init, 0.0)
+
+
 @pytest.mark.parametrize("alg", [EnsembleSerial(), EnsembleArray()], ids=["serial", "array"])
 @pytest.mark.parametrize("batch_size", [1, 2, 3])
 def test_sim_t_shape_does_not_depend_on_batching(alg, batch_size):

@@ -73,7 +73,7 @@ def reduce_batches(
     Like a reduction on Dask workers, only return-code counts and step totals are kept
     (``retcodes`` is ``None``), so memory stays flat in the number of trajectories.
     """
-    acc, converged = eprob.u_init, False
+    acc, converged = eprob.initial_accumulator(), False
     t, counts, totals = None, np.zeros(len(ReturnCode), dtype=np.int64), np.zeros(4, np.int64)
     for batch in results:
         summary = batch_summary(batch)

@@ -479,7 +479,9 @@ def _dask_task(
         result.u = to_host(result.u)
     if reduce_here:
         values = result.values if eprob.output_func is not None else result.u
-        result.values = eprob.reduce(eprob.u_init, _stack_values(values), result.indices)[0]
+        result.values = eprob.reduce(
+            eprob.initial_accumulator(), _stack_values(values), result.indices
+        )[0]
         result.u = None
     if target is not None:
         import zarr

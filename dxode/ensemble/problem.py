@@ -106,7 +106,8 @@ class EnsembleProblem:
         values (outputs, or saved states ``(B, nsave, *shape)``) into ``acc``; once
         ``converged`` is true no further batches are solved.
     u_init : any, optional
-        The initial accumulator of ``reduction``.
+        The initial accumulator of ``reduction``; each reduction starts from a copy of it,
+        so ``reduction`` may update ``acc`` in place.
     combine : callable, optional
         ``combine(acc_a, acc_b) -> acc`` merges two accumulators (associative). With it,
         ``EnsembleDask`` reduces each batch on its worker and combines the partial results on
@@ -257,6 +258,14 @@ class EnsembleProblem:
                 f"trajectory {index} again), got rerun={rerun!r}"
             )
         return value, bool(rerun)
+
+    def initial_accumulator(self) -> Any:
+        """A fresh copy of ``u_init`` for one reduction to start from, so that a reduction
+        updating ``acc`` in place changes neither ``u_init`` nor the next solve's start (nor,
+        on a Dask worker, the start of the next batch that worker reduces)."""
+        from .._tracing import is_traced
+
+        return self.u_init if is_traced(self.u_init) else copy.deepcopy(self.u_init)
 
     def reduce(self, acc: Any, values: Any, indices: np.ndarray) -> tuple[Any, bool]:
         """``reduction(acc, values, indices)``, checked to be a pair ``(acc, converged)``."""
