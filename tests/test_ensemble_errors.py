@@ -158,3 +158,11 @@ def test_every_algorithm_refuses_misfit_arrays_alike(alg, given, match):
     eprob = EnsembleProblem(_decay(), **given)
     with pytest.raises(ValueError, match=match):
         dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=4, batch_size=2, saveat=[0.5])
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_spans_in_both_directions_are_refused_whatever_the_batching(batch_size):
+    # Checked batch by batch only, so batch_size=1 solved them.
+    eprob = EnsembleProblem(_decay(), tspan=[[0.0, 1.0], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="must integrate in the same time direction"):
+        dxode.solve(eprob, dxode.Tsit5(), batch_size=batch_size)
