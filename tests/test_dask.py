@@ -137,6 +137,32 @@ def test_outputs_keep_each_trajectory_s_own_save_times(client, tmp_path, output)
         np.testing.assert_array_equal(zarr.open_group(store, mode="r")["t"][...], spans)
 
 
+def _ten_times_x(sol, i):
+    return 10 * float(sol.u[-1, 0]), False
+
+
+def _count(acc, values, indices):
+    return acc + len(indices), False
+
+
+@pytest.mark.parametrize("output", ["dask", "zarr"])
+@pytest.mark.parametrize(
+    "kept",
+    [
+        {"output_func": _ten_times_x},
+        {"reduction": _count, "u_init": 0},
+        {"reduction": _count, "u_init": 0, "combine": np.add},
+    ],
+    ids=["output_func", "reduction", "reduction-combine"],
+)
+def test_outputs_for_saved_states_refuse_values(client, tmp_path, output, kept):
+    # output="zarr" returned the saved states, dropping the output_func's values or the
+    # reduction without a word; output="dask" failed with TypeError 'NoneType' ...
+    alg = EnsembleDask(client, output=output, store=str(tmp_path / "values.zarr"))
+    with pytest.raises(ValueError, match=f"output='{output}' is where saved states go"):
+        dxode.solve(_eprob(**kept), dxode.Tsit5(), alg, trajectories=4, batch_size=2, **SOLVE)
+
+
 def test_a_closed_client_is_refused_clearly(client):
     closed = distributed.Client(client.scheduler.address, set_as_default=False)
     closed.close()

@@ -185,6 +185,13 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
     def run(self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec) -> Any:
         if spec.dense:
             raise ValueError("dense output is not kept by EnsembleDask; use EnsembleArray")
+        if self.output != "memory" and (eprob.output_func or eprob.reduction) is not None:
+            func = "output_func" if eprob.output_func is not None else "reduction"
+            raise ValueError(
+                f"output={self.output!r} is where saved states go, but this ensemble keeps its "
+                f"{func}'s values instead, which come back to the driver: use output='memory' "
+                f"(the default), or no {func} to keep the states on the workers or in Zarr"
+            )
         with _client_for(self.client) as client:
             return _Run(self, client, eprob, batches, spec).solve()
 
