@@ -166,3 +166,23 @@ def test_spans_in_both_directions_are_refused_whatever_the_batching(batch_size):
     eprob = EnsembleProblem(_decay(), tspan=[[0.0, 1.0], [1.0, 0.0]])
     with pytest.raises(ValueError, match="must integrate in the same time direction"):
         dxode.solve(eprob, dxode.Tsit5(), batch_size=batch_size)
+
+
+def _fold(acc, values, indices):
+    if 5 in indices:
+        raise BoomError("cannot fold")
+    return acc + len(indices), False
+
+
+def _never_content(sol, i):
+    return 0.0, i == 3
+
+
+def test_a_reduction_error_names_its_trajectories_and_endless_reruns_name_theirs():
+    eprob = EnsembleProblem(_decay(), reduction=_fold, u_init=0)
+    with pytest.raises(BoomError) as raised:
+        dxode.solve(eprob, dxode.Tsit5(), trajectories=8, batch_size=4)
+    assert raised.value.__notes__ == ["raised by reduction for trajectories 4-7"]
+    endless = EnsembleProblem(_decay(), output_func=_never_content)
+    with pytest.raises(RuntimeError, match="more than 100 reruns of trajectory 3;"):
+        dxode.solve(endless, dxode.Tsit5(), trajectories=8, batch_size=4)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
+from .._error_context import describe_trajectories
 from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._single import solve_problem
@@ -145,7 +146,11 @@ def finish_batch(
         current = alg.run_batch(eprob, indices[pending], spec, repeat[pending])
         if spec.callback is not None:
             result.events = replace_trajectories(result.events, current.events, indices[pending])
-    raise RuntimeError(f"output_func asked for more than {_MAX_RERUNS} reruns of a trajectory")
+    raise RuntimeError(
+        f"output_func asked for more than {_MAX_RERUNS} reruns of "
+        f"{describe_trajectories(indices[pending])}; it must return rerun=False in the end "
+        f"(for instance once it has counted enough attempts of a trajectory)"
+    )
 
 
 def _copy_lane(into: BatchResult, pos: int, source: BatchResult, source_pos: int) -> None:

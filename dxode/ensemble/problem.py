@@ -268,11 +268,15 @@ class EnsembleProblem:
         return self.u_init if is_traced(self.u_init) else copy.deepcopy(self.u_init)
 
     def reduce(self, acc: Any, values: Any, indices: np.ndarray) -> tuple[Any, bool]:
-        """``reduction(acc, values, indices)``, checked to be a pair ``(acc, converged)``."""
+        """``reduction(acc, values, indices)``, checked to be a pair ``(acc, converged)``; an
+        exception it raises names the trajectories it was folding."""
         assert self.reduction is not None
-        acc, converged = _pair(
-            "reduction", "(acc, converged)", self.reduction(acc, values, indices), "False"
-        )
+        try:
+            result = self.reduction(acc, values, indices)
+        except Exception as err:
+            add_note(err, f"raised by reduction for {describe_trajectories(indices)}")
+            raise
+        acc, converged = _pair("reduction", "(acc, converged)", result, "False")
         return acc, bool(converged)
 
     def __repr__(self) -> str:
