@@ -104,11 +104,11 @@ def trajectory_times(grid: np.ndarray) -> np.ndarray:
 
 def lane_stop_times(tstops: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray | None:
     """``tstops`` for lanes with spans ``t0 -> t1`` (``(L,)`` each, all in one direction),
-    checked against the span covering them all: each lane steps onto those inside its own
-    span and passes the others by."""
-    if t1[0] >= t0[0]:
-        return stop_times(tstops, float(np.min(t0)), float(np.max(t1)))
-    return stop_times(tstops, float(np.max(t0)), float(np.min(t1)))
+    checked to be ordered and finite: each lane steps onto those inside its own span and
+    passes the others by. Not checked against the lanes' spans, whose union depends on how
+    trajectories are batched (an ensemble checks its stops against all spans it knows)."""
+    direction = 1.0 if t1[0] > t0[0] else -1.0
+    return stop_times(tstops, -direction * math.inf, direction * math.inf)
 
 
 def stop_times(tstops: Any, t0: float, t1: float) -> np.ndarray | None:

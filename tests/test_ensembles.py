@@ -283,6 +283,31 @@ def test_sim_t_shape_does_not_depend_on_batching(alg, batch_size):
     np.testing.assert_array_equal(ends.t, spans)
 
 
+def _span_by_index(prob, i, repeat):
+    return prob.remake(tspan=(0.0, 1.0 + 0.5 * i))
+
+
+@pytest.mark.parametrize("alg", [EnsembleSerial(), EnsembleArray()], ids=["serial", "array"])
+@pytest.mark.parametrize("batch_size", [1, 3])
+@pytest.mark.parametrize("how", ["arrays", "prob_func"])
+def test_times_inside_some_spans_are_taken_whatever_the_batching(alg, batch_size, how):
+    # tstops were checked against the span covering a batch, so a stop past trajectory 0's
+    # end was refused with batch_size=1 and taken with 3; spans a prob_func built had their
+    # saveat and tstops checked against prob.tspan, which need not be any trajectory's.
+    spans = np.column_stack([np.zeros(3), 1.0 + 0.5 * np.arange(3)])
+    given = {"tspan": spans} if how == "arrays" else {"prob_func": _span_by_index}
+    eprob = EnsembleProblem(_prob(tspan=(0.0, 0.5)), **given)
+    opts = {"rtol": 1e-8, "atol": 1e-8, "saveat": [0.75]}
+    sim = dxode.solve(eprob, alg, trajectories=3, batch_size=batch_size, tstops=[1.25], **opts)
+    for i in range(3):
+        own = [1.25] if spans[i, 1] >= 1.25 else None
+        alone = dxode.solve(_prob(tspan=tuple(spans[i])), tstops=own, **opts)
+        np.testing.assert_array_equal(sim.u[i], alone.u)
+        assert sim[i].stats.naccept == alone.stats.naccept
+    with pytest.raises(ValueError, match="outside tspan"):  # beyond every span
+        dxode.solve(EnsembleProblem(_prob(), tspan=spans), alg, tstops=[2.5], **opts)
+
+
 @pytest.mark.parametrize("kernel", [False, True])
 def test_tstops_with_per_trajectory_tspans(kernel):
     # A stop inside some trajectories' spans only: those step onto it, the others pass it by
