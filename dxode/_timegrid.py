@@ -58,14 +58,18 @@ def _interval(saveat: Any) -> float:
         ) from None
 
 
-def lane_save_grid(saveat: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+def lane_save_grid(
+    saveat: Any, t0: np.ndarray, t1: np.ndarray, trajectories: np.ndarray | None = None
+) -> np.ndarray:
     """Save times ``(nsave, L)`` (float64, host) of lanes on spans ``t0``, ``t1`` (``(L,)``):
-    ``saveat``'s (see ``save_times``), shared by the lanes, or each lane's end points."""
-    shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
+    ``saveat``'s (see ``save_times``), shared by the lanes, or each lane's end points.
+    ``trajectories`` (``(L,)``, the lanes' trajectory indices) name the trajectory whose span
+    a save time lies outside of."""
     n = t0.shape[0]
     if saveat is None:
         return np.stack([t0, t1])
-    if shared_span:
+    shared = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
+    if shared and (trajectories is None or np.ndim(saveat) == 0):
         grid = save_times(saveat, float(t0[0]), float(t1[0]))
         assert grid is not None
         return np.repeat(grid[:, None], n, axis=1)
@@ -74,21 +78,37 @@ def lane_save_grid(saveat: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
             "saveat as an interval needs one shared tspan; with per-trajectory tspans give the "
             "save times as an array inside every trajectory's span (or saveat=None for the ends)"
         )
-    lo, hi = np.minimum(t0, t1).max(), np.maximum(t0, t1).min()
-    grid = save_times(saveat, float(t0[0]), float(t1[0]))
+    lo, hi = np.minimum(t0, t1), np.maximum(t0, t1)
+    direction = 1.0 if t1[0] > t0[0] else -1.0
+    grid = save_times(saveat, -direction * math.inf, direction * math.inf)  # ordered, finite
     assert grid is not None
-    if grid.min() < lo or grid.max() > hi:
-        raise ValueError(f"saveat must lie inside every trajectory's tspan, i.e. in [{lo}, {hi}]")
+    outside = (grid.min() < lo) | (grid.max() > hi)
+    if np.any(outside):
+        lane = int(np.argmax(outside))
+        time = grid[(grid < lo[lane]) | (grid > hi[lane])][0]
+        who = "a trajectory" if trajectories is None else f"trajectory {int(trajectories[lane])}"
+        raise ValueError(
+            f"saveat time {float(time)} is outside the tspan ({float(t0[lane])}, "
+            f"{float(t1[lane])}) of {who}; a shared saveat must lie inside every trajectory's "
+            f"tspan (or pass saveat=None to save each trajectory's ends)"
+        )
     return np.repeat(grid[:, None], n, axis=1)
+
+
+def trajectory_times(grid: np.ndarray) -> np.ndarray:
+    """A batch's save times from its lanes' grid ``(nsave, L)``: ``(nsave,)`` when every lane
+    saves at the same times, else ``(L, nsave)``. Decided by the times alone, so an
+    ensemble's ``sim.t`` has the same shape however its trajectories are batched."""
+    return grid[:, 0] if bool(np.all(grid == grid[:, :1])) else grid.T
 
 
 def lane_stop_times(tstops: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray | None:
     """``tstops`` for lanes with spans ``t0 -> t1`` (``(L,)`` each, all in one direction),
-    checked against the span covering them all: each lane steps onto those inside its own
-    span and passes the others by."""
-    if t1[0] >= t0[0]:
-        return stop_times(tstops, float(np.min(t0)), float(np.max(t1)))
-    return stop_times(tstops, float(np.max(t0)), float(np.min(t1)))
+    checked to be ordered and finite: each lane steps onto those inside its own span and
+    passes the others by. Not checked against the lanes' spans, whose union depends on how
+    trajectories are batched (an ensemble checks its stops against all spans it knows)."""
+    direction = 1.0 if t1[0] > t0[0] else -1.0
+    return stop_times(tstops, -direction * math.inf, direction * math.inf)
 
 
 def stop_times(tstops: Any, t0: float, t1: float) -> np.ndarray | None:

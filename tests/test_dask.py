@@ -118,6 +118,60 @@ def test_zarr_output(client, reference, tmp_path):
     assert sim.stats.total_nf == reference.stats.total_nf
 
 
+@pytest.mark.parametrize("output", ["memory", "dask", "zarr"])
+def test_outputs_keep_each_trajectory_s_own_save_times(client, tmp_path, output):
+    # With per-trajectory spans and saveat=None every trajectory saves at its own start and
+    # end; a Zarr output's sim.t was trajectory 0's times (2,), so sim[5].t was [0, 1].
+    import zarr
+
+    spans = np.column_stack([np.zeros(7), np.linspace(1.0, 2.0, 7)])
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0)
+    eprob = EnsembleProblem(prob, tspan=spans)
+    store = str(tmp_path / "spans.zarr")
+    sim = dxode.solve(
+        eprob, dxode.Tsit5(), EnsembleDask(client, output=output, store=store), batch_size=3
+    )
+    np.testing.assert_array_equal(np.asarray(sim.t), spans)
+    np.testing.assert_array_equal(sim[5].t, spans[5])
+    if output == "zarr":
+        np.testing.assert_array_equal(zarr.open_group(store, mode="r")["t"][...], spans)
+
+
+def _ten_times_x(sol, i):
+    return 10 * float(sol.u[-1, 0]), False
+
+
+def _count(acc, values, indices):
+    return acc + len(indices), False
+
+
+@pytest.mark.parametrize("output", ["dask", "zarr"])
+@pytest.mark.parametrize(
+    "kept",
+    [
+        {"output_func": _ten_times_x},
+        {"reduction": _count, "u_init": 0},
+        {"reduction": _count, "u_init": 0, "combine": np.add},
+    ],
+    ids=["output_func", "reduction", "reduction-combine"],
+)
+def test_outputs_for_saved_states_refuse_values(client, tmp_path, output, kept):
+    # output="zarr" returned the saved states, dropping the output_func's values or the
+    # reduction without a word; output="dask" failed with TypeError 'NoneType' ...
+    alg = EnsembleDask(client, output=output, store=str(tmp_path / "values.zarr"))
+    with pytest.raises(ValueError, match=f"output='{output}' is where saved states go"):
+        dxode.solve(_eprob(**kept), dxode.Tsit5(), alg, trajectories=4, batch_size=2, **SOLVE)
+
+
+def test_a_closed_client_is_refused_clearly(client):
+    closed = distributed.Client(client.scheduler.address, set_as_default=False)
+    closed.close()
+    with pytest.raises(ValueError, match="EnsembleDask's client is closed: pass a running"):
+        dxode.solve(_eprob(), dxode.Tsit5(), closed, trajectories=4, **SOLVE)
+    with pytest.raises(ValueError, match="client is closed"):
+        dxode.solve(_eprob(), dxode.Tsit5(), EnsembleDask(closed), trajectories=4, batch_size=2)
+
+
 def test_output_func_runs_on_the_workers(client):
     def output_func(sol, i):
         return (os.getpid(), float(sol.u[-1, 0])), False
@@ -133,6 +187,25 @@ def test_output_func_runs_on_the_workers(client):
     pids = {pid for pid, _ in sim.u}
     assert os.getpid() not in pids
     assert pids <= set(client.run(os.getpid).values())
+
+
+def _sum_in_place(acc, values, indices):
+    acc += np.sum(values[:, -1, :], axis=0)
+    return acc, False
+
+
+@pytest.mark.parametrize("combine", [np.add, None], ids=["on-workers", "on-the-driver"])
+def test_a_reduction_may_update_its_accumulator_in_place(client, reference, combine):
+    # Each reduction starts from a copy of u_init: a worker reused the u_init its earlier
+    # batches had updated in place (the tree sum then counted them again), and a solve left
+    # u_init changed for the next one.
+    u_init = np.zeros(3)
+    eprob = _eprob(reduction=_sum_in_place, u_init=u_init, combine=combine)
+    expected = reference.u[:, -1, :].sum(axis=0)
+    for _ in range(2):
+        sim = dxode.solve(eprob, dxode.Tsit5(), client, trajectories=N, batch_size=8, **SOLVE)
+        np.testing.assert_allclose(sim.u, expected, rtol=1e-12)
+    np.testing.assert_array_equal(u_init, 0.0)
 
 
 def test_reduction_tree_on_workers(client, reference):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import dxode
@@ -72,3 +73,116 @@ def test_an_error_of_a_user_function_names_its_trajectory(alg, kwargs, note):
     with pytest.raises(BoomError) as raised:
         dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=12, batch_size=4)
     assert raised.value.__notes__ == [note]
+
+
+def _local_algorithms():
+    """Every local ensemble algorithm; the kernel one refuses bad trajectories before it
+    compiles anything."""
+    algs = [dxode.EnsembleSerial(), dxode.EnsembleArray()]
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return algs
+    return [*algs, dxode.EnsembleKernel()]
+
+
+def _changed_at_five(**changes):
+    def prob_func(prob, i, repeat):
+        return prob.remake(**changes) if i == 5 else prob
+
+    return prob_func
+
+
+@pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"p": (2.0,)}, r"trajectory 5's p has a different structure than prob.p"),
+        ({"f": lambda u, p, t: -u}, r"prob_func changed f for trajectory 5;"),
+        ({"u0": [1.0, 2.0]}, r"trajectory 5 has u0 shape \(2,\), expected \(1,\)"),
+    ],
+    ids=["p-structure", "f", "u0-shape"],
+)
+def test_every_algorithm_refuses_a_misfit_trajectory_by_its_index(alg, change, match):
+    # EnsembleSerial solved these (a tuple p for a list prob.p, another f) or failed inside
+    # NumPy's stack; the others named the trajectory's position in its batch (1, not 5).
+    eprob = EnsembleProblem(_decay(), prob_func=_changed_at_five(**change))
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=8, batch_size=4, saveat=[1.0])
+
+
+@pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
+@pytest.mark.parametrize(
+    ("saveat", "match"),
+    [
+        ([0.5, 2.5], r"time 2.5 is outside the tspan \(0.0, 2.0\) of trajectory 1;"),
+        ([1.5], r"time 1.5 is outside the tspan \(0.0, 1.0\) of trajectory 2;"),
+        ([0.5, 3.5], r"time 3.5 is outside the tspan \(0.0, 3.0\) of trajectory 0;"),
+    ],
+)
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_saveat_outside_a_trajectory_span_names_that_trajectory(alg, saveat, match, batch_size):
+    # The message named trajectory 0's span, (0.0, 3.0) here, whichever trajectory's span
+    # the time lay outside of (and no trajectory at all).
+    spans = [[0.0, 3.0], [0.0, 2.0], [0.0, 1.0]]
+    eprob = EnsembleProblem(_decay(), tspan=spans)
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(eprob, dxode.Tsit5(), alg, saveat=saveat, batch_size=batch_size)
+
+
+def _rows(extra=0, width=1):
+    def batch_func(prob, ctx):
+        return {"u0": np.ones((len(ctx.indices) + extra, width))}
+
+    return batch_func
+
+
+def _backwards_at_one(prob, i, repeat):
+    return prob.remake(tspan=(1.0, 0.0)) if i == 1 else prob
+
+
+@pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
+@pytest.mark.parametrize(
+    ("given", "match"),
+    [
+        ({"u0": np.ones((4, 3))}, r"per-trajectory u0 must have shape \(trajectories, \*\(1,\)\)"),
+        ({"batch_func": _rows(extra=1)}, "expected 2 trajectories along the first axis, got 3"),
+        ({"batch_func": _rows(width=3)}, r"u0 must have shape \(trajectories, \*\(1,\)\)"),
+        ({"prob_func": _backwards_at_one}, "must integrate in the same time direction"),
+    ],
+    ids=["arrays-u0-shape", "batch_func-rows", "batch_func-u0-shape", "directions"],
+)
+def test_every_algorithm_refuses_misfit_arrays_alike(alg, given, match):
+    # EnsembleSerial solved all four: trajectories with a (3,) state for a (1,) prob.u0, the
+    # first rows of a batch_func's extra ones, spans running both ways in one batch.
+    eprob = EnsembleProblem(_decay(), **given)
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=4, batch_size=2, saveat=[0.5])
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_spans_in_both_directions_are_refused_whatever_the_batching(batch_size):
+    # Checked batch by batch only, so batch_size=1 solved them.
+    eprob = EnsembleProblem(_decay(), tspan=[[0.0, 1.0], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="must integrate in the same time direction"):
+        dxode.solve(eprob, dxode.Tsit5(), batch_size=batch_size)
+
+
+def _fold(acc, values, indices):
+    if 5 in indices:
+        raise BoomError("cannot fold")
+    return acc + len(indices), False
+
+
+def _never_content(sol, i):
+    return 0.0, i == 3
+
+
+def test_a_reduction_error_names_its_trajectories_and_endless_reruns_name_theirs():
+    eprob = EnsembleProblem(_decay(), reduction=_fold, u_init=0)
+    with pytest.raises(BoomError) as raised:
+        dxode.solve(eprob, dxode.Tsit5(), trajectories=8, batch_size=4)
+    assert raised.value.__notes__ == ["raised by reduction for trajectories 4-7"]
+    endless = EnsembleProblem(_decay(), output_func=_never_content)
+    with pytest.raises(RuntimeError, match="more than 100 reruns of trajectory 3;"):
+        dxode.solve(endless, dxode.Tsit5(), trajectories=8, batch_size=4)

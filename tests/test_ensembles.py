@@ -245,10 +245,67 @@ def test_per_trajectory_tspan():
         np.testing.assert_array_equal(sim.u[i], alone.u)
     shared = dxode.solve(eprob, trajectories=3, saveat=[0.25, 0.5], rtol=1e-8, atol=1e-8)
     assert shared.u.shape == (3, 2, 3)
-    with pytest.raises(ValueError, match="inside every trajectory's tspan"):
+    with pytest.raises(
+        ValueError, match=r"time 0.75 is outside the tspan \(0.0, 0.5\) of trajectory 2"
+    ):
         dxode.solve(eprob, trajectories=3, saveat=[0.25, 0.75])
     with pytest.raises(ValueError, match="interval needs one shared tspan"):
         dxode.solve(eprob, trajectories=3, saveat=0.1)
+
+
+def test_a_reduction_may_update_its_accumulator_in_place():
+    # The second solve started from the first one's sum, left in u_init.
+    def sum_in_place(acc, u, indices):
+        acc += u[:, -1, :].sum(axis=0)
+        return acc, False
+
+    u_init = np.zeros(3)
+    eprob = EnsembleProblem(_prob(), p=_scaled_params(6), reduction=sum_in_place, u_init=u_init)
+    plain = dxode.solve(EnsembleProblem(_prob(), p=_scaled_params(6)), saveat=[1.0])
+    for alg in (EnsembleArray(), EnsembleSerial(), EnsembleArray()):
+        sim = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=4, saveat=[1.0])
+        np.testing.assert_allclose(sim.u, plain.u[:, -1, :].sum(axis=0), rtol=1e-14)
+    np.testing.assert_array_equal(u_init, 0.0)
+
+
+@pytest.mark.parametrize("alg", [EnsembleSerial(), EnsembleArray()], ids=["serial", "array"])
+@pytest.mark.parametrize("batch_size", [1, 2, 3])
+def test_sim_t_shape_does_not_depend_on_batching(alg, batch_size):
+    # sim.t is (trajectories, nsave) exactly when trajectories save at different times; an
+    # EnsembleArray batch of lanes with different spans gave (B, nsave) rows for a shared
+    # saveat, so sim.t was (3, 2) with batch_size=2 or 3 and (2,) with batch_size=1 or serially.
+    spans = np.array([[0.0, 1.0], [0.0, 2.5], [0.0, 0.5]])
+    eprob = EnsembleProblem(_prob(), tspan=spans)
+    shared = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=batch_size, saveat=[0.25, 0.5])
+    np.testing.assert_array_equal(shared.t, [0.25, 0.5])
+    np.testing.assert_array_equal(shared[1].t, [0.25, 0.5])
+    ends = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=batch_size)
+    np.testing.assert_array_equal(ends.t, spans)
+
+
+def _span_by_index(prob, i, repeat):
+    return prob.remake(tspan=(0.0, 1.0 + 0.5 * i))
+
+
+@pytest.mark.parametrize("alg", [EnsembleSerial(), EnsembleArray()], ids=["serial", "array"])
+@pytest.mark.parametrize("batch_size", [1, 3])
+@pytest.mark.parametrize("how", ["arrays", "prob_func"])
+def test_times_inside_some_spans_are_taken_whatever_the_batching(alg, batch_size, how):
+    # tstops were checked against the span covering a batch, so a stop past trajectory 0's
+    # end was refused with batch_size=1 and taken with 3; spans a prob_func built had their
+    # saveat and tstops checked against prob.tspan, which need not be any trajectory's.
+    spans = np.column_stack([np.zeros(3), 1.0 + 0.5 * np.arange(3)])
+    given = {"tspan": spans} if how == "arrays" else {"prob_func": _span_by_index}
+    eprob = EnsembleProblem(_prob(tspan=(0.0, 0.5)), **given)
+    opts = {"rtol": 1e-8, "atol": 1e-8, "saveat": [0.75]}
+    sim = dxode.solve(eprob, alg, trajectories=3, batch_size=batch_size, tstops=[1.25], **opts)
+    for i in range(3):
+        own = [1.25] if spans[i, 1] >= 1.25 else None
+        alone = dxode.solve(_prob(tspan=tuple(spans[i])), tstops=own, **opts)
+        np.testing.assert_array_equal(sim.u[i], alone.u)
+        assert sim[i].stats.naccept == alone.stats.naccept
+    with pytest.raises(ValueError, match="outside tspan"):  # beyond every span
+        dxode.solve(EnsembleProblem(_prob(), tspan=spans), alg, tstops=[2.5], **opts)
 
 
 @pytest.mark.parametrize("kernel", [False, True])

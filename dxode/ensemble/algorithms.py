@@ -17,14 +17,16 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
+from .._error_context import describe_trajectories
 from .._problem import ODEProblem
 from .._retcode import ReturnCode
 from .._single import solve_problem
 from .._solution import ODESolution, SolverStats
-from .._timegrid import lane_stop_times
+from .._timegrid import lane_save_grid, lane_stop_times
+from ..backends import backend_for, get_backend
 from ..events.callbacks import check_preset_times
 from ..events.record import concat_records, replace_trajectories
-from .batch import BatchResult, BatchSpec, solve_batch
+from .batch import BatchResult, BatchSpec, check_arrays, check_direction, solve_batch
 from .problem import EnsembleProblem
 from .scheduling import map_batches_here
 
@@ -144,7 +146,11 @@ def finish_batch(
         current = alg.run_batch(eprob, indices[pending], spec, repeat[pending])
         if spec.callback is not None:
             result.events = replace_trajectories(result.events, current.events, indices[pending])
-    raise RuntimeError(f"output_func asked for more than {_MAX_RERUNS} reruns of a trajectory")
+    raise RuntimeError(
+        f"output_func asked for more than {_MAX_RERUNS} reruns of "
+        f"{describe_trajectories(indices[pending])}; it must return rerun=False in the end "
+        f"(for instance once it has counted enough attempts of a trajectory)"
+    )
 
 
 def _copy_lane(into: BatchResult, pos: int, source: BatchResult, source_pos: int) -> None:
@@ -229,13 +235,11 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
             raise ValueError(
                 "EnsembleSerial keeps no dense output; use EnsembleArray for dense=True"
             )
-        problems = [
-            trajectory_problem(eprob, int(i), int(r), spec.seed)
-            for i, r in zip(indices, repeat, strict=True)
-        ]
+        problems = trajectory_problems(eprob, indices, repeat, spec)
         # As in an EnsembleArray batch: tstops must lie in the span covering the batch's
         # trajectories, each of which steps onto those inside its own span.
         spans = np.array([prob.tspan for prob in problems])
+        lane_save_grid(spec.saveat, spans[:, 0], spans[:, 1], indices)  # names a bad span
         stops = lane_stop_times(spec.tstops, spans[:, 0], spans[:, 1])
         sols = []
         for prob in problems:
@@ -274,31 +278,44 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
         )
 
 
-def trajectory_problem(eprob: EnsembleProblem, index: int, repeat: int, seed: int) -> ODEProblem:
-    """Trajectory ``index`` of any ensemble as its own ODEProblem.
+def trajectory_problems(
+    eprob: EnsembleProblem, indices: np.ndarray, repeat: np.ndarray, spec: BatchSpec
+) -> list[ODEProblem]:
+    """Trajectories ``indices`` (attempt ``repeat``) of any ensemble, each as its own
+    ODEProblem, refused where an ``EnsembleArray`` batch of them would be (the same checks,
+    the same messages).
 
-    Its per-trajectory parameters (from ``prob_func``, ``batch_func`` or arrays) take the
+    Their per-trajectory parameters (from ``prob_func``, ``batch_func`` or arrays) take the
     state's dtype where they are floating, as in an ``EnsembleArray`` batch.
     """
+    prob = eprob.prob
     if eprob.prob_func is not None:
-        prob = eprob.trajectory(index, repeat, seed)
-        return prob.remake(p=_in_state_dtype(prob.p, prob.u0.dtype))
+        problems = []
+        for i, r in zip(indices, repeat, strict=True):
+            traj = eprob.trajectory(int(i), int(r), spec.seed)  # checked as it is built
+            problems.append(traj.remake(p=_in_state_dtype(traj.p, traj.u0.dtype)))
+        check_direction(*np.array([traj.tspan for traj in problems]).T)
+        return problems
     if not (eprob.arrays or eprob.batch_func):
-        return eprob.trajectory(index, repeat, seed)
+        return [prob] * len(indices)
     if eprob.batch_func is not None:
-        data = eprob.batch(np.array([index]), np.array([repeat]), seed)
-        row = 0
+        data, rows = eprob.batch(indices, repeat, spec.seed), range(len(indices))
     else:
-        data, row = eprob.arrays, index
-    changes = {}
-    if "u0" in data:
-        changes["u0"] = data["u0"][row, ...]
-    if "tspan" in data:
-        changes["tspan"] = tuple(float(x) for x in np.asarray(data["tspan"][row]))
-    if "p" in data:
-        rows = _pytree.map_leaves(lambda leaf: leaf[row, ...], data["p"])
-        changes["p"] = _in_state_dtype(rows, eprob.prob.u0.dtype)
-    return eprob.prob.remake(**changes)
+        data, rows = eprob.arrays, indices
+    backend = get_backend(spec.backend) if spec.backend else backend_for(prob.u0)
+    check_arrays(data, prob, len(indices), None if eprob.batch_func else indices, backend)
+    problems = []
+    for row in rows:
+        changes = {}
+        if "u0" in data:
+            changes["u0"] = data["u0"][row, ...]
+        if "tspan" in data:
+            changes["tspan"] = tuple(float(x) for x in np.asarray(data["tspan"][row]))
+        if "p" in data:
+            p_row = _pytree.map_leaves(lambda leaf, row=row: leaf[row, ...], data["p"])
+            changes["p"] = _in_state_dtype(p_row, prob.u0.dtype)
+        problems.append(prob.remake(**changes))
+    return problems
 
 
 def _in_state_dtype(p: Any, dtype: Any) -> Any:

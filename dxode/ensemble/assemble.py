@@ -73,7 +73,7 @@ def reduce_batches(
     Like a reduction on Dask workers, only return-code counts and step totals are kept
     (``retcodes`` is ``None``), so memory stays flat in the number of trajectories.
     """
-    acc, converged = eprob.u_init, False
+    acc, converged = eprob.initial_accumulator(), False
     t, counts, totals = None, np.zeros(len(ReturnCode), dtype=np.int64), np.zeros(4, np.int64)
     for batch in results:
         summary = batch_summary(batch)
@@ -98,9 +98,11 @@ def reduce_batches(
 
 
 def batch_summary(batch: BatchResult) -> dict[str, Any]:
-    """A batch's save times (its first trajectory's), return-code counts and step totals."""
+    """A batch's save times (its first trajectory's, and 1 in ``own_times`` when its
+    trajectories save at different times), return-code counts and step totals."""
     return {
         "t": batch.t if batch.t.ndim == 1 else batch.t[0, ...],
+        "own_times": int(batch.t.ndim == 2),
         "counts": np.bincount(batch.retcode, minlength=len(ReturnCode)),
         # EnsembleStats.totals: (nf, naccept, nreject, nswitch), the counts after retcode
         "totals": np.array([np.sum(batch.counts(name)) for name in TRAJECTORY_COUNTS[1:]]),

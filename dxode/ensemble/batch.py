@@ -17,11 +17,11 @@ from .._derivatives import Derivatives
 from .._lane_problem import lane_problem, lane_values, parameters_for
 from .._options import SolverOptions
 from .._problem import ODEProblem
-from .._timegrid import lane_save_grid, lane_stop_times
+from .._timegrid import lane_save_grid, lane_stop_times, trajectory_times
 from ..backends import Backend, backend_for, get_backend, to_host
 from ..events.record import EventRecord, record_from_lanes
 from ..integrator.loop import integrate
-from .problem import EnsembleProblem, check_p_structure, per_trajectory_leaves
+from .problem import EnsembleProblem, per_trajectory_leaves
 
 Array = Any
 
@@ -99,8 +99,7 @@ def solve_batch(
     backend = get_backend(spec.backend) if spec.backend else backend_for(eprob.prob.u0)
     lanes = build_lanes(eprob, indices, repeat, spec.seed, backend)
     t0, t1 = lanes.t0, lanes.t1
-    shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
-    grid = lane_save_grid(spec.saveat, t0, t1)
+    grid = lane_save_grid(spec.saveat, t0, t1, indices)
     p_leaves = _pytree.leaves(lanes.p)
     p_for = parameters_for(lanes.p, p_leaves, lanes.lane_leaf)
     lane_params = lane_values(p_leaves, lanes.lane_leaf)
@@ -120,7 +119,7 @@ def solve_batch(
     )
     result = integrate(problem, spec.options, backend, lockstep=spec.lockstep)
     dtype = lanes.u0.dtype
-    t_out = backend.asarray(grid[:, 0] if shared_span else grid.T, dtype=dtype)
+    t_out = backend.asarray(trajectory_times(grid), dtype=dtype)
     out = BatchResult(
         indices=indices,
         t=t_out,
@@ -168,6 +167,15 @@ def build_lanes(
     return _lanes_from_arrays(eprob.arrays, prob, n, backend, take=indices)
 
 
+def check_arrays(
+    data: dict[str, Any], prob: ODEProblem, n: int, take: np.ndarray | None, backend: Backend
+) -> None:
+    """Raise as an ``EnsembleArray`` batch of ``n`` trajectories would for their
+    trajectories-first arrays ``data`` (rows ``take`` of them, or all rows as a
+    ``batch_func`` returns them), so that ``EnsembleSerial`` refuses what a batch refuses."""
+    _lanes_from_arrays(data, prob, n, backend, take)
+
+
 def _lanes_from_arrays(
     data: dict[str, Any], prob: ODEProblem, n: int, backend: Backend, take: np.ndarray | None
 ) -> _Lanes:
@@ -210,7 +218,7 @@ def _lanes_from_arrays(
         t0, t1 = spans[:, 0].copy(), spans[:, 1].copy()
     else:
         t0, t1 = np.full(n, prob.tspan[0]), np.full(n, prob.tspan[1])
-    _check_direction(t0, t1)
+    check_direction(t0, t1)
     if "p" in data:
         leaves = [
             xp.moveaxis(_as_lane_param(rows(leaf), backend, dtype), 0, -1)
@@ -227,22 +235,11 @@ def _lanes_from_arrays(
 def _lanes_from_problems(
     problems: list[ODEProblem], prob: ODEProblem, first: ODEProblem, backend: Backend
 ) -> _Lanes:
-    """Lanes from one ODEProblem per trajectory (the ``prob_func`` path); ``first`` is the
-    ensemble's trajectory 0, whose parameter leaves the others may share."""
+    """Lanes from one ODEProblem per trajectory (the ``prob_func`` path, each checked by
+    ``check_trajectory`` as it was built); ``first`` is the ensemble's trajectory 0, whose
+    parameter leaves the others may share."""
     xp = backend.xp
     dtype = _state_dtype(prob, backend)
-    for i, traj in enumerate(problems):
-        for name in ("f", "jac", "tgrad"):
-            if getattr(traj, name) is not getattr(prob, name):
-                raise ValueError(
-                    f"prob_func changed {name} for trajectory {i}; a batch shares one "
-                    f"right-hand side and its derivatives (put the differences in p or u0)"
-                )
-        if tuple(traj.u0.shape) != tuple(prob.u0.shape):
-            raise ValueError(
-                f"trajectory {i} has u0 shape {tuple(traj.u0.shape)}, expected "
-                f"{tuple(prob.u0.shape)}"
-            )
     u0s = [t.u0 for t in problems]
     if all(u0 is prob.u0 for u0 in u0s):
         u0 = _repeated_u0(prob, len(problems), backend)
@@ -254,12 +251,8 @@ def _lanes_from_problems(
         )
     t0 = np.array([t.tspan[0] for t in problems])
     t1 = np.array([t.tspan[1] for t in problems])
-    _check_direction(t0, t1)
-    per_traj = []
-    for i, traj in enumerate(problems):
-        check_p_structure(i, traj.p, prob.p)
-        per_traj.append(_pytree.leaves(traj.p))
-    check_p_structure(0, first.p, prob.p)
+    check_direction(t0, t1)
+    per_traj = [_pytree.leaves(traj.p) for traj in problems]  # checked as each was built
     shared_leaves = _pytree.leaves(first.p)
     lane_leaf = per_trajectory_leaves(shared_leaves, per_traj)
     new_leaves = []
@@ -344,7 +337,7 @@ def _take_rows(arr: Any, rows: np.ndarray) -> Any:
     return xp.take(arr, xp.asarray(rows), axis=0)
 
 
-def _check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
+def check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
     forward = t1 > t0
     if not (np.all(forward) or not np.any(forward)):
         raise ValueError(

@@ -147,7 +147,7 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
 
     def _lasting_client(self) -> Any:
         if self.client is not None:
-            return self.client
+            return _running(self.client)
         distributed = _import_distributed()
         try:
             return distributed.default_client()
@@ -185,6 +185,13 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
     def run(self, eprob: EnsembleProblem, batches: list[range], spec: BatchSpec) -> Any:
         if spec.dense:
             raise ValueError("dense output is not kept by EnsembleDask; use EnsembleArray")
+        if self.output != "memory" and (eprob.output_func or eprob.reduction) is not None:
+            func = "output_func" if eprob.output_func is not None else "reduction"
+            raise ValueError(
+                f"output={self.output!r} is where saved states go, but this ensemble keeps its "
+                f"{func}'s values instead, which come back to the driver: use output='memory' "
+                f"(the default), or no {func} to keep the states on the workers or in Zarr"
+            )
         with _client_for(self.client) as client:
             return _Run(self, client, eprob, batches, spec).solve()
 
@@ -350,6 +357,10 @@ class _Run:
             group.create_array(
                 name, shape=(self._n,), dtype=np.int64, chunks=(chunk,), fill_value=-1
             )
+        if self.spec.saveat is None:  # each trajectory's own start and end: they may differ
+            group.create_array(
+                "t", shape=shape[:2], dtype=dtype, chunks=(chunk, 2), fill_value=float("nan")
+            )
         return {"store": self.alg.store}
 
     def _distributed(self, futures: list[Any], target: dict[str, Any] | None) -> EnsembleSolution:
@@ -424,7 +435,7 @@ class _Run:
         summary = self._summaries(futures)
         group = zarr.open_group(target["store"], mode="r")
         return EnsembleSolution(
-            t=summary.pop("t"),
+            t=group["t"] if summary["own_times"] else summary["t"],
             u=da.from_zarr(group["u"]),
             retcodes=group["retcode"],
             stats=EnsembleStats(
@@ -450,7 +461,9 @@ class _Run:
         )
         total: dict[str, Any] = {}
         for part in self._in_order(small):
-            total.setdefault("t", part.pop("t"))
+            t = total.setdefault("t", part.pop("t"))
+            # Batches whose trajectories share save times may still save at other times.
+            part["own_times"] += int(not np.array_equal(part.pop("t", t), t))
             for key, value in part.items():
                 total[key] = total[key] + value if key in total else value
         total["totals"] = tuple(int(x) for x in total["totals"])
@@ -473,7 +486,9 @@ def _dask_task(
         result.u = to_host(result.u)
     if reduce_here:
         values = result.values if eprob.output_func is not None else result.u
-        result.values = eprob.reduce(eprob.u_init, _stack_values(values), result.indices)[0]
+        result.values = eprob.reduce(
+            eprob.initial_accumulator(), _stack_values(values), result.indices
+        )[0]
         result.u = None
     if target is not None:
         import zarr
@@ -483,6 +498,8 @@ def _dask_task(
         group["u"][rows] = result.u
         for name in TRAJECTORY_COUNTS:
             group[name][rows] = result.counts(name)
+        if "t" in group:
+            group["t"][rows] = np.broadcast_to(result.t, (len(indices), result.t.shape[-1]))
         result.u = None
     return result
 
@@ -578,8 +595,20 @@ def _thread_count(client: Any) -> int:
 
             client = default_client()
     if client is not None:
-        return max(1, sum(client.nthreads().values()))
+        return max(1, sum(_running(client).nthreads().values()))
     return os.cpu_count() or 1
+
+
+def _running(client: Any) -> Any:
+    """``client``, refused with a clear error once it is closed (Dask's own errors for a
+    closed client say nothing of which client or what to do)."""
+    if getattr(client, "status", None) in ("closing", "closed"):
+        raise ValueError(
+            f"EnsembleDask's client is {client.status}: pass a running distributed.Client "
+            f"(solve inside its 'with' block), or none to use the default client or a "
+            f"LocalCluster started for the solve"
+        )
+    return client
 
 
 def _import_distributed() -> Any:
@@ -602,7 +631,7 @@ def _client_for(client: Any) -> Iterator[Any]:
         except ValueError:  # no client yet
             client = None
     if client is not None:
-        yield client
+        yield _running(client)
         return
     from .cluster import local_cluster
 

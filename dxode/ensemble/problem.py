@@ -20,6 +20,7 @@ __all__ = [
     "EnsembleProblem",
     "TrajectoryContext",
     "check_p_structure",
+    "check_trajectory",
     "per_trajectory_leaves",
 ]
 
@@ -105,7 +106,8 @@ class EnsembleProblem:
         values (outputs, or saved states ``(B, nsave, *shape)``) into ``acc``; once
         ``converged`` is true no further batches are solved.
     u_init : any, optional
-        The initial accumulator of ``reduction``.
+        The initial accumulator of ``reduction``; each reduction starts from a copy of it,
+        so ``reduction`` may update ``acc`` in place.
     combine : callable, optional
         ``combine(acc_a, acc_b) -> acc`` merges two accumulators (associative). With it,
         ``EnsembleDask`` reduces each batch on its worker and combines the partial results on
@@ -221,6 +223,7 @@ class EnsembleProblem:
                 f"prob_func must return an ODEProblem (e.g. prob.remake(p=...)), got "
                 f"{type(prob).__name__} for trajectory {index}"
             )
+        check_trajectory(index, prob, self.prob)
         return prob
 
     def batch(self, indices: np.ndarray, repeat: np.ndarray, seed: int) -> dict[str, Any]:
@@ -256,12 +259,24 @@ class EnsembleProblem:
             )
         return value, bool(rerun)
 
+    def initial_accumulator(self) -> Any:
+        """A fresh copy of ``u_init`` for one reduction to start from, so that a reduction
+        updating ``acc`` in place changes neither ``u_init`` nor the next solve's start (nor,
+        on a Dask worker, the start of the next batch that worker reduces)."""
+        from .._tracing import is_traced
+
+        return self.u_init if is_traced(self.u_init) else copy.deepcopy(self.u_init)
+
     def reduce(self, acc: Any, values: Any, indices: np.ndarray) -> tuple[Any, bool]:
-        """``reduction(acc, values, indices)``, checked to be a pair ``(acc, converged)``."""
+        """``reduction(acc, values, indices)``, checked to be a pair ``(acc, converged)``; an
+        exception it raises names the trajectories it was folding."""
         assert self.reduction is not None
-        acc, converged = _pair(
-            "reduction", "(acc, converged)", self.reduction(acc, values, indices), "False"
-        )
+        try:
+            result = self.reduction(acc, values, indices)
+        except Exception as err:
+            add_note(err, f"raised by reduction for {describe_trajectories(indices)}")
+            raise
+        acc, converged = _pair("reduction", "(acc, converged)", result, "False")
         return acc, bool(converged)
 
     def __repr__(self) -> str:
@@ -286,6 +301,25 @@ def _pair(name: str, pair: str, result: Any, example: str) -> tuple[Any, Any]:
             f"{name} must return a pair {pair}, got {got}; e.g. return value, {example}"
         )
     return result[0], result[1]
+
+
+def check_trajectory(index: int, traj: ODEProblem, prob: ODEProblem) -> None:
+    """Raise unless ``prob_func``'s trajectory ``index`` (``traj``) fits in a batch with the
+    ensemble's ``prob``: the same ``f``, ``jac`` and ``tgrad``, ``u0`` of the same shape, ``p``
+    nested alike. Checked as each trajectory is built, so every ensemble algorithm refuses
+    the same trajectories with the same message."""
+    for name in ("f", "jac", "tgrad"):
+        if getattr(traj, name) is not getattr(prob, name):
+            raise ValueError(
+                f"prob_func changed {name} for trajectory {index}; a batch shares one "
+                f"right-hand side and its derivatives (put the differences in p or u0)"
+            )
+    if tuple(traj.u0.shape) != tuple(prob.u0.shape):
+        raise ValueError(
+            f"trajectory {index} has u0 shape {tuple(traj.u0.shape)}, expected "
+            f"{tuple(prob.u0.shape)} (prob.u0's shape): prob_func must keep u0's shape"
+        )
+    check_p_structure(index, traj.p, prob.p)
 
 
 def check_p_structure(i: int, p: Any, base: Any) -> None:

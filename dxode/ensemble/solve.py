@@ -19,7 +19,7 @@ from .._validation import positive_int
 from ..backends import to_host
 from ..events.callbacks import CallbackSet, check_preset_times
 from .algorithms import AbstractEnsembleAlgorithm, EnsembleArray
-from .batch import BatchSpec
+from .batch import BatchSpec, check_direction
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution
 
@@ -130,15 +130,23 @@ def _check_times(
     eprob: EnsembleProblem, saveat: Any, tstops: Any, callback: CallbackSet | None
 ) -> None:
     """Check the save grid, the stops and the callbacks' preset times now, before any work
-    (per-trajectory spans are checked batch by batch)."""
+    (spans a ``prob_func`` or ``batch_func`` builds are checked batch by batch: a shared
+    ``saveat`` must lie inside each, and ``tstops`` outside them all are passed by)."""
     if "tspan" not in eprob.arrays and eprob.batch_func is None:
         t0, t1 = eprob.prob.tspan
-        lane_save_grid(saveat, np.array([t0]), np.array([t1]))
-        stop_times(tstops, t0, t1)
+        if eprob.prob_func is None:  # else prob.tspan need not be any trajectory's
+            lane_save_grid(saveat, np.array([t0]), np.array([t1]))
+            stop_times(tstops, t0, t1)
         check_preset_times(callback, *sorted(eprob.prob.tspan))
     elif "tspan" in eprob.arrays:
         spans = eprob.arrays["tspan"]
         spans = to_host(spans) if array_api_compat.is_array_api_obj(spans) else np.asarray(spans)
+        if spans.shape[-1:] == (2,) and spans.dtype.kind in "iuf" and np.isfinite(spans).all():
+            check_direction(spans[..., 0], spans[..., 1])  # all of them, not batch by batch
+            t0, t1 = spans[..., 0], spans[..., 1]
+            forward = bool(np.all(t1 > t0))
+            lo, hi = float(np.min(np.minimum(t0, t1))), float(np.max(np.maximum(t0, t1)))
+            stop_times(tstops, *((lo, hi) if forward else (hi, lo)))  # inside some span
         check_preset_times(callback, float(np.min(spans)), float(np.max(spans)))
 
 

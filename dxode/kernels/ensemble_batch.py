@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._timegrid import lane_save_grid, lane_stop_times
+from .._timegrid import lane_save_grid, lane_stop_times, trajectory_times
 from ..backends import get_backend
 from ..ensemble.batch import BatchResult, BatchSpec, build_lanes
 from ..ensemble.problem import EnsembleProblem
@@ -36,8 +36,7 @@ def solve_kernel_batch(
     u0 = np.asarray(lanes.u0)
     check_state(u0[..., 0])
     t0, t1 = lanes.t0, lanes.t1
-    shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
-    grid = lane_save_grid(spec.saveat, t0, t1)
+    grid = lane_save_grid(spec.saveat, t0, t1, indices)
     tstops = lane_stop_times(spec.tstops, t0, t1)
     check_parameter_dtypes(lanes.p, lanes.lane_leaf, u0.dtype)
     layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype)
@@ -59,7 +58,7 @@ def solve_kernel_batch(
     as_cupy = _is_cupy(prob.u0)
     result, events = run_events(_runner(alg, as_cupy), batch)
     dtype = u0.dtype
-    t_out = np.asarray(grid[:, 0] if shared_span else grid.T, dtype=dtype)
+    t_out = np.asarray(trajectory_times(grid), dtype=dtype)
     return BatchResult(
         indices=indices,
         t=t_out,

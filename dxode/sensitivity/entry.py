@@ -15,7 +15,7 @@ from .._retcode import ReturnCode
 from .._solution import ODESolution, SolverStats
 from .._timegrid import lane_save_grid, lane_stop_times, stop_times
 from ..backends import backend_for, get_backend, to_host
-from ..ensemble.problem import EnsembleProblem, check_p_structure, per_trajectory_leaves
+from ..ensemble.problem import EnsembleProblem, per_trajectory_leaves
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
 from ..events.record import with_points_after
 from .differentiable import (
@@ -148,7 +148,9 @@ def solve_ensemble_traced(
             "or ForwardSensitivity() for per-trajectory tspans"
         )
     grid = (
-        None if saveat is None and callbacks is not None else lane_save_grid(saveat, t0, t1)[:, 0]
+        None
+        if saveat is None and callbacks is not None
+        else lane_save_grid(saveat, t0, t1, np.arange(n))[:, 0]
     )
     diff = [isbox(leaf) for leaf in p_leaves]
     static = _Static(
@@ -206,8 +208,6 @@ def _traced_trajectories(
     if eprob.prob_func is not None:
         problems = [eprob.trajectory(i, 0, seed) for i in range(n)]
         u0 = anp.stack([_on_host(p.u0) for p in problems])
-        for i, problem in enumerate(problems):
-            check_p_structure(i, problem.p, prob.p)
         per_trajectory = [_pytree.leaves(p.p) for p in problems]
         columns = [[leaves[k] for leaves in per_trajectory] for k in range(len(base))]
         # A leaf every trajectory shares (one object: a fitted parameter vector, say) stays
