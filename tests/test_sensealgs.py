@@ -335,8 +335,12 @@ def test_bad_sensealgs_raise_clearly():
     prob = dxode.ODEProblem(forced_decay, [1.0, 2.0], (0.0, 1.0), np.array([1.0, 2.0]))
     with pytest.raises(TypeError, match="sensealg must be DiscreteAdjoint"):
         dxode.solve(prob, sensealg="adjoint")
-    with pytest.raises(ValueError, match="checkpoint_every must be a positive integer"):
-        dxode.DiscreteAdjoint(checkpoint_every=0)
+    for bad in (0, 2.0, True, np.int64(-3)):
+        with pytest.raises(ValueError, match="checkpoint_every must be a positive integer"):
+            dxode.DiscreteAdjoint(checkpoint_every=bad)
+    # a NumPy integer (e.g. from np.sqrt(steps).astype(int)) is taken, as an int
+    assert dxode.DiscreteAdjoint(checkpoint_every=np.int64(4)).checkpoint_every == 4
+    assert type(dxode.DiscreteAdjoint(checkpoint_every=np.int64(4)).checkpoint_every) is int
 
     def loss(theta):
         eprob = dxode.EnsembleProblem(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .._validation import positive_int
+
 if TYPE_CHECKING:
     from .passes import BatchForward, BatchInputs, BatchRHS
 
@@ -127,9 +129,8 @@ class DiscreteAdjoint(_Sensitivity):
     checkpoint_every: int | None = None
 
     def __post_init__(self) -> None:
-        k = self.checkpoint_every
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"checkpoint_every must be a positive integer or None, got {k!r}")
+        every = positive_int("checkpoint_every", self.checkpoint_every, allow_none=True)
+        object.__setattr__(self, "checkpoint_every", every)  # a NumPy integer as an int
 
     records: ClassVar[str] = "trials"  # every iteration: the backward pass replays them
     off_numpy: ClassVar[bool] = True
