@@ -282,10 +282,22 @@ def _as_traced_array(value: Any, state: Any, stack: Any = None) -> Any:
         if isinstance(row, (int, float))
         else row
         if anp.shape(row) == shape
-        else anp.broadcast_to(row, shape)
+        else _broadcast_row(row, shape)
         for row in value
     ]
     return (stack or anp.stack)(rows)
+
+
+def _broadcast_row(row: Any, shape: tuple[int, ...]) -> Any:
+    """``row`` broadcast to ``shape``, its missing leading axes added first: autograd's
+    ``broadcast_to`` cannot differentiate adding axes (a shared parameter's scalar as a row
+    of lanes, ``[u[1], -p[0]]``, failed with "Can't handle extra leading dims")."""
+    import autograd.numpy as anp
+
+    missing = len(shape) - anp.ndim(row)
+    if missing > 0:
+        row = anp.reshape(row, (1,) * missing + anp.shape(row))
+    return anp.broadcast_to(row, shape)
 
 
 def leaf_size(leaf: Any, per_lane: bool) -> int:

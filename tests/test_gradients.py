@@ -362,6 +362,29 @@ def test_gradients_through_an_f_with_a_constant_row(ensemble):
     np.testing.assert_allclose(autograd.grad(loss)(u0s), expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "ensemble_alg", [dxode.EnsembleArray(), dxode.EnsembleSerial()], ids=["array", "serial"]
+)
+def test_gradients_through_a_row_that_is_a_shared_parameter(ensemble_alg):
+    # v' = -g with g shared by the lanes: the row is a traced scalar, broadcast to the lanes.
+    # The discrete adjoint's bulk linearization failed in autograd's broadcast_to VJP
+    # ("Can't handle extra leading dims"). x(t) = x0 + v0 t - g t^2 / 2, so
+    # d sum x(t) / dg = -sum t^2 / 2 per trajectory.
+    def fall(u, p, t):
+        return [u[1], -p[0]]
+
+    times = [0.5, 1.0]
+
+    def loss(g):
+        prob = dxode.ODEProblem(fall, [0.0, 1.0], (0.0, 1.0), g)
+        eprob = dxode.EnsembleProblem(prob, u0=np.array([[0.0, 1.0], [2.0, -3.0], [1.0, 5.0]]))
+        sim = dxode.solve(eprob, ensemble_alg, saveat=times)
+        return anp.sum(sim.u[:, :, 0])
+
+    expected = -3 * sum(t * t for t in times) / 2
+    np.testing.assert_allclose(autograd.grad(loss)(np.array([9.81])), [expected], rtol=1e-12)
+
+
 def test_an_f_that_changes_shape_fails_under_gradients_too():
     # The lane RHS of a differentiated ensemble checks every result's shape, as a plain one does.
     def f(u, p, t):
