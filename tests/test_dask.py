@@ -116,6 +116,11 @@ def test_zarr_output(client, reference, tmp_path):
     np.testing.assert_array_equal(np.asarray(sim.u), reference.u)
     assert sim.success and len(sim) == N
     assert sim.stats.total_nf == reference.stats.total_nf
+    # Summaries read the store: they said "no trajectory succeeded" (a Zarr array of
+    # return codes compared unequal to Success as a whole) and to_host raised AttributeError.
+    np.testing.assert_array_equal(sim.to_host(), reference.u)
+    assert sim.summary().count == N
+    np.testing.assert_array_equal(sim.mean(), reference.mean())
 
 
 @pytest.mark.parametrize("output", ["memory", "dask", "zarr"])
@@ -322,6 +327,16 @@ def test_the_dashboard_listens_on_this_machine_only(tls):
 def test_bad_dask_options():
     with pytest.raises(ValueError, match="output must be"):
         EnsembleDask(output="disk")
+    # These were taken, and failed inside the solve (batch_size=0 in range(), a string
+    # client in Dask) or not at all (progress="no" showed a bar).
+    with pytest.raises(ValueError, match="batch_size must be a positive integer or None"):
+        EnsembleDask(batch_size=0)
+    with pytest.raises(TypeError, match=r"pass distributed.Client\('tcp://host:8786'\)"):
+        EnsembleDask("tcp://host:8786")
+    with pytest.raises(ValueError, match="backend must be 'numpy', 'cupy' or None"):
+        EnsembleDask(backend="torch")
+    with pytest.raises(TypeError, match="progress must be True, False or None"):
+        EnsembleDask(progress="no")
     with pytest.raises(ValueError, match="needs store"):
         EnsembleDask(output="zarr")
     with pytest.raises(ValueError, match="combine merges reduction"):

@@ -186,3 +186,18 @@ def test_a_reduction_error_names_its_trajectories_and_endless_reruns_name_theirs
     endless = EnsembleProblem(_decay(), output_func=_never_content)
     with pytest.raises(RuntimeError, match="more than 100 reruns of trajectory 3;"):
         dxode.solve(endless, dxode.Tsit5(), trajectories=8, batch_size=4)
+
+
+def _longer_spans(prob, i, repeat):
+    return prob.remake(tspan=(0.0, 1.0 + i))
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+@pytest.mark.parametrize("how", ["arrays", "prob_func"])
+def test_an_interval_saveat_with_spans_of_different_lengths_is_refused_clearly(batch_size, how):
+    # With batch_size=1 each batch had its own grid: NumPy failed while assembling them
+    # ("could not broadcast input array from shape (1,5,1) into shape (1,3,1)").
+    given = {"tspan": [[0.0, 1.0], [0.0, 2.0]]} if how == "arrays" else {"prob_func": _longer_spans}
+    eprob = EnsembleProblem(_decay(), **given)
+    with pytest.raises(ValueError, match="saveat as an interval needs one shared tspan"):
+        dxode.solve(eprob, dxode.Tsit5(), trajectories=2, batch_size=batch_size, saveat=0.5)

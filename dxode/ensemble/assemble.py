@@ -8,6 +8,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
+from .._error_context import describe_trajectories
 from .._retcode import ReturnCode
 from ..events.record import concat_records
 from .batch import TRAJECTORY_COUNTS, BatchResult
@@ -43,6 +44,7 @@ def assemble(
         if eprob.output_func is None and batch.u is not None:
             if out is None:
                 out = _empty_like_rows(batch.u, n_total)
+            _check_save_count(out, batch)
             out[offset : offset + batch.u.shape[0], ...] = batch.u
             offset += batch.u.shape[0]
             batch.u = None
@@ -118,6 +120,19 @@ def _times(done: list[BatchResult]) -> Any:
         b.t if b.t.ndim == 2 else xp.broadcast_to(b.t, (len(b.indices), b.t.shape[0])) for b in done
     ]
     return xp.concat(per_lane)
+
+
+def _check_save_count(out: Any, batch: BatchResult) -> None:
+    """Raise unless ``batch`` saved as many times as the batches before it (trajectories
+    with spans of different lengths each save their own number of times for an interval
+    ``saveat``, found only once batches that saw different spans come together)."""
+    if batch.u.shape[1] != out.shape[1]:
+        raise ValueError(
+            f"{describe_trajectories(batch.indices)} saved {batch.u.shape[1]} times, earlier "
+            f"ones {out.shape[1]}: saveat as an interval needs one shared tspan; with "
+            f"per-trajectory tspans give the save times as an array inside every "
+            f"trajectory's span (or saveat=None for the ends)"
+        )
 
 
 def _empty_like_rows(rows: Any, n_total: int) -> Any:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .._error_context import add_note, describe_trajectories
+from .._validation import positive_int
 from ..backends import to_host
 from ..events.record import record_to_host
 from .algorithms import (
@@ -96,6 +97,7 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
     kernel: EnsembleKernel | None = None
 
     def __post_init__(self) -> None:
+        self._check_fields()
         if self.kernel is not None:
             from ..kernels.ensemble import EnsembleKernel
 
@@ -112,6 +114,22 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
             raise ValueError(
                 "output='zarr' needs store=<path or zarr store> that workers can reach"
             )
+
+    def _check_fields(self) -> None:
+        """Refuse a wrong ``client``, ``backend``, ``batch_size`` or ``progress`` now, not
+        inside the solve (``batch_size=0`` failed in ``range``, a string client in Dask)."""
+        if self.client is not None and not callable(getattr(self.client, "submit", None)):
+            raise TypeError(
+                f"client must be a distributed.Client (or None), got {self.client!r}; for a "
+                f"scheduler address, pass distributed.Client({self.client!r})"
+            )
+        if self.backend not in (None, "numpy", "cupy"):
+            raise ValueError(f"backend must be 'numpy', 'cupy' or None, got {self.backend!r}")
+        object.__setattr__(
+            self, "batch_size", positive_int("batch_size", self.batch_size, allow_none=True)
+        )
+        if self.progress not in (None, True, False):  # progress="no" would be true
+            raise TypeError(f"progress must be True, False or None, got {self.progress!r}")
 
     def backend_name(self) -> str | None:
         return self.backend

@@ -150,7 +150,10 @@ class EnsembleSolution:
         return np.bincount(np.asarray(self.retcodes[...]), minlength=len(ReturnCode))
 
     def to_host(self) -> np.ndarray:
-        """``u`` as a NumPy array on the host."""
+        """``u`` as a NumPy array on the host (a ``dask.array`` of an ``EnsembleDask`` output
+        computed, with the default scheduler)."""
+        if hasattr(self.u, "dask") and hasattr(self.u, "compute"):
+            return np.asarray(self.u.compute())
         return to_host(self.u)
 
     def __getitem__(self, i: int) -> ODESolution:
@@ -223,7 +226,8 @@ class EnsembleSolution:
     def _successful_host(self) -> np.ndarray:
         if not _is_array(self.u) or self.u.ndim < 2:
             raise TypeError("summaries need the saved states (no output_func or reduction)")
-        ok = (self.retcodes == ReturnCode.Success) | (self.retcodes == ReturnCode.Terminated)
+        retcodes = np.asarray(self.retcodes[...])  # also a Zarr output's array
+        ok = (retcodes == ReturnCode.Success) | (retcodes == ReturnCode.Terminated)
         if not np.any(ok):
             raise ValueError("no trajectory succeeded, so there is nothing to summarize")
         return self.to_host()[ok]

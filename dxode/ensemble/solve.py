@@ -147,6 +147,8 @@ def _check_times(
             forward = bool(np.all(t1 > t0))
             lo, hi = float(np.min(np.minimum(t0, t1))), float(np.max(np.maximum(t0, t1)))
             stop_times(tstops, *((lo, hi) if forward else (hi, lo)))  # inside some span
+            # (an interval's grid is a batch's if its spans agree: refuse it for all now)
+            lane_save_grid(saveat, t0.ravel(), t1.ravel(), np.arange(t0.size))
         check_preset_times(callback, float(np.min(spans)), float(np.max(spans)))
 
 
