@@ -543,3 +543,32 @@ def test_one_trajectory_of_a_differentiated_ensemble_keeps_its_traced_events():
     np.testing.assert_allclose(
         autograd.grad(first_impact)(heights), [0.0, 1 / np.sqrt(2 * G * heights[1])], rtol=1e-7
     )
+
+
+def kick(u, p, t, fired):
+    return [u[0], p[1]]  # the speed is set to a parameter shared by the lanes
+
+
+@pytest.mark.parametrize("shape", ["ensemble", "matrix"])
+def test_an_affect_row_that_is_a_shared_parameter(shape):
+    # affect returns a list of rows, one of them the scalar p[1]: it is broadcast to the
+    # lanes as f's rows are (before: anp.array of the ragged rows failed with "setting an
+    # array element with a sequence"; a plain solve took it). Thrown at t = 0, the speed set
+    # to p[1] at t = a: x(T) = x(a) + p[1] (T - a) - g (T - a)^2 / 2.
+    a, T = 0.3, 1.0
+    u0s = np.array([[0.0, 1.0], [2.0, -3.0]])
+
+    def rows(u, p, t):
+        return [u[1], -p[0]]
+
+    def loss(theta):
+        callback = PresetTimeCallback([a], kick)
+        if shape == "ensemble":
+            eprob = EnsembleProblem(ODEProblem(rows, [0.0, 0.0], (0.0, T), theta), u0=u0s)
+            sim = dxode.solve(eprob, saveat=[T], callback=callback, **TIGHT)
+            return anp.sum(sim.u[:, -1, 0])
+        prob = ODEProblem(rows, u0s.T, (0.0, T), theta)
+        return anp.sum(dxode.solve(prob, saveat=[T], callback=callback, **TIGHT).u[-1, 0])
+
+    expected = 2 * np.array([-(a**2 + (T - a) ** 2) / 2, T - a])
+    np.testing.assert_allclose(autograd.grad(loss)(np.array([G, 2.0])), expected, rtol=1e-9)

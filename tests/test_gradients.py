@@ -363,21 +363,33 @@ def test_gradients_through_an_f_with_a_constant_row(ensemble):
 
 
 @pytest.mark.parametrize(
-    "ensemble_alg", [dxode.EnsembleArray(), dxode.EnsembleSerial()], ids=["array", "serial"]
+    ("ensemble_alg", "sensealg"),
+    [
+        (dxode.EnsembleArray(), None),
+        (dxode.EnsembleSerial(), None),
+        (None, None),
+        (None, dxode.InterpolatingAdjoint()),
+        (None, dxode.BacksolveAdjoint()),
+    ],
+    ids=["array", "serial", "matrix-discrete", "matrix-interpolating", "matrix-backsolve"],
 )
-def test_gradients_through_a_row_that_is_a_shared_parameter(ensemble_alg):
-    # v' = -g with g shared by the lanes: the row is a traced scalar, broadcast to the lanes.
-    # The discrete adjoint's bulk linearization failed in autograd's broadcast_to VJP
-    # ("Can't handle extra leading dims"). x(t) = x0 + v0 t - g t^2 / 2, so
+def test_gradients_through_a_row_that_is_a_shared_parameter(ensemble_alg, sensealg):
+    # v' = -g with g shared by the lanes (or the columns of a single problem's (2, 3) state):
+    # the row is a traced scalar, broadcast to the row's shape. It failed in autograd's
+    # broadcast_to VJP ("Can't handle extra leading dims"). x(t) = x0 + v0 t - g t^2 / 2, so
     # d sum x(t) / dg = -sum t^2 / 2 per trajectory.
     def fall(u, p, t):
         return [u[1], -p[0]]
 
     times = [0.5, 1.0]
+    u0s = np.array([[0.0, 1.0], [2.0, -3.0], [1.0, 5.0]])
 
     def loss(g):
+        if ensemble_alg is None:
+            prob = dxode.ODEProblem(fall, u0s.T, (0.0, 1.0), g)
+            return anp.sum(dxode.solve(prob, saveat=times, sensealg=sensealg).u[:, 0])
         prob = dxode.ODEProblem(fall, [0.0, 1.0], (0.0, 1.0), g)
-        eprob = dxode.EnsembleProblem(prob, u0=np.array([[0.0, 1.0], [2.0, -3.0], [1.0, 5.0]]))
+        eprob = dxode.EnsembleProblem(prob, u0=u0s)
         sim = dxode.solve(eprob, ensemble_alg, saveat=times)
         return anp.sum(sim.u[:, :, 0])
 

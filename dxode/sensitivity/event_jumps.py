@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .._lane_problem import lane_values, parameters_for
+from .._traced_rhs import _as_traced_array
 from ..events.callbacks import ContinuousCallback
 from .passes import plain_rhs_for
 
@@ -138,12 +139,14 @@ class EventJumps:
     def _affect(self, cb: Any, u: Array, t: Array, fired: np.ndarray) -> Array:
         import autograd.numpy as anp
 
+        state = u[..., 0] if self._single else u
         if self._single:
-            new = cb.affect(u[..., 0], self._p, t[0], True)
+            new = cb.affect(state, self._p, t[0], True)
         else:
-            new = cb.affect(u, self._p, t, fired)
-        if isinstance(new, (list, tuple)):
-            new = anp.array(new)
+            new = cb.affect(state, self._p, t, fired)
+        # A list of rows is stacked as f's are: a row that does not vary over the lanes (a
+        # number, a shared parameter) is broadcast to the state's row shape.
+        new = _as_traced_array(new, state)
         shape = tuple(np.shape(u)[:-1]) if self._single else tuple(np.shape(u))
         if tuple(np.shape(new)) != shape:
             raise ValueError(
