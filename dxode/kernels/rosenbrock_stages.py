@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from .._jacobian import FD_FLOOR
 from .codegen import KernelLayout, _const, _Writer
 from .rosenbrock_description import RosenbrockDescription
 from .stiff_lanes import Lanes
@@ -89,6 +90,7 @@ def write_derivatives(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dty
     loops; a difference Jacobian by columns, one ``f`` per column)."""
     n = lanes.n
     root_eps = _const(math.sqrt(float(np.finfo(dtype).eps)))
+    eps = _const(float(np.finfo(dtype).eps))
     ul, f0 = _row(lanes, "UL"), _row(lanes, "F0")
     if desc.jac == "finite_difference":
         w(f"for c in range({n}):")
@@ -98,7 +100,7 @@ def write_derivatives(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dty
         for m in range(n - 2, -1, -1):
             pick = f"select(c == {m}, {ul[m]}, {pick})"
         w(f"uc = {pick}")
-        w(f"yc = uc + {root_eps} * maximum(abs(uc), DT(1.0))")
+        w(f"yc = uc + math.sqrt({eps} * maximum(abs(uc), {_const(FD_FLOOR)}))")
         w("dj = yc - uc")
         w(f"r = rhs({', '.join(f'select(c == {m}, yc, {ul[m]})' for m in range(n))}, p, t)")
         for m in range(n):
