@@ -201,3 +201,10 @@ def test_an_interval_saveat_with_spans_of_different_lengths_is_refused_clearly(b
     eprob = EnsembleProblem(_decay(), **given)
     with pytest.raises(ValueError, match="saveat as an interval needs one shared tspan"):
         dxode.solve(eprob, dxode.Tsit5(), trajectories=2, batch_size=batch_size, saveat=0.5)
+
+
+def test_one_tspan_pair_for_the_ensemble_is_refused_with_the_fix():
+    # It was taken as two trajectories' spans of one number each: "trajectories=3 but the
+    # per-trajectory arrays hold only 2".
+    with pytest.raises(ValueError, match=r"shape \(trajectories, 2\), got shape \(2,\).*remake"):
+        EnsembleProblem(_decay(), tspan=[0.0, 2.0])

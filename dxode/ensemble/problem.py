@@ -182,6 +182,13 @@ class EnsembleProblem:
             for k, v in (("u0", u0), ("p", p), ("tspan", tspan))
             if v is not None
         }
+        spans_shape = tuple(getattr(tspan, "shape", np.shape(self.arrays.get("tspan", 0))))
+        if tspan is not None and len(spans_shape) != 2:
+            raise ValueError(
+                f"EnsembleProblem's tspan gives each trajectory its span, shape "
+                f"(trajectories, 2), got shape {spans_shape}; for one span shared by all, "
+                f"set it on the problem: EnsembleProblem(prob.remake(tspan=...))"
+            )
         self._context_form = prob_func is not None and _takes_context(prob_func)
         self.n_arrays = _leading_length(self.arrays)
         # What prob_func or batch_func already built (see ``remembering``), by its arguments.
