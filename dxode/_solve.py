@@ -218,9 +218,9 @@ def solve(
             tstops,
             sensealg,
             callbacks,
-            lambda plain, cbs: solve_problem(
-                plain, opts, dense=False, tstops=tstops, callbacks=cbs
-            ).t,
+            lambda plain, cbs: (
+                solve_problem(plain, opts, dense=False, tstops=tstops, callbacks=cbs).t
+            ),
         )
     return solve_problem(prob, opts, saveat=saveat, dense=dense, tstops=tstops, callbacks=callbacks)
 
