@@ -8,7 +8,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ._validation import OPTION_FIX, positive_float, refuse_traced
+from ._validation import OPTION_FIX, check_flag, positive_float, refuse_traced
 from .controllers import AbstractController, PIController
 from .solvers import AbstractStepper, get_algorithm
 
@@ -49,10 +49,9 @@ class SolverOptions:
         dtmax: Any = None,
     ) -> SolverOptions:
         stepper = get_algorithm(alg)
+        check_flag("adaptive", adaptive, allow_none=True)
         if adaptive is None:
             adaptive = stepper.adaptive
-        if adaptive not in (True, False):  # adaptive="no" would be true
-            raise TypeError(f"adaptive must be True, False or None, got {adaptive!r}")
         adaptive = bool(adaptive)
         if adaptive and not stepper.adaptive:
             raise ValueError(

@@ -12,6 +12,7 @@ from ._problem import ODEProblem
 from ._single import solve_problem
 from ._solution import ODESolution
 from ._tracing import is_traced
+from ._validation import check_flag
 from .ensemble.problem import EnsembleProblem
 from .ensemble.solution import EnsembleSolution
 from .ensemble.solve import EnsemblePlan, plan_ensemble, run_ensemble
@@ -154,10 +155,8 @@ def solve(
     """
     _check_keywords(options, sensealg)
     callbacks = as_callback_set(callback)
-    if kernel not in (True, False):  # kernel="no" would be true
-        raise TypeError(f"kernel must be True or False, got {kernel!r}")
-    if dense not in (None, True, False):  # dense="no" would be true
-        raise TypeError(f"dense must be True, False or None, got {dense!r}")
+    check_flag("kernel", kernel)
+    check_flag("dense", dense, allow_none=True)
     if kernel:
         if isinstance(prob, EnsembleProblem):
             raise TypeError(

@@ -157,6 +157,20 @@ def positive_float(name: str, value: Any, allow_none: bool = False) -> float | N
     return number
 
 
+def check_flag(name: str, value: Any, allow_none: bool = False) -> None:
+    """Raise a TypeError unless ``value`` is ``True`` or ``False`` (or ``None`` where
+    ``allow_none``): a string such as ``"no"`` would otherwise count as true."""
+    if value not in (True, False) and not (allow_none and value is None):
+        choices = "True, False or None" if allow_none else "True or False"
+        raise TypeError(f"{name} must be {choices}, got {value!r}")
+
+
+def check_backend_name(value: Any) -> None:
+    """Raise unless ``value`` names an array backend an ensemble algorithm takes."""
+    if value not in (None, "numpy", "cupy"):
+        raise ValueError(f"backend must be 'numpy', 'cupy' or None, got {value!r}")
+
+
 def positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
     """``value`` as a positive int (a Python or NumPy integer, not a bool)."""
     if value is None and allow_none:

@@ -23,6 +23,7 @@ from .._retcode import ReturnCode
 from .._single import solve_problem
 from .._solution import ODESolution, SolverStats
 from .._timegrid import lane_save_grid, lane_stop_times
+from .._validation import check_backend_name, check_flag
 from ..backends import backend_for, get_backend
 from ..events.callbacks import check_preset_times
 from ..events.record import concat_records, replace_trajectories
@@ -207,10 +208,8 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
     lockstep: bool = False
 
     def __post_init__(self) -> None:
-        if self.backend not in (None, "numpy", "cupy"):
-            raise ValueError(f"backend must be 'numpy', 'cupy' or None, got {self.backend!r}")
-        if self.lockstep not in (True, False):  # lockstep="no" would be true
-            raise TypeError(f"lockstep must be True or False, got {self.lockstep!r}")
+        check_backend_name(self.backend)
+        check_flag("lockstep", self.lockstep)
 
     def backend_name(self) -> str | None:
         return self.backend

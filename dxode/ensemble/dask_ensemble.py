@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .._error_context import add_note, describe_trajectories
-from .._validation import positive_int
+from .._validation import check_backend_name, check_flag, positive_int
 from ..backends import to_host
 from ..events.record import record_to_host
 from .algorithms import (
@@ -123,13 +123,11 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
                 f"client must be a distributed.Client (or None), got {self.client!r}; for a "
                 f"scheduler address, pass distributed.Client({self.client!r})"
             )
-        if self.backend not in (None, "numpy", "cupy"):
-            raise ValueError(f"backend must be 'numpy', 'cupy' or None, got {self.backend!r}")
+        check_backend_name(self.backend)
         object.__setattr__(
             self, "batch_size", positive_int("batch_size", self.batch_size, allow_none=True)
         )
-        if self.progress not in (None, True, False):  # progress="no" would be true
-            raise TypeError(f"progress must be True, False or None, got {self.progress!r}")
+        check_flag("progress", self.progress, allow_none=True)
 
     def backend_name(self) -> str | None:
         return self.backend
