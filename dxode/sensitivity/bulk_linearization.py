@@ -86,19 +86,17 @@ def applies(rhs: TracedRHS, shape: tuple[int, ...], dtype: Any) -> bool:
 
 
 def prepare(sweep: Any, dtype: Any) -> bool:
-    """Whether the bulk linearization runs this sweep (``applies``, ``for_columns`` and
-    ``pays``); where it does, ``sweep.rhs`` becomes the RHS it evaluates over columns."""
-    if not applies(sweep.rhs, sweep.shape, dtype):
+    """Whether the bulk linearization runs this sweep (``applies``, ``pays`` and
+    ``for_columns``, the cheap checks first); where it does, ``sweep.rhs`` becomes the RHS
+    it evaluates over columns. (``pays`` counts ``f``'s work on one column, which is the
+    same for a single trajectory's RHS and its column copy.)"""
+    if not applies(sweep.rhs, sweep.shape, dtype) or not pays(sweep):
         return False
     rhs = for_columns(sweep)
     if rhs is None:
         return False
-    single = sweep.rhs
     sweep.rhs = rhs
-    if pays(sweep):
-        return True
-    sweep.rhs = single
-    return False
+    return True
 
 
 def for_columns(sweep: Any) -> TracedRHS | None:
