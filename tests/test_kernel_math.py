@@ -30,6 +30,7 @@ def _namespace(dtype: str) -> dict:
         "math": math,
         "maximum": lambda a, b: a if (a != a or a >= b) else b,
         "minimum": lambda a, b: a if (a != a or a <= b) else b,
+        "select": lambda c, a, b: a if c else b,
     }
 
 
@@ -77,7 +78,7 @@ def test_bit_intrinsics_give_the_chains_bits(dtype):
     exec(source, chains)
     exec(source, bits)
     for ns in (chains, bits):
-        for name in ("maximum", "minimum", "split_exponent", "pow2"):
+        for name in ("maximum", "minimum", "select", "split_exponent", "pow2"):
             ns[name] = numba.njit(inline="always")(ns[name])
     bits["split_exponent"] = float_bits.split_exponent
     bits["pow2"] = float_bits.pow2

@@ -46,6 +46,7 @@ from .codegen import (
     _write_step_sizes,
     _Writer,
 )
+from .codegen import HELPERS as EXPLICIT_HELPERS
 from .codegen import _write_saves as _write_explicit_saves
 from .rosenbrock_codegen import _row, write_module_head
 from .rosenbrock_codegen import _write_attempt_function as _write_stiff_attempt
@@ -53,8 +54,8 @@ from .rosenbrock_codegen import _write_saves as _write_stiff_saves
 
 __all__ = ["CALLED", "HELPERS", "generate"]
 
-HELPERS = ("maximum", "minimum", "rhs", "split_exponent", "pow2")
-CALLED = ("attempt_stiff",)  # write_module_head adds select and the LU functions
+HELPERS = EXPLICIT_HELPERS
+CALLED = ("attempt_stiff",)  # write_module_head adds codegen's and the LU functions
 
 
 class _Padded:
@@ -99,7 +100,10 @@ def _write_explicit_attempt(w: _Writer, desc: AutoSwitchDescription, layout: Ker
     # the Euclidean norms over the lane's state, summed in the array path's order
     w(f"num = math.sqrt({_sum_of_squares([f'dk{m}' for m in range(n)])})")
     w(f"den = math.sqrt({_sum_of_squares([f'dy{m}' for m in range(n)])})")
-    w(f"{_w(layout, pad, 'k', desc.rows - 1)} = num / den if den > DT(0.0) else DT(0.0)")  # type: ignore[arg-type]
+    # both sides of a select run: a zero den divides nothing (the simulator would raise)
+    w("some = den > DT(0.0)")
+    rho = _w(layout, pad, "k", desc.rows - 1)  # type: ignore[arg-type]
+    w(f"{rho} = select(some, num / select(some, den, DT(1.0)), DT(0.0))")
     w.dedent()
     if layout.adaptive:  # the explicit method's factors (the stiff attempt redoes its lanes')
         w("for j in range(nlive):")

@@ -43,11 +43,16 @@ from .codegen_math import exponent_bounds, write_exp, write_helpers, write_log
 from .description import StepperDescription
 from .events_codegen import EventLayout
 
-__all__ = ["KernelLayout", "generate"]
+__all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
 CODEGEN_VERSION = 16
+
+# Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``) and those
+# compiled once and called (``CALLED``); the compiler reads both lists from the module.
+HELPERS = ("rhs", "split_exponent", "pow2")
+CALLED = ("select", "maximum", "minimum")
 
 # The controller's floor under the error (``PIDController.adapt``'s guard of its powers).
 _ERROR_FLOOR = 1e-10
@@ -169,6 +174,8 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
         w("from numba import prange")
     w(f"DT = np.{layout.dtype}")
     w("user_f = None  # bound to the compiled user function before compiling")
+    w(f"HELPERS = {HELPERS!r}")
+    w(f"CALLED = {CALLED!r}")
     w()
     _write_minmax(w)
     write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
@@ -189,11 +196,17 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
 
 
 def _write_minmax(w: _Writer) -> None:
+    """``maximum``, ``minimum`` and ``select(c, a, b)``: compiled once each and called (in
+    numba's IR a call is one block where a conditional expression makes three, and type
+    inference and SSA grow with blocks times names); LLVM inlines each as a select."""
     w("def maximum(a, b):")
     w("    return a if (a != a or a >= b) else b")
     w()
     w("def minimum(a, b):")
     w("    return a if (a != a or a <= b) else b")
+    w()
+    w("def select(c, a, b):")
+    w("    return a if c else b")
     w()
 
 
@@ -636,12 +649,12 @@ def _write_attempt(
     for i in range(1, s):
         for m in M:
             terms = [f"k{j}_{m}" for j in range(i)]
-            w(f"y{m} = {_combine(f'u{m}', 'hs', desc.a[i], terms)}")
-        ys = ", ".join(f"y{m}" for m in M)
+            w(f"y{i}_{m} = {_combine(f'u{m}', 'hs', desc.a[i], terms)}")
+        ys = ", ".join(f"y{i}_{m}" for m in M)
         w(f"{', '.join(f'k{i}_{m}' for m in M)}, = rhs({ys}, p, t + {_const(desc.c[i])} * hs)")
     for m in M:
         if desc.fsal:
-            w(f"v{m} = y{m}")
+            w(f"v{m} = y{s - 1}_{m}")
         else:
             terms = [f"k{j}_{m}" for j in range(s)]
             w(f"v{m} = {_combine(f'u{m}', 'hs', desc.b, terms)}")
@@ -660,11 +673,11 @@ def _write_attempt(
             w(f"{_w(layout, desc, 'err')} = {_rms([f'q{m}' for m in range(nc)], nc)}")
     else:
         finite = " and ".join(f"math.isfinite(v{m})" for m in M)
-        w(f"{_w(layout, desc, 'err')} = DT(1.0) if ({finite}) else DT(0.0)")
+        w(f"{_w(layout, desc, 'err')} = select({finite}, DT(1.0), DT(0.0))")
     # Both sides loaded unconditionally: a conditional load would stop the vectorizer.
     w(f"landing = {state('TG', 0)}")
     w("stepped = t + hs")
-    w(f"{_w(layout, desc, 'tn')} = landing if {state('HIT', 0)} != 0 else stepped")
+    w(f"{_w(layout, desc, 'tn')} = select({state('HIT', 0)} != 0, landing, stepped)")
 
 
 def _write_factor(w: _Writer, desc: StepperDescription, layout: KernelLayout) -> None:
@@ -678,8 +691,8 @@ def _write_factor(w: _Writer, desc: StepperDescription, layout: KernelLayout) ->
     k_err = (desc.error_order or 0) + 1
     dtype = layout.dtype
     w(f"err = {_w(layout, desc, 'err')}")
-    w("ee = err if math.isfinite(err) else DT(np.inf)")
-    w(f"ee = maximum(ee, {_const(_ERROR_FLOOR)})")
+    w("ei = select(math.isfinite(err), err, DT(np.inf))")
+    w(f"ee = maximum(ei, {_const(_ERROR_FLOOR)})")
     w(f"xl = minimum(ee, {_const(float(np.finfo(dtype).max))})")
     write_log(w, "xl", "lee", dtype)
     y = f"{_const(-beta1 / k_err)} * lee"
@@ -688,8 +701,8 @@ def _write_factor(w: _Writer, desc: StepperDescription, layout: KernelLayout) ->
             y = f"{y} + {_const(-beta / k_err)} * {_w(layout, desc, row)}"
     w(f"y = {y}")
     write_exp(w, "y", "fe", dtype, _exponent_bounds(layout))
-    w(f"factor = minimum(maximum({_const(safety)} * fe, {_const(fmin)}), {_const(fmax)})")
-    w(f"factor = factor if err <= DT(1.0) else minimum(factor, {_const(safety)})")
+    w(f"fc = minimum(maximum({_const(safety)} * fe, {_const(fmin)}), {_const(fmax)})")
+    w(f"factor = select(err <= DT(1.0), fc, minimum(fc, {_const(safety)}))")
     w(f"{_w(layout, desc, 'factor')} = factor")
     w(f"{_w(layout, desc, 'lee')} = lee")
 
@@ -889,12 +902,12 @@ def _write_vector_attempt_function(
     w("for j in range(nlive):")
     w.indent()
     w(f"remaining = D * ({st('TG')} - {st('T')})")
-    w(f"habs = abs({st('H')}) if {st('ACT')} != DT(0.0) else DT(0.0)")
-    w(f"hit = habs >= remaining * {_const(1.0 - 1e-3)}")
-    w("habs = remaining if hit else habs")
+    w(f"hprop = select({st('ACT')} != DT(0.0), abs({st('H')}), DT(0.0))")
+    w(f"hit = hprop >= remaining * {_const(1.0 - 1e-3)}")
+    w("habs = select(hit, remaining, hprop)")
     w(f"{st('HA')} = habs")
     w(f"{st('HS')} = D * habs")
-    w(f"{st('HIT')} = DT(1.0) if hit else DT(0.0)")
+    w(f"{st('HIT')} = select(hit, DT(1.0), DT(0.0))")
     adaptive = desc.adaptive and layout.adaptive
     _write_attempt(w, desc, layout, n, s, state=st, norm_apart=adaptive)
     w.dedent()
@@ -916,7 +929,7 @@ def _write_vector_attempt_function(
     w("for j in range(nlive):")
     w.indent()
     _write_commit(w, desc, layout)
-    w("nslow += 1 if slow else 0")
+    w("nslow += select(slow, 1, 0)")
     w.dedent()
     w("return nslow")
     w.dedent()
@@ -956,35 +969,36 @@ def _write_commit(w: _Writer, desc: StepperDescription, layout: KernelLayout) ->
     w(f"t = {st('T')}")
     if adaptive:
         w("acc = err <= DT(1.0)")
-        w(f"hnext = {st('HA')} * {_w(layout, desc, 'factor')}")
+        w(f"hprop = {st('HA')} * {_w(layout, desc, 'factor')}")
     else:
         w("acc = err != DT(0.0)")
-        w("hnext = DTV")
-    w("hnext = minimum(hnext, DTMAX) if HAS_DTMAX else hnext")
+        w("hprop = DTV")
+    w("hnext = select(HAS_DTMAX, minimum(hprop, DTMAX), hprop)")
     if adaptive:  # a rejection that keeps the lane going (else the outcome code ends it)
-        w(f"dtmin = DTMIN if HAS_DTMIN else {_const(16 * eps)} * abs(t) + {_const(tiny)}")
+        w(f"dtmin = select(HAS_DTMIN, DTMIN, {_const(16 * eps)} * abs(t) + {_const(tiny)})")
         w("goes = (acc ^ True) & (hnext >= dtmin)")
     else:
         w("goes = False")
     # an accepted step that passes no save point, lands on no tstop, ends nothing and
     # proposes no step below a user's dtmin
-    w(f"plain = (D * ({st('NS')} - tn) > DT(0.0)) & (tn != {st('TE')})")
+    w(f"passes = (D * ({st('NS')} - tn) > DT(0.0)) & (tn != {st('TE')})")
     if adaptive:
-        w("plain = plain & ((hnext >= DTMIN) | (HAS_DTMIN ^ True))")
-    w(f"plain = plain & (({st('HIT')} == DT(0.0)) | ({st('USE')} == DT(0.0)))")
+        w("passes = passes & ((hnext >= DTMIN) | (HAS_DTMIN ^ True))")
+    w(f"plain = passes & (({st('HIT')} == DT(0.0)) | ({st('USE')} == DT(0.0)))")
     w("fast = act & ((acc & plain) | goes)")
     w("a = fast & acc")
     if adaptive and (beta2 != 0.0 or beta3 != 0.0):
         lp1, lp2, lee = (_w(layout, desc, x) for x in ("lp1", "lp2", "lee"))
         w(f"l1 = {lp1}")
-        w(f"{lp2} = l1 if a else {lp2}")
-        w(f"{lp1} = {lee} if a else l1")
+        w(f"{lp2} = select(a, l1, {lp2})")
+        w(f"{lp1} = select(a, {lee}, l1)")
     for m in range(n):
-        w(f"{st('U', m)} = {_w(layout, desc, 'u1', m=m)} if a else {st('U', m)}")
+        w(f"{st('U', m)} = select(a, {_w(layout, desc, 'u1', m=m)}, {st('U', m)})")
         if desc.fsal:
-            w(f"{st('F', m)} = {_w(layout, desc, 'k', desc.stages - 1, m)} if a else {st('F', m)}")
-    w(f"{st('T')} = tn if a else t")
-    w(f"{st('NA')} = {st('NA')} + DT(1.0) if a else {st('NA')}")
-    w(f"{st('H')} = hnext if fast else {st('H')}")
+            last = _w(layout, desc, "k", desc.stages - 1, m)
+            w(f"{st('F', m)} = select(a, {last}, {st('F', m)})")
+    w(f"{st('T')} = select(a, tn, t)")
+    w(f"{st('NA')} = select(a, {st('NA')} + DT(1.0), {st('NA')})")
+    w(f"{st('H')} = select(fast, hnext, {st('H')})")
     w("slow = act & (fast ^ True)")
-    w(f"{st('SLOW')} = DT(1.0) if slow else DT(0.0)")
+    w(f"{st('SLOW')} = select(slow, DT(1.0), DT(0.0))")

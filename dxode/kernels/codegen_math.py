@@ -131,10 +131,10 @@ def _estrin(w: _Writes, out: str, coefficients: list[float], x: str) -> None:
 def write_log(w: _Writes, x: str, out: str, dtype: str) -> None:
     """Lines setting ``out = log(x)`` for ``x`` in ``split_exponent``'s range."""
     hi, lo = _ln2_split(dtype)
-    w(f"lx, lk = split_exponent({x})")
-    w(f"c = lx > {_lit(math.sqrt(2.0))}")
-    w(f"lx = lx * {_lit(0.5)} if c else lx")
-    w(f"lk = lk + {_lit(1.0)} if c else lk")
+    w(f"lm0, lk0 = split_exponent({x})")
+    w(f"c = lm0 > {_lit(math.sqrt(2.0))}")
+    w(f"lx = select(c, lm0 * {_lit(0.5)}, lm0)")
+    w(f"lk = select(c, lk0 + {_lit(1.0)}, lk0)")
     # log m = 2 atanh(s) = 2 s + s z (2/3 + 2 z/5 + ...), z = s*s <= 0.0295
     terms = 11 if np.finfo(dtype).nmant > 30 else 5
     w(f"s = (lx - {_lit(1.0)}) / (lx + {_lit(1.0)})")

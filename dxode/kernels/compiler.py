@@ -138,10 +138,6 @@ def _check_rows(f: Callable[..., Any], dispatcher: Any, n: int, dtype: str, p_ex
     )
 
 
-# The generated helpers compiled inline (a module may list its own as ``HELPERS``).
-_HELPERS = ("maximum", "minimum", "rhs", "split_exponent", "pow2")
-
-
 def compile_kernel(
     f: Callable[..., Any],
     description: Any,
@@ -203,9 +199,9 @@ def _build(
     path = _write_source(source, f"dxode_kernel_v{CODEGEN_VERSION}_{digest}.py")
     module = _import(path, f"_dxode_kernel_{digest}")
     ready = numba_ready(f)
-    names = list(getattr(module, "HELPERS", _HELPERS))
-    # compiled on their own and called, not inlined
-    separate = list(getattr(module, "CALLED", ()))
+    # the generated helpers compiled inline, and those compiled on their own and called
+    names = list(module.HELPERS)
+    separate = list(module.CALLED)
     if layout.events is not None:
         separate += separate_functions(layout.events)
     if layout.target == "cuda":

@@ -54,6 +54,8 @@ from .codegen import (
     _write_step_sizes,
     _Writer,
 )
+from .codegen import CALLED as EXPLICIT_CALLED
+from .codegen import HELPERS as EXPLICIT_HELPERS
 from .codegen_math import write_helpers
 from .rosenbrock_description import RosenbrockDescription
 from .rosenbrock_stages import add_rows, write_derivatives, write_finish, write_rho, write_stages
@@ -63,7 +65,7 @@ __all__ = ["CALLED", "HELPERS", "LANE_WIDTH", "generate", "lanes_for"]
 
 # Generated helper functions compiled inline into ``attempt`` and ``block``, and those
 # compiled once and called (besides the looped LU's ``lu_factor``/``lu_solve``).
-HELPERS = ("maximum", "minimum", "rhs", "split_exponent", "pow2")
+HELPERS = EXPLICIT_HELPERS
 CALLED: tuple[str, ...] = ()
 
 # Lanes a stiff attempt steps at once on the CPU: one 512-bit vector (two 256-bit ones).
@@ -87,10 +89,10 @@ def write_module_head(
     w: _Writer, desc: Any, layout: KernelLayout, helpers: tuple[str, ...], called: tuple[str, ...]
 ) -> None:
     """A stiff kernel module's docstring, imports, the user functions' slots (``f``, ``jac``,
-    ``tgrad``), its ``HELPERS``/``CALLED`` lists (with ``select`` and the LU's functions),
+    ``tgrad``), its ``HELPERS``/``CALLED`` lists (with ``codegen``'s and the LU's functions),
     and the helpers, ``rhs`` and those functions."""
     lanes = lanes_for(desc, layout)
-    called = ("select", "lu_factor", "lu_solve", *called)
+    called = (*EXPLICIT_CALLED, "lu_factor", "lu_solve", *called)
     w(
         f'"""dxode kernel: {desc.name}, n={layout.n}, {layout.dtype}, target {layout.target}, '
         f'jac {desc.jac}, tgrad {desc.tgrad} (generated; codegen {CODEGEN_VERSION})."""'
@@ -113,11 +115,6 @@ def write_module_head(
     _write_minmax(w)
     write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
     _write_rhs(w, layout)
-    # The lane loops' selects: a call (one block in numba's IR, where a conditional
-    # expression makes three) that LLVM inlines as a select instruction.
-    w("def select(c, a, b):")
-    w("    return a if c else b")
-    w()
     lanes.write_functions(w)
 
 
@@ -216,7 +213,7 @@ def _write_gather(
     w("j = IDX[c0 + v]")
     for row, source in (("t", "T[j]"), ("hs", "HS[j]"), ("tg", "TG[j]")):
         w(f"{lanes.at(row)} = {source}")
-    w(f"{lanes.at('hit')} = DT(1.0) if HIT[j] != 0 else DT(0.0)")
+    w(f"{lanes.at('hit')} = select(HIT[j] != 0, DT(1.0), DT(0.0))")
     for m in range(lanes.n):
         w(f"{lanes.at('UL', m)} = U[{m}, j]")
         if desc.fsal:

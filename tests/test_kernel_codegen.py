@@ -1,0 +1,74 @@
+"""The generated kernel source, read as Python (no numba needed).
+
+A conditional expression in a generated lane loop costs compile time, not run time: numba's
+IR makes three blocks of it (a call to ``select`` is one), and type inference and SSA grow
+with blocks times names, so a few hundred of them cost seconds of every cold compile. The
+vectorized lane loops therefore select through ``select``/``maximum``/``minimum``, which are
+compiled once and called (LLVM inlines them as select instructions).
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+import dxode
+from dxode.kernels.autoswitch_codegen import generate as generate_autoswitch
+from dxode.kernels.codegen import CALLED, HELPERS, KernelLayout, generate
+from dxode.kernels.description import describe
+from dxode.kernels.rosenbrock_codegen import generate as generate_rosenbrock
+
+LAYOUT = KernelLayout(
+    n=3,
+    dtype="float64",
+    params="(P[0, COL], P[1, COL], P[2, COL], )",
+    u_as_array=False,
+    block=32,
+    target="cpu",
+    adaptive=True,
+    controller=(0.7, -0.4, 0.0, 0.9, 0.2, 10.0),
+    param_rows=3,
+)
+
+
+def _source(alg: object) -> str:
+    desc = describe(alg)
+    if isinstance(alg, dxode.AutoSwitch):
+        return generate_autoswitch(desc, LAYOUT)  # type: ignore[arg-type]
+    if isinstance(alg, (dxode.Tsit5, dxode.Vern7, dxode.RK4)):
+        return generate(desc, LAYOUT)  # type: ignore[arg-type]
+    return generate_rosenbrock(desc, LAYOUT)  # type: ignore[arg-type]
+
+
+def _functions(source: str) -> dict[str, ast.FunctionDef]:
+    tree = ast.parse(source)
+    return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("alg", [dxode.Tsit5(), dxode.Vern7(), dxode.RK4()], ids=repr)
+def test_the_explicit_attempt_has_no_conditional_expressions(alg):
+    attempt = _functions(_source(alg))["attempt"]
+    found = [ast.unparse(node) for node in ast.walk(attempt) if isinstance(node, ast.IfExp)]
+    assert found == []
+
+
+@pytest.mark.parametrize("alg", [dxode.Rodas5P(), dxode.AutoSwitch()], ids=repr)
+def test_the_stiff_attempts_have_no_conditional_expressions(alg):
+    functions = _functions(_source(alg))
+    attempts = [f for name, f in functions.items() if name.startswith("attempt")]
+    assert attempts
+    for attempt in attempts:
+        found = [ast.unparse(node) for node in ast.walk(attempt) if isinstance(node, ast.IfExp)]
+        assert found == [], attempt.name
+
+
+@pytest.mark.parametrize("alg", [dxode.Tsit5(), dxode.Rodas5P(), dxode.AutoSwitch()], ids=repr)
+def test_every_module_lists_its_inlined_and_called_helpers(alg):
+    source = _source(alg)
+    namespace: dict[str, object] = {}
+    exec(compile(source, "<kernel>", "exec"), namespace)  # defines functions only
+    assert set(HELPERS) <= set(namespace["HELPERS"])  # type: ignore[arg-type]
+    assert set(CALLED) <= set(namespace["CALLED"])  # type: ignore[arg-type]
+    for name in (*namespace["HELPERS"], *namespace["CALLED"]):  # type: ignore[misc]
+        assert callable(namespace[name]), name
