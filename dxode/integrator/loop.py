@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._derivatives import LaneFunction
-from .._jacobian import time_scale
+from .._jacobian import time_scale as span_time_scale
 from .._norms import initial_step, rms_norm
 from .._options import SolverOptions
 from .._retcode import ReturnCode
@@ -65,6 +65,10 @@ class LaneProblem:
         ``f(u0, t0)`` if the caller already evaluated it.
     events : LaneEvents, optional
         Callbacks, run per lane (see ``dxode.events.lanes``).
+    time_scale : (L,) array, optional
+        The lanes' time scales, on which a stiff method differences ``df/dt``: by default
+        ``min(1, |t1 - t0|)`` of each lane's span (``dxode._jacobian.time_scale``); a pass
+        over part of a longer trajectory (an adjoint's segment) gives the trajectory's.
     """
 
     rhs_for: Callable[[tuple[Array, ...]], LaneRHS]
@@ -78,6 +82,7 @@ class LaneProblem:
     f0: Array | None = None
     checkpoint_every: int = 0
     events: LaneEvents | None = None
+    time_scale: Array | None = None
 
 
 def integrate(
@@ -118,7 +123,7 @@ class _Loop:
         )
         self.stepper = options.alg.configure(options.rtol, self.atol)
         self.switching = isinstance(self.stepper, AutoSwitch)
-        scale = time_scale(xp, t0, t1)
+        scale = span_time_scale(xp, t0, t1) if problem.time_scale is None else problem.time_scale
         self.rhs = self._lane_rhs(problem.params, scale)
         f0 = problem.f0 if problem.f0 is not None else self.rhs(u0, t0)
         self.nf_start = 1
