@@ -58,15 +58,30 @@ class LaneFunction:
         The working set's parameters (per-lane leaves lanes last).
     derivatives : Derivatives
         Shared by every working set of the batch.
+    time_scale : (L,) array, optional
+        The working set's lanes' time scales, ``min(1, |t1 - t0|)`` of the spans they
+        integrate (``dxode._jacobian.time_scale``): what ``df/dt`` is differenced against.
+        ``None`` (a function no integrator has attached to lanes) counts as 1.
     """
 
-    def __init__(self, rhs: Callable[..., Array], p: Any, derivatives: Derivatives) -> None:
+    def __init__(
+        self,
+        rhs: Callable[..., Array],
+        p: Any,
+        derivatives: Derivatives,
+        time_scale: Array | None = None,
+    ) -> None:
         self.rhs = rhs
         self.p = p
         self.derivatives = derivatives
+        self.time_scale = time_scale
 
     def __call__(self, u: Array, t: Array, out: Array | None = None) -> Array:
         return self.rhs(u, t, out)
+
+    def on_lanes(self, time_scale: Array) -> LaneFunction:
+        """This function for lanes whose time scales are ``time_scale`` (a copy)."""
+        return LaneFunction(self.rhs, self.p, self.derivatives, time_scale)
 
 
 def user_matrix(

@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .._derivatives import LaneFunction
+from .._jacobian import time_scale as span_time_scale
 from .._norms import initial_step, rms_norm
 from .._options import SolverOptions
 from .._retcode import ReturnCode
@@ -63,6 +65,10 @@ class LaneProblem:
         ``f(u0, t0)`` if the caller already evaluated it.
     events : LaneEvents, optional
         Callbacks, run per lane (see ``dxode.events.lanes``).
+    time_scale : (L,) array, optional
+        The lanes' time scales, on which a stiff method differences ``df/dt``: by default
+        ``min(1, |t1 - t0|)`` of each lane's span (``dxode._jacobian.time_scale``); a pass
+        over part of a longer trajectory (an adjoint's segment) gives the trajectory's.
     """
 
     rhs_for: Callable[[tuple[Array, ...]], LaneRHS]
@@ -76,6 +82,7 @@ class LaneProblem:
     f0: Array | None = None
     checkpoint_every: int = 0
     events: LaneEvents | None = None
+    time_scale: Array | None = None
 
 
 def integrate(
@@ -116,10 +123,12 @@ class _Loop:
         )
         self.stepper = options.alg.configure(options.rtol, self.atol)
         self.switching = isinstance(self.stepper, AutoSwitch)
-        self.rhs = problem.rhs_for(problem.params)
+        scale = span_time_scale(xp, t0, t1) if problem.time_scale is None else problem.time_scale
+        self.rhs = self._lane_rhs(problem.params, scale)
         f0 = problem.f0 if problem.f0 is not None else self.rhs(u0, t0)
         self.nf_start = 1
         self.lanes = self._working_set(t0, t1, self._initial_step(t0, t1, u0, f0), u0, f0)
+        self.lanes.put(time_scale=scale)
         self.evals_per_step = self.stepper.rhs_per_step + (0 if self.stepper.fsal else 1)
         n_save = 0 if problem.save_times is None else problem.save_times.shape[0]
         self.records = LaneRecords(
@@ -320,8 +329,15 @@ class _Loop:
         """The lane RHS of the working set's lanes at positions ``idx`` (``None``: all)."""
         if idx is None:
             return self.rhs
-        params = tuple(self.xp.take(p, idx, axis=-1) for p in self.lanes.group("p"))
-        return self.problem.rhs_for(params)
+        xp, lanes = self.xp, self.lanes
+        params = tuple(xp.take(p, idx, axis=-1) for p in lanes.group("p"))
+        return self._lane_rhs(params, xp.take(lanes["time_scale"], idx, axis=-1))
+
+    def _lane_rhs(self, params: tuple[Array, ...], scale: Array) -> LaneRHS:
+        """The lane RHS for lanes with per-lane parameters ``params`` and time scales
+        ``scale`` (``(L,)``; a stiff method's ``df/dt`` is differenced on them)."""
+        rhs = self.problem.rhs_for(params)
+        return rhs.on_lanes(scale) if isinstance(rhs, LaneFunction) else rhs
 
     def _switch(self, result: StepResult, habs: Array, accept: Array, h_next: Array) -> Array:
         """AutoSwitch: count the lanes' stiffness votes, switch the lanes that reached their
@@ -415,7 +431,7 @@ class _Loop:
         lanes = self.lanes
         lanes.compact(keep)
         lanes.put(active=self.xp.ones(lanes.size, dtype=self.xp.bool))
-        self.rhs = self.problem.rhs_for(lanes.group("p"))
+        self.rhs = self._lane_rhs(lanes.group("p"), lanes["time_scale"])
         self.all_active = True
 
 

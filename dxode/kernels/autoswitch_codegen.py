@@ -48,7 +48,7 @@ from .codegen import (
 )
 from .codegen import HELPERS as EXPLICIT_HELPERS
 from .codegen import _write_saves as _write_explicit_saves
-from .rosenbrock_codegen import _row, write_module_head
+from .rosenbrock_codegen import _row, write_module_head, write_time_scales
 from .rosenbrock_codegen import _write_attempt_function as _write_stiff_attempt
 from .rosenbrock_codegen import _write_saves as _write_stiff_saves
 
@@ -139,6 +139,7 @@ def _write_block(w: _Writer, desc: AutoSwitchDescription, layout: KernelLayout) 
     for name in ("MODE", "CNT", "NSWITCH", "NSTIFF", "SACT"):
         w(f"{name} = {_alloc(layout, f'({B},)', 'int')}")
     _write_lane_starts(w, ns_pad, layout, n)  # type: ignore[arg-type]
+    write_time_scales(w, layout)
     w(f"for j in range({B}):")
     for name in ("MODE", "CNT", "NSWITCH", "NSTIFF"):
         w(f"    {name}[j] = 0")
@@ -161,7 +162,7 @@ def _write_block(w: _Writer, desc: AutoSwitchDescription, layout: KernelLayout) 
     w("if nex > 0:")
     w("    attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive)")
     w("if nst > 0:")
-    w("    attempt_stiff(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, SACT, NFX)")
+    w("    attempt_stiff(T, HS, PB, U, F, W, TG, HIT, TSC, RTOL, ATOL, nlive, SACT, NFX)")
     w(f"for j in range({B}):")
     w.indent()
     w("if MODE[j] == 0:")

@@ -6,11 +6,12 @@ the statistics are ``codegen``'s (its helpers are reused, with this method's wor
 out as theirs: ``desc.stages`` rows of per-step data, then ``u1``, the error, the end time).
 What differs is the attempt and the dense output:
 
-``attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT, NFX)``
+``attempt(T, HS, PB, U, F, W, TG, HIT, TSC, RTOL, ATOL, nlive, ACT, NFX)``
     The block's active lanes, gathered in order into chunks of up to ``LANE_WIDTH`` lanes
     (``stiff_lanes``): per chunk, ``f`` at the step's start, the Jacobian (the user's
     ``jac``, or forward differences of ``f`` as ``dxode._jacobian`` takes them), ``df/dt``
-    (the user's ``tgrad``, or a forward difference), the shifted matrix
+    (the user's ``tgrad``, or a forward difference on the lane's time scale ``TSC``, filled
+    once per block by ``write_time_scales``), the shifted matrix
     ``W = I/(h gamma) - J`` (Rosenbrock23, TRBDF2: ``I - d h J``) factored (Gaussian
     elimination with partial pivoting, the exchanges as selects), then the stages
     (``rosenbrock_stages``; TRBDF2: two simplified Newton iterations, their RHS evaluations
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+import numpy as np
 
 from .codegen import (
     _ERROR_FLOOR,
@@ -61,7 +64,7 @@ from .rosenbrock_description import RosenbrockDescription
 from .rosenbrock_stages import add_rows, write_derivatives, write_finish, write_rho, write_stages
 from .stiff_lanes import UNROLLED_LU_STATES, Lanes
 
-__all__ = ["CALLED", "HELPERS", "LANE_WIDTH", "generate", "lanes_for"]
+__all__ = ["CALLED", "HELPERS", "LANE_WIDTH", "generate", "lanes_for", "write_time_scales"]
 
 # Generated helper functions compiled inline into ``attempt`` and ``block``, and those
 # compiled once and called (besides the looped LU's ``lu_factor``/``lu_solve``).
@@ -157,7 +160,7 @@ def _write_attempt_function(
     n = layout.n
     lanes = lanes_for(desc, layout)
     width = lanes.width
-    w("def attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT, NFX):")
+    w("def attempt(T, HS, PB, U, F, W, TG, HIT, TSC, RTOL, ATOL, nlive, ACT, NFX):")
     w.indent()
     w(f"S = {_alloc(layout, f'({lanes.size * width},)')}")
     if layout.target == "cuda":
@@ -211,7 +214,7 @@ def _write_gather(
     w("for v in range(nw):")
     w.indent()
     w("j = IDX[c0 + v]")
-    for row, source in (("t", "T[j]"), ("hs", "HS[j]"), ("tg", "TG[j]")):
+    for row, source in (("t", "T[j]"), ("hs", "HS[j]"), ("tg", "TG[j]"), ("tsc", "TSC[j]")):
         w(f"{lanes.at(row)} = {source}")
     w(f"{lanes.at('hit')} = select(HIT[j] != 0, DT(1.0), DT(0.0))")
     for m in range(lanes.n):
@@ -254,6 +257,7 @@ def _write_block(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) 
     n = layout.n
     _write_block_setup(w, desc, layout, n)  # type: ignore[arg-type]
     _write_lane_starts(w, desc, layout, n)  # type: ignore[arg-type]
+    write_time_scales(w, layout)
     w("it = 0")
     w("while nact > 0:")
     w.indent()
@@ -264,7 +268,7 @@ def _write_block(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) 
     w("    break")
     w("it += 1")
     _write_step_sizes(w, layout)
-    w("attempt(T, HS, PB, U, F, W, TG, HIT, RTOL, ATOL, nlive, ACT, NFX)")
+    w("attempt(T, HS, PB, U, F, W, TG, HIT, TSC, RTOL, ATOL, nlive, ACT, NFX)")
     w(f"for j in range({layout.block}):")
     w.indent()
     _write_control(w, desc, layout)  # type: ignore[arg-type]
@@ -279,6 +283,17 @@ def _write_block(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) 
         w("return TREC, UREC, nrec")
     w.dedent()
     w()
+
+
+def write_time_scales(w: _Writer, layout: KernelLayout) -> None:
+    """``TSC[j]``: each lane's time scale ``min(1, |t1 - t0|)``, at least the smallest normal
+    number (``dxode._jacobian.time_scale``; after the lane starts, which set ``TE`` and
+    ``LANE``)."""
+    tiny = _const(float(np.finfo(layout.dtype).smallest_normal))
+    w(f"TSC = {_alloc(layout, f'({layout.block},)')}")
+    w(f"for j in range({layout.block}):")
+    w("    span = abs(TE[j] - DT(T0[LANE[j]]))")
+    w(f"    TSC[j] = maximum(minimum(span, DT(1.0)), {tiny})")
 
 
 def _write_accept(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) -> None:

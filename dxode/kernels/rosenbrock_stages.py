@@ -6,11 +6,12 @@ never a loop variable, so every offset is a constant). The arithmetic of each la
 the array path's step (``rosenbrock.Rosenbrock.step``, ``rosenbrock23.Rosenbrock23.step``,
 ``trbdf2.TRBDF2.step``), operation for operation and in its order.
 
-Rows besides the LU's: ``t, hs, tg, hit`` (the lane's time, signed step, landing time and
-whether it lands), ``UL, F0, DF, V, F1, JC`` (``n`` each: the state, ``f`` there, ``df/dt``,
-the proposed state, TRBDF2's Newton base, a Jacobian column), ``K`` (the stages), ``OUT`` (the
-dense-output rows for the workspace), ``err, tn`` and, for TRBDF2, the Newton flags
-``act, conv, prev, nfx``; ``rho`` for an automatic switch.
+Rows besides the LU's: ``t, hs, tg, hit, tsc`` (the lane's time, signed step, landing time,
+whether it lands, and its time scale ``min(1, |t1 - t0|)``, ``dxode._jacobian.time_scale``),
+``UL, F0, DF, V, F1, JC`` (``n`` each: the state, ``f`` there, ``df/dt``, the proposed state,
+TRBDF2's Newton base, a Jacobian column), ``K`` (the stages), ``OUT`` (the dense-output rows
+for the workspace), ``err, tn`` and, for TRBDF2, the Newton flags ``act, conv, prev, nfx``;
+``rho`` for an automatic switch.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ __all__ = [
 def add_rows(lanes: Lanes, desc: RosenbrockDescription) -> None:
     """Reserve the attempt's rows (see the module docstring)."""
     n = lanes.n
-    for name in ("t", "hs", "tg", "hit", "err", "tn", "rho", "act", "conv", "prev", "nfx"):
+    for name in ("t", "hs", "tg", "hit", "tsc", "err", "tn", "rho", "act", "conv", "prev", "nfx"):
         lanes.add(name)
     for name in ("UL", "F0", "DF", "V", "F1", "JC"):
         lanes.add(name, n)
@@ -122,8 +123,12 @@ def write_derivatives(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dty
         return
     lanes.open(w)
     df = _row(lanes, "DF")
-    if desc.tgrad == "finite_difference":
-        w(f"t_step = t + {root_eps} * maximum(abs(t), DT(1.0))")
+    if desc.tgrad == "finite_difference":  # dxode._jacobian.time_increment
+        w("at = abs(t)")
+        w(f"scale = {lanes.at('tsc')}")
+        w("short = maximum(scale, DT(math.sqrt(at * scale)))")
+        w("ms = select(scale == DT(1.0), maximum(at, DT(1.0)), short)")
+        w(f"t_step = t + {root_eps} * ms")
         w("dt = t_step - t")
         w(f"r = rhs({', '.join(ul)}, p, t_step)")
         for m in range(n):

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._jacobian import time_scale
 from .._retcode import ReturnCode
 from .._traced_rhs import TracedRHS, leaf_size
 from ..backends import get_backend
@@ -76,6 +77,8 @@ def backward(
         backend = get_backend("numpy")
         good = np.ones(width, dtype=bool)
         start = float(t0[0])
+        # df/dt on the forward trajectory's time scale, whatever the save points' spacing
+        scale = time_scale(np, np.full(width, start, dtype), np.full(width, static.t1[0], dtype))
         for s in range(n_save - 1, -1, -1):
             z[off : off + n] += g[s]
             t_from = float(save_grid[s])
@@ -88,6 +91,7 @@ def backward(
                 t0=np.full(width, t_from, dtype=dtype),
                 t1=np.full(width, t_to, dtype=dtype),
                 params=params,
+                time_scale=scale,
             )
             result = integrate(problem, options, backend)
             good &= np.isin(np.asarray(result.retcode), _OK)
