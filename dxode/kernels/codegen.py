@@ -47,7 +47,7 @@ __all__ = ["KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 16
+CODEGEN_VERSION = 17
 
 # The controller's floor under the error (``PIDController.adapt``'s guard of its powers).
 _ERROR_FLOOR = 1e-10
@@ -385,6 +385,7 @@ def _write_step_sizes(w: _Writer, layout: KernelLayout) -> None:
     _write_target(w, store=False)
     w("remaining = D * (target - T[j])")
     w("habs = abs(H[j]) if ACT[j] != 0 else DT(0.0)")
+    _write_representable(w, "T[j]", layout)
     w(f"hit = habs >= remaining * {_const(1.0 - 1e-3)}")
     w("if hit:")
     w("    habs = remaining")
@@ -394,6 +395,16 @@ def _write_step_sizes(w: _Writer, layout: KernelLayout) -> None:
     w("USE[j] = use")
     w("TG[j] = target")
     w.dedent()
+
+
+def _write_representable(w: _Writer, t: str, layout: KernelLayout) -> None:
+    """``habs`` rounded to how far it moves the lane's time ``t``, at least an ulp or two of
+    ``t`` (zero stays zero): the array path's ``_representable`` in ``integrator.loop``."""
+    eps = _const(float(np.finfo(layout.dtype).eps))
+    w("if habs > DT(0.0):")
+    w(f"    moved = abs(({t} + D * habs) - {t})")
+    w(f"    least = abs(({t} + D * {eps} * abs({t})) - {t})")
+    w("    habs = maximum(moved, least)")
 
 
 def _write_control(
@@ -890,6 +901,7 @@ def _write_vector_attempt_function(
     w.indent()
     w(f"remaining = D * ({st('TG')} - {st('T')})")
     w(f"habs = abs({st('H')}) if {st('ACT')} != DT(0.0) else DT(0.0)")
+    _write_representable(w, st("T"), layout)
     w(f"hit = habs >= remaining * {_const(1.0 - 1e-3)}")
     w("habs = remaining if hit else habs")
     w(f"{st('HA')} = habs")
