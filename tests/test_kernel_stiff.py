@@ -164,8 +164,12 @@ def test_finite_difference_jacobian_matches_the_array_paths():
     attempts = kernel.stats.naccept + kernel.stats.nreject
     # 8 stages' evaluations (7 stages + the fresh f), n for J, 1 for df/dt; 2 to start.
     assert kernel.stats.nf == 2 + attempts * (8 + n + 1)
-    assert abs(kernel.stats.naccept - array.stats.naccept) <= 2
-    assert abs(kernel.stats.nf - array.stats.nf) <= 2 * (8 + n + 1)
+    # Van der Pol's ~730 steps move by a few with the last bits (LAPACK's inverse against the
+    # kernel's elimination; the differenced Jacobians, which differ even with the same
+    # elimination on both paths: 727 and 728 steps). Rounding each step to how far it moves
+    # t reshuffled them (727/726 to 725/728).
+    assert abs(kernel.stats.naccept - array.stats.naccept) <= 4
+    assert abs(kernel.stats.nf - array.stats.nf) <= 4 * (8 + n + 1)
     np.testing.assert_allclose(np.asarray(kernel.u)[-1], np.asarray(array.u)[-1], rtol=1e-7)
     assert scd(np.asarray(kernel.u)[-1], VDPOL) >= EXPECTED[VDPOL, "Rodas5P"]
 

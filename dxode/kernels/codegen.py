@@ -47,7 +47,7 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 17
+CODEGEN_VERSION = 18
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``) and those
 # compiled once and called (``CALLED``); the compiler reads both lists from the module.
@@ -397,7 +397,8 @@ def _write_step_sizes(w: _Writer, layout: KernelLayout) -> None:
     w.indent()
     _write_target(w, store=False)
     w("remaining = D * (target - T[j])")
-    w("habs = abs(H[j]) if ACT[j] != 0 else DT(0.0)")
+    w("hprop = abs(H[j]) if ACT[j] != 0 else DT(0.0)")
+    _write_representable(w, "T[j]", "hprop", "habs", layout)
     w(f"hit = habs >= remaining * {_const(1.0 - 1e-3)}")
     w("if hit:")
     w("    habs = remaining")
@@ -407,6 +408,16 @@ def _write_step_sizes(w: _Writer, layout: KernelLayout) -> None:
     w("USE[j] = use")
     w("TG[j] = target")
     w.dedent()
+
+
+def _write_representable(w: _Writer, t: str, h: str, out: str, layout: KernelLayout) -> None:
+    """``out``: the step size ``h`` rounded to how far it moves the lane's time ``t``, at
+    least an ulp or two of ``t`` (zero stays zero): the array path's ``_representable`` in
+    ``integrator.loop``."""
+    eps = _const(float(np.finfo(layout.dtype).eps))
+    w(f"moved = abs(({t} + D * {h}) - {t})")
+    w(f"least = abs(({t} + D * {eps} * abs({t})) - {t})")
+    w(f"{out} = select({h} > DT(0.0), maximum(moved, least), {h})")
 
 
 def _write_control(
@@ -903,8 +914,9 @@ def _write_vector_attempt_function(
     w.indent()
     w(f"remaining = D * ({st('TG')} - {st('T')})")
     w(f"hprop = select({st('ACT')} != DT(0.0), abs({st('H')}), DT(0.0))")
-    w(f"hit = hprop >= remaining * {_const(1.0 - 1e-3)}")
-    w("habs = select(hit, remaining, hprop)")
+    _write_representable(w, st("T"), "hprop", "hmove", layout)
+    w(f"hit = hmove >= remaining * {_const(1.0 - 1e-3)}")
+    w("habs = select(hit, remaining, hmove)")
     w(f"{st('HA')} = habs")
     w(f"{st('HS')} = D * habs")
     w(f"{st('HIT')} = select(hit, DT(1.0), DT(0.0))")
