@@ -47,7 +47,7 @@ __all__ = ["KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 16
+CODEGEN_VERSION = 17
 
 # The controller's floor under the error (``PIDController.adapt``'s guard of its powers).
 _ERROR_FLOOR = 1e-10
