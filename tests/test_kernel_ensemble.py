@@ -69,6 +69,19 @@ def test_results_are_bitwise_independent_of_batch_block_and_threads():
     assert any(driver.signatures and serial.signatures for driver, serial in drivers)
 
 
+def test_a_prob_func_changing_u0_in_place_gives_each_trajectory_its_own():
+    def prob_func(prob, i, repeat):
+        prob.u0[:] = U0[i]  # DifferentialEquations.jl style: in place, then return prob
+        return prob
+
+    eprob = dxode.EnsembleProblem(PROB.remake(u0=U0[0].copy()), prob_func=prob_func)
+    sim = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=N, **OPTS)
+    by_arrays = dxode.solve(
+        dxode.EnsembleProblem(PROB, u0=U0), "tsit5", dxode.EnsembleKernel(), **OPTS
+    )
+    np.testing.assert_array_equal(np.asarray(sim.u), np.asarray(by_arrays.u))
+
+
 def test_batch_func_prob_func_and_output_func():
     def batch_func(prob, ctx):
         return {"p": P[ctx.indices]}

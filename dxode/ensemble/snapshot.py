@@ -51,7 +51,9 @@ def snapshot(prob: ODEProblem, first: ODEProblem | None) -> ODEProblem:
     new.__dict__.update(prob.__dict__)
     new.u0 = u0
     new.p = _pytree.rebuild(prob.p, leaves)  # fresh containers: a dict changed later too
-    new._snapshot_origins = (u0_origin, leaf_origins)  # type: ignore[attr-defined]
+    new.__dict__.pop("_snapshot_origins", None)
+    if first is None:  # what later trajectories are compared with (only trajectory 0's)
+        new._snapshot_origins = (u0_origin, leaf_origins)  # type: ignore[attr-defined]
     return new
 
 
@@ -68,10 +70,10 @@ def _frozen(value: Any, first_origin: Any, first_frozen: Any) -> Any:
 def _mutable(value: Any) -> bool:
     """Whether ``value`` is an array that can be changed in place (NumPy, CuPy, any
     array-API array); traced autograd values are not."""
-    from autograd.tracer import isbox
-
     if isinstance(value, np.ndarray):
         return value.dtype != object
+    from autograd.tracer import isbox
+
     return not isbox(value) and hasattr(value, "__array_namespace__") and hasattr(value, "shape")
 
 
@@ -86,7 +88,9 @@ def _copy(value: Any) -> Any:
 def _equal(a: Any, b: Any) -> bool:
     """Whether two arrays of one library have the same shape and values."""
     if isinstance(a, np.ndarray):
-        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+        if not isinstance(b, np.ndarray) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        return a.tobytes() == b.tobytes() if a.size <= 4096 else bool((a == b).all())
     if type(a) is not type(b) or tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
         return False
     return bool(a.__array_namespace__().all(a == b))
