@@ -278,6 +278,43 @@ def test_an_f_using_a_1d_p_as_an_array_is_told_to_unpack_it():
     assert "EnsembleArray" in str(info.value)
 
 
+_RATES = {"k": 1.0}
+_RATE_LIST = [1.0]
+
+
+def _reads_a_dict(u, p, t):
+    return [-_RATES["k"] * u[0]]
+
+
+def _reads_a_list(u, p, t):
+    return [-_RATE_LIST[0] * u[0]]
+
+
+@pytest.mark.parametrize(("f", "kind"), [(_reads_a_dict, "dict"), (_reads_a_list, "list")])
+def test_an_f_reading_an_untypeable_global_is_told_to_pass_it_in_p(f, kind):
+    # was numba's "Untyped global name '_RATES'" alone, with no fix for it
+    prob = dxode.ODEProblem(f, np.array([1.0]), (0.0, 1.0))
+    name = "_RATES" if kind == "dict" else "_RATE_LIST"
+    with pytest.raises(KernelCompileError, match=rf"f reads `{name}` \(a {kind}\).*pass .* in p"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_a_fit_closing_over_its_traced_parameter_is_told_to_pass_it_in_p(ensemble):
+    autograd = pytest.importorskip("autograd")
+
+    def loss(theta):
+        prob = dxode.ODEProblem(lambda u, p, t: [-theta[0] * u[0]], [1.0], (0.0, 1.0))
+        if ensemble:
+            eprob = dxode.EnsembleProblem(prob)
+            return dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=2).u.sum()
+        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0]).u.sum()
+
+    # was numba's "Untyped global name 'theta': ... ArrayBox"
+    with pytest.raises(KernelCompileError, match=r"reads `theta`.*differentiating.*p=theta"):
+        autograd.grad(loss)(np.array([1.0]))
+
+
 def test_dict_parameters_are_refused_clearly():
     prob = PROB.remake(p={"sigma": 10.0})
     with pytest.raises(KernelUnsupportedError, match="dict"):
