@@ -304,7 +304,8 @@ def _untyped_global_hint(reason: str) -> str:
     what = f"`{name}` (a {kind})" if kind else f"`{name}`"
     return (
         f"f reads {what} from its closure or its module, and numba compiles only numbers, "
-        f"tuples of numbers and NumPy arrays read so (a list: make it a tuple): pass the values f needs in p instead, "
+        f"tuples of numbers and NumPy arrays read so (a list: make it a tuple): pass the "
+        f"values f needs in p instead, "
         f"ODEProblem(f, u0, tspan, p=...) with a number, an array or a tuple of them, "
         f"and read them from p in f.\n"
     )

@@ -174,16 +174,16 @@ def _check_nothing_traced_closed_over(fn: types.FunctionType) -> None:
     module = fn.__globals__
     read += [(n, module[n]) for c in _code_objects(code) for n in c.co_names if n in module]
     for name, value in read:
-        if isinstance(value, (tuple, list, dict)) or isbox(value):
-            if any(isbox(leaf) for leaf in _pytree.leaves(value)):
-                raise KernelCompileError(
-                    f"{label} defined at {where_defined(fn)} reads `{name}` from outside "
-                    f"(a closure or a global), and `{name}` is a value autograd is "
-                    f"differentiating, which the compiled kernels cannot see: pass it in p, "
-                    f"ODEProblem(f, u0, tspan, p={name}), and read it from p in f (p[0], ...); "
-                    f"dxode then differentiates the solve with respect to it, on the kernel "
-                    f"path and the array path alike"
-                )
+        containers = isinstance(value, (tuple, list, dict))
+        if (containers or isbox(value)) and any(map(isbox, _pytree.leaves(value))):
+            raise KernelCompileError(
+                f"{label} defined at {where_defined(fn)} reads `{name}` from outside "
+                f"(a closure or a global), and `{name}` is a value autograd is "
+                f"differentiating, which the compiled kernels cannot see: pass it in p, "
+                f"ODEProblem(f, u0, tspan, p={name}), and read it from p in f (p[0], ...); "
+                f"dxode then differentiates the solve with respect to it, on the kernel "
+                f"path and the array path alike"
+            )
 
 
 def numba_ready(
