@@ -299,6 +299,17 @@ def test_an_f_reading_an_untypeable_global_is_told_to_pass_it_in_p(f, kind):
         dxode.solve(prob, "tsit5", kernel=True)
 
 
+def _complex_rows(u, p, t):
+    return [u[0] * 1j]
+
+
+def test_an_f_returning_complex_rows_is_told_to_keep_them_real():
+    # was numba's "Cannot cast complex128 to float64" alone
+    prob = dxode.ODEProblem(_complex_rows, np.array([1.0]), (0.0, 1.0))
+    with pytest.raises(KernelCompileError, match=r"f returns complex numbers .* keep du/dt real"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
 @pytest.mark.parametrize("ensemble", [False, True])
 def test_a_fit_closing_over_its_traced_parameter_is_told_to_pass_it_in_p(ensemble):
     autograd = pytest.importorskip("autograd")

@@ -283,10 +283,20 @@ def _compile_error(f: Callable[..., Any], err: Exception) -> KernelCompileError:
     reason = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).split("During: ")[0].strip()
     return KernelCompileError(
         f"the right-hand side f defined at {where_defined(f)} cannot be compiled by numba for "
-        f"the kernel path; numba says:\n{reason}\n{_untyped_global_hint(reason)}"
+        f"the kernel path; numba says:\n{reason}\n{_hint(reason)}"
         f"Write f with arithmetic, math/NumPy scalar functions and a list or tuple of rows "
         f"returned (see the kernels guide), or use {ARRAY_PATH}, which runs any f."
     )
+
+
+def _hint(reason: str) -> str:
+    """The fix for a numba error that has a known cause in ``f``; else nothing."""
+    if re.search(r"Cannot cast complex\d+ to float\d+", reason):
+        return (
+            "f returns complex numbers for a real state: keep du/dt real (complex parameters "
+            "or constants such as 1j make it complex), as the array path requires too.\n"
+        )
+    return _untyped_global_hint(reason)
 
 
 def _untyped_global_hint(reason: str) -> str:
