@@ -72,9 +72,10 @@ def _mutable(value: Any) -> bool:
     array-API array); traced autograd values are not."""
     if isinstance(value, np.ndarray):
         return value.dtype != object
+    import array_api_compat
     from autograd.tracer import isbox
 
-    return not isbox(value) and hasattr(value, "__array_namespace__") and hasattr(value, "shape")
+    return not isbox(value) and array_api_compat.is_array_api_obj(value)
 
 
 def _copy(value: Any) -> Any:
@@ -82,7 +83,10 @@ def _copy(value: Any) -> Any:
         return value
     if isinstance(value, np.ndarray):
         return value.copy()
-    return value.__array_namespace__().asarray(value, copy=True)
+    copy = getattr(value, "copy", None)  # CuPy's asarray takes no copy argument before 14
+    if callable(copy):
+        return copy()
+    return _namespace(value).asarray(value, copy=True)
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -93,4 +97,10 @@ def _equal(a: Any, b: Any) -> bool:
         return a.tobytes() == b.tobytes() if a.size <= 4096 else bool((a == b).all())
     if type(a) is not type(b) or tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
         return False
-    return bool(a.__array_namespace__().all(a == b))
+    return bool(_namespace(a).all(a == b))
+
+
+def _namespace(value: Any) -> Any:
+    import array_api_compat
+
+    return array_api_compat.array_namespace(value)
