@@ -91,6 +91,8 @@ class SolverOptions:
                 f"the first step dt={dt_f} is below dtmin={dtmin_f}, the smallest step "
                 f"allowed; give dt >= dtmin (or leave dt out to have it chosen)"
             )
+        if not adaptive:
+            _check_fixed_step(dt_f, dtmin_f, dtmax_f)
         return cls(
             alg=stepper,
             rtol=rtol_f,
@@ -178,3 +180,19 @@ def _as_atol(atol: Any) -> Any:
     if not bool(xp.all(array > 0)) or not bool(xp.all(xp.isfinite(array))):
         raise ValueError("atol must be positive and finite in every component")
     return array
+
+
+def _check_fixed_step(dt: float | None, dtmin: float | None, dtmax: float | None) -> None:
+    """Raise for a fixed step ``dt`` outside ``[dtmin, dtmax]``: it was silently shortened to
+    ``dtmax`` (a solve with other steps than asked for), and ``dtmin`` was ignored."""
+    if dt is not None and dtmax is not None and dt > dtmax:
+        raise ValueError(
+            f"fixed steps of dt={dt} are larger than dtmax={dtmax}; a fixed-step solve takes "
+            f"every step at dt (shortened only to land on a stop or the end): give dt <= dtmax, or "
+            f"leave dtmax out"
+        )
+    if dt is not None and dtmin is not None and dt < dtmin:
+        raise ValueError(
+            f"fixed steps of dt={dt} are smaller than dtmin={dtmin}; a fixed-step solve takes "
+            f"every step at dt: give dt >= dtmin, or leave dtmin out"
+        )

@@ -53,6 +53,18 @@ def test_dask_equals_array_for_any_batch_size(client, reference, batch_size):
     assert isinstance(sim.u, np.ndarray)
 
 
+def _in_place_prob_func(prob, i, repeat):
+    prob.p[:] = _params()[i]  # DifferentialEquations.jl style: in place, then return prob
+    return prob
+
+
+def test_a_prob_func_changing_p_in_place_gives_each_trajectory_its_own(client, reference):
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 3.0), np.array(P0))
+    eprob = EnsembleProblem(prob, prob_func=_in_place_prob_func)
+    sim = dxode.solve(eprob, dxode.Tsit5(), client, trajectories=N, batch_size=8, **SOLVE)
+    np.testing.assert_array_equal(sim.u, reference.u)
+
+
 def test_a_client_is_shorthand_and_worker_count_does_not_matter(client, reference):
     sim = dxode.solve(_eprob(), dxode.Tsit5(), client, trajectories=N, batch_size=8, **SOLVE)
     np.testing.assert_array_equal(sim.u, reference.u)

@@ -105,6 +105,61 @@ def test_prob_func_remake_gives_the_bits_of_per_trajectory_arrays(xp, dtype_name
     assert by_remake.u.dtype == by_arrays.u.dtype
 
 
+def _in_place_prob_func(starts, rhos):
+    """A prob_func in DifferentialEquations.jl style: changes prob in place, returns it."""
+
+    def prob_func(prob, i, repeat):
+        prob.u0[...] = starts[i, ...]
+        prob.p[1] = rhos[i]
+        return prob
+
+    return prob_func
+
+
+@pytest.mark.parametrize("alg", [EnsembleArray(), EnsembleSerial()], ids=["array", "serial"])
+def test_prob_func_changing_prob_in_place_gives_each_trajectory_its_values(xp, alg):
+    # Every trajectory got the values of the last prob_func call of its batch: all returned
+    # the one problem, and the batch was built from them after the calls.
+    starts = xp.asarray(np.linspace(0.5, 1.5, 18).reshape(6, 3))
+    rhos = xp.asarray(28.0 + np.linspace(-2.0, 2.0, 6))
+    params = xp.stack([xp.full(6, P0[0]), rhos, xp.full(6, P0[2])], axis=1)
+    expected = dxode.solve(EnsembleProblem(_prob(xp), u0=starts, p=params), "tsit5", alg, **SOLVE)
+    prob = _prob(xp).remake(p=xp.asarray(P0))
+    eprob = EnsembleProblem(prob, prob_func=_in_place_prob_func(starts, rhos))
+    sim = dxode.solve(eprob, "tsit5", alg, trajectories=6, batch_size=4, **SOLVE)
+    np.testing.assert_array_equal(to_numpy(sim.u), to_numpy(expected.u))
+
+
+def test_a_leaf_prob_func_leaves_alone_stays_shared_when_another_changes_in_place():
+    shapes = []
+
+    def f(u, p, t):
+        shapes.append((tuple(p["w"].shape), tuple(p["k"].shape)))
+        return -p["k"][0] * p["w"][0] * u
+
+    def prob_func(prob, i, repeat):
+        prob.p["k"][0] = 1.0 + i  # the leaf changed in place
+        if i == 3:
+            prob.p["k"] = np.array([10.0])  # and the dict entry rebound
+        return prob
+
+    prob = dxode.ODEProblem(f, [1.0], (0.0, 1.0), {"w": np.ones(3), "k": np.array([1.0])})
+    sim = dxode.solve(
+        EnsembleProblem(prob, prob_func=prob_func),
+        trajectories=6,
+        batch_size=4,
+        saveat=[1.0],
+        rtol=1e-8,
+        atol=1e-12,
+    )
+    rates = np.array([1.0, 2.0, 3.0, 10.0, 10.0, 10.0])  # prob.p["k"] is the new array from 3
+    rates[4:] = [5.0, 6.0]
+    np.testing.assert_allclose(sim.u[:, 0, 0], np.exp(-rates), rtol=1e-5)
+    # w, the same unchanged array in every trajectory, is passed to f as it is (not a column)
+    assert {w for w, _ in shapes} == {(3,)}
+    assert {len(k) for _, k in shapes} == {2}  # k, which changes, is a column of lanes
+
+
 @pytest.mark.parametrize(
     "values",
     [

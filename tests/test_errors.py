@@ -183,6 +183,38 @@ def test_nan_rhs_gives_unstable():
     assert np.all(np.isfinite(sol.u))
 
 
+def _nan_after_half(u, p, t):
+    # NaN for t > 0.5 on scalars and lane rows alike (and in a compiled kernel).
+    return [-u[0] + 0.0 * np.sqrt(0.5 - t)]
+
+
+@pytest.mark.parametrize(
+    "alg",
+    [
+        "tsit5",
+        "vern7",
+        "rosenbrock23",
+        "rodas5p",
+        "trbdf2",
+        dxode.AutoSwitch(),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_nan_rhs_gives_unstable_with_every_method(alg, adaptive):
+    # TRBDF2 ended DtLessThanMin here: a Newton iteration that met a
+    # NaN counted as one that merely did not converge.
+    opts = {} if adaptive else {"adaptive": False, "dt": 0.1}
+    prob = dxode.ODEProblem(_nan_after_half, [1.0], (0.0, 1.0))
+    with np.errstate(invalid="ignore"):
+        sol = dxode.solve(prob, alg, **opts)
+        sim = dxode.solve(dxode.EnsembleProblem(prob), alg, trajectories=2, **opts)
+    assert sol.retcode == ReturnCode.Unstable
+    assert 0.4 <= float(sol.t[-1]) <= 0.5
+    assert np.all(np.isfinite(sol.u))
+    assert [ReturnCode(int(c)) for c in sim.retcodes] == [ReturnCode.Unstable] * 2
+
+
 def test_nan_in_fixed_step_gives_unstable():
     def f(u, p, t):
         return -u + (np.nan if t > 0.5 else 0.0)

@@ -222,6 +222,9 @@ def test_unsupported_states_are_rejected(u0, error, match):
     [
         ({"dtmin": 0.5, "dtmax": 0.1}, r"dtmin=0.5 is larger than dtmax=0.1"),
         ({"dtmin": 0.5, "dt": 0.1}, r"first step dt=0.1 is below dtmin=0.5"),
+        # fixed steps: were shortened to dtmax, and dtmin was ignored, without a word
+        ({"adaptive": False, "dt": 0.1, "dtmax": 0.05}, r"dt=0.1 are larger than dtmax=0.05"),
+        ({"adaptive": False, "dt": 0.1, "dtmin": 0.5}, r"dt=0.1 are smaller than dtmin=0.5"),
         ({"atol": [1e-6, 1e-6, 1e-6]}, r"atol has shape \(3,\), .* state's shape \(2,\)"),
         ({"atol": np.ones((2, 2))}, r"atol has shape \(2, 2\)"),
         ({"rtol": 1e-30, "atol": 1e-30}, r"rtol=1e-30 is below what float64 resolves.*2.22e-16"),

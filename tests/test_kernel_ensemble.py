@@ -69,6 +69,19 @@ def test_results_are_bitwise_independent_of_batch_block_and_threads():
     assert any(driver.signatures and serial.signatures for driver, serial in drivers)
 
 
+def test_a_prob_func_changing_u0_in_place_gives_each_trajectory_its_own():
+    def prob_func(prob, i, repeat):
+        prob.u0[:] = U0[i]  # DifferentialEquations.jl style: in place, then return prob
+        return prob
+
+    eprob = dxode.EnsembleProblem(PROB.remake(u0=U0[0].copy()), prob_func=prob_func)
+    sim = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=N, **OPTS)
+    by_arrays = dxode.solve(
+        dxode.EnsembleProblem(PROB, u0=U0), "tsit5", dxode.EnsembleKernel(), **OPTS
+    )
+    np.testing.assert_array_equal(np.asarray(sim.u), np.asarray(by_arrays.u))
+
+
 def test_batch_func_prob_func_and_output_func():
     def batch_func(prob, ctx):
         return {"p": P[ctx.indices]}
@@ -263,6 +276,54 @@ def test_an_f_using_a_1d_p_as_an_array_is_told_to_unpack_it():
         dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
     assert re.search(r"test_kernel_ensemble\.py:\d+", str(info.value))
     assert "EnsembleArray" in str(info.value)
+
+
+_RATES = {"k": 1.0}
+_RATE_LIST = [1.0]
+
+
+def _reads_a_dict(u, p, t):
+    return [-_RATES["k"] * u[0]]
+
+
+def _reads_a_list(u, p, t):
+    return [-_RATE_LIST[0] * u[0]]
+
+
+@pytest.mark.parametrize(("f", "kind"), [(_reads_a_dict, "dict"), (_reads_a_list, "list")])
+def test_an_f_reading_an_untypeable_global_is_told_to_pass_it_in_p(f, kind):
+    # was numba's "Untyped global name '_RATES'" alone, with no fix for it
+    prob = dxode.ODEProblem(f, np.array([1.0]), (0.0, 1.0))
+    name = "_RATES" if kind == "dict" else "_RATE_LIST"
+    with pytest.raises(KernelCompileError, match=rf"f reads `{name}` \(a {kind}\).*pass .* in p"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
+def _complex_rows(u, p, t):
+    return [u[0] * 1j]
+
+
+def test_an_f_returning_complex_rows_is_told_to_keep_them_real():
+    # was numba's "Cannot cast complex128 to float64" alone
+    prob = dxode.ODEProblem(_complex_rows, np.array([1.0]), (0.0, 1.0))
+    with pytest.raises(KernelCompileError, match=r"f returns complex numbers .* keep du/dt real"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_a_fit_closing_over_its_traced_parameter_is_told_to_pass_it_in_p(ensemble):
+    autograd = pytest.importorskip("autograd")
+
+    def loss(theta):
+        prob = dxode.ODEProblem(lambda u, p, t: [-theta[0] * u[0]], [1.0], (0.0, 1.0))
+        if ensemble:
+            eprob = dxode.EnsembleProblem(prob)
+            return dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=2).u.sum()
+        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0]).u.sum()
+
+    # was numba's "Untyped global name 'theta': ... ArrayBox"
+    with pytest.raises(KernelCompileError, match=r"reads `theta`.*differentiating.*p=theta"):
+        autograd.grad(loss)(np.array([1.0]))
 
 
 def test_dict_parameters_are_refused_clearly():

@@ -368,3 +368,24 @@ def test_cuda_kernel_under_the_simulator_matches_the_cpu_kernel():
     check runs in a fresh interpreter."""
     pytest.importorskip("numba.cuda")
     assert_runs_under_cuda_simulator(CUDA_SCRIPT)
+
+
+def _nan_after(u, p, t):
+    return [-u[0] + 0.0 * np.sqrt(p[0] - t)]  # NaN once t > p[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_trbdf2_a_nan_rhs_ends_unstable_like_the_array_path(adaptive):
+    # The kernel ended this DtLessThanMin: a Newton iteration that met a NaN got the
+    # largest finite error, as one that merely did not converge.
+    opts = {"saveat": [1.0]} | ({} if adaptive else {"adaptive": False, "dt": 0.1})
+    prob = dxode.ODEProblem(_nan_after, [1.0], (0.0, 1.0), np.array([2.0]))
+    eprob = dxode.EnsembleProblem(prob, p=np.array([[2.0], [0.5]]))
+    sim = dxode.solve(eprob, dxode.TRBDF2(), dxode.EnsembleKernel(), **opts)
+    with np.errstate(invalid="ignore"):
+        ref = dxode.solve(eprob, dxode.TRBDF2(), **opts)
+    codes = [dxode.ReturnCode.Success, dxode.ReturnCode.Unstable]
+    assert [dxode.ReturnCode(int(c)) for c in sim.retcodes] == codes
+    assert [dxode.ReturnCode(int(c)) for c in ref.retcodes] == codes
+    np.testing.assert_allclose(sim.u[0], ref.u[0], rtol=1e-10)

@@ -241,8 +241,8 @@ def _lanes_from_problems(
     xp = backend.xp
     dtype = _state_dtype(prob, backend)
     u0s = [t.u0 for t in problems]
-    if all(u0 is prob.u0 for u0 in u0s):
-        u0 = _repeated_u0(prob, len(problems), backend)
+    if all(u0 is first.u0 for u0 in u0s):  # (prob_func may have changed prob.u0 in place)
+        u0 = _repeated_u0(first, len(problems), backend)
     elif _same_host_kind(u0s):
         u0 = backend.asarray(_host_stack(u0s), dtype=dtype)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from .._error_context import add_note, describe_trajectories
 from .._problem import ODEProblem
 from .._validation import check_arguments
 from .random import counter_uniform, trajectory_rng
+from .snapshot import snapshot
 
 __all__ = [
     "BatchContext",
@@ -23,6 +25,8 @@ __all__ = [
     "check_trajectory",
     "per_trajectory_leaves",
 ]
+
+_PROB_FUNC_LOCK = threading.RLock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +219,20 @@ class EnsembleProblem:
         built = self._built_trajectory
         if built is not None and built[0] == (index, repeat, seed):
             return built[1]
+        # Trajectory 0 first: the snapshot below reuses its values where nothing changed.
+        first = None if (index, repeat) == (0, 0) else self.trajectory(0, 0, seed)
+        # One prob_func call and its snapshot at a time in this process: a prob_func that
+        # changes prob in place must not interleave with another thread's batch (Dask workers
+        # run several batches on one copy of the problem).
+        with _PROB_FUNC_LOCK:
+            prob = self._call_prob_func(index, repeat, seed)
+            check_trajectory(index, prob, self.prob)
+            return snapshot(prob, first)
+
+    def _call_prob_func(self, index: int, repeat: int, seed: int) -> ODEProblem:
+        """``prob_func`` for trajectory ``index``, checked to return an ODEProblem; an
+        exception it raises names the trajectory."""
+        assert self.prob_func is not None
         try:
             if self._context_form:
                 ctx = TrajectoryContext(index, repeat, trajectory_rng(seed, index, repeat))
@@ -230,7 +248,6 @@ class EnsembleProblem:
                 f"prob_func must return an ODEProblem (e.g. prob.remake(p=...)), got "
                 f"{type(prob).__name__} for trajectory {index}"
             )
-        check_trajectory(index, prob, self.prob)
         return prob
 
     def batch(self, indices: np.ndarray, repeat: np.ndarray, seed: int) -> dict[str, Any]:

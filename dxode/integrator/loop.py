@@ -302,7 +302,12 @@ class _Loop:
                 err = xp.where(result.failed, math.inf, err)
             if self.lockstep:
                 err = _shared_error(xp, err, None if self.all_active else lanes["active"])
-            finite = xp.isfinite(err) if result.failed is None else xp.isfinite(err) | result.failed
+            finite = xp.isfinite(err)
+            if result.failed is not None:
+                # A failed implicit stage counts as finite unless its iterate is not: a
+                # NaN/inf from f (or its Jacobian) ends the lane Unstable, a Newton iteration
+                # that merely did not converge ends it DtLessThanMin.
+                finite = xp.where(result.failed, _all_finite(xp, result.u1), finite)
             error_order = (
                 self.stepper.lane_error_order(xp, lanes["stiff"], habs)
                 if self.switching
@@ -313,7 +318,7 @@ class _Loop:
             )
             lanes.put_group("ctrl", ctrl)
         else:
-            finite = xp.all(xp.isfinite(result.u1), axis=tuple(range(u.ndim - 1)))
+            finite = _all_finite(xp, result.u1)
             if result.failed is not None:
                 finite = finite & ~result.failed
             accept = finite
@@ -469,3 +474,8 @@ def _lanes_last(xp: Any, atol: Any, u0: Array) -> Array:
     """Per-component ``atol`` (state-shaped) reshaped to broadcast over lanes."""
     array = xp.asarray(atol, dtype=u0.dtype)
     return xp.reshape(array, (*array.shape, 1))
+
+
+def _all_finite(xp: Any, u: Array) -> Array:
+    """``(L,)``: whether every component of each lane's state ``u`` (``(*shape, L)``) is finite."""
+    return xp.all(xp.isfinite(u), axis=tuple(range(u.ndim - 1)))

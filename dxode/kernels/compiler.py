@@ -279,9 +279,41 @@ def _compile_error(f: Callable[..., Any], err: Exception) -> KernelCompileError:
     reason = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).split("During: ")[0].strip()
     return KernelCompileError(
         f"the right-hand side f defined at {where_defined(f)} cannot be compiled by numba for "
-        f"the kernel path; numba says:\n{reason}\n"
+        f"the kernel path; numba says:\n{reason}\n{_hint(reason)}"
         f"Write f with arithmetic, math/NumPy scalar functions and a list or tuple of rows "
         f"returned (see the kernels guide), or use {ARRAY_PATH}, which runs any f."
+    )
+
+
+def _hint(reason: str) -> str:
+    """The fix for a numba error that has a known cause in ``f``; else nothing."""
+    if re.search(r"Cannot cast complex\d+ to float\d+", reason):
+        return (
+            "f returns complex numbers for a real state: keep du/dt real (complex parameters "
+            "or constants such as 1j make it complex), as the array path requires too.\n"
+        )
+    return _untyped_global_hint(reason)
+
+
+def _untyped_global_hint(reason: str) -> str:
+    """The fix for numba's "Untyped global name" or "reflected list ... in globals" (``f``
+    reads a dict, a list, an object ... from its closure or module): pass the values
+    through ``p``; else nothing."""
+    found = re.search(r"Untyped global name '(\w+)'(?:.*?type of <class '([\w.]+)'>)?", reason)
+    listed = re.search(r"reflected (list)\(.*?assigned to variable '(\w+)' in globals", reason)
+    if found is not None:
+        name, kind = found.group(1), found.group(2)
+    elif listed is not None:
+        name, kind = listed.group(2), listed.group(1)
+    else:
+        return ""
+    what = f"`{name}` (a {kind})" if kind else f"`{name}`"
+    return (
+        f"f reads {what} from its closure or its module, and numba compiles only numbers, "
+        f"tuples of numbers and NumPy arrays read so (a list: make it a tuple): pass the "
+        f"values f needs in p instead, "
+        f"ODEProblem(f, u0, tspan, p=...) with a number, an array or a tuple of them, "
+        f"and read them from p in f.\n"
     )
 
 

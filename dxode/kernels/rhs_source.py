@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
-from .errors import ARRAY_PATH, KernelUnsupportedError
+from .errors import ARRAY_PATH, KernelCompileError, KernelUnsupportedError
 
 __all__ = ["ParamLayout", "check_plain_function", "function_key", "numba_ready", "where_defined"]
 
@@ -154,11 +154,36 @@ def check_plain_function(fn: Any, what: str, arguments: str) -> None:
     elif code.co_argcount != count or code.co_kwonlyargcount or code.co_flags & 0x0C:
         reason = f"does not take exactly ({arguments}); the kernel calls it so, without keywords"
     else:
+        _check_nothing_traced_closed_over(fn)
         return
     raise KernelUnsupportedError(
         f"the compiled kernels need {what} as a plain Python function of ({arguments}): "
         f"{fn!r} {reason}; or use {ARRAY_PATH}, which calls any Python callable"
     )
+
+
+def _check_nothing_traced_closed_over(fn: types.FunctionType) -> None:
+    """Raise ``KernelCompileError`` when ``fn`` reads a value autograd is differentiating
+    from its closure or its module's globals (a fit's ``lambda u, p, t: -theta[0] * u`` inside
+    the loss): numba cannot compile it, and the kernels differentiate only ``u0`` and ``p``."""
+    from autograd.tracer import isbox
+
+    code = fn.__code__
+    label = "the lambda" if fn.__name__ == "<lambda>" else f"the function {fn.__name__}"
+    read = list(zip(code.co_freevars, (_cell_value(c) for c in fn.__closure__ or ()), strict=True))
+    module = fn.__globals__
+    read += [(n, module[n]) for c in _code_objects(code) for n in c.co_names if n in module]
+    for name, value in read:
+        containers = isinstance(value, (tuple, list, dict))
+        if (containers or isbox(value)) and any(map(isbox, _pytree.leaves(value))):
+            raise KernelCompileError(
+                f"{label} defined at {where_defined(fn)} reads `{name}` from outside "
+                f"(a closure or a global), and `{name}` is a value autograd is "
+                f"differentiating, which the compiled kernels cannot see: pass it in p, "
+                f"ODEProblem(f, u0, tspan, p={name}), and read it from p in f (p[0], ...); "
+                f"dxode then differentiates the solve with respect to it, on the kernel "
+                f"path and the array path alike"
+            )
 
 
 def numba_ready(

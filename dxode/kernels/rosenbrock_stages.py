@@ -351,7 +351,7 @@ def write_finish(
     n = lanes.n
     lanes.open(w)
     conv = f"({lanes.at('conv')} != DT(0.0))" if desc.family == "trbdf2" else "True"
-    ss, finite = "DT(0.0)", conv
+    ss, finite = "DT(0.0)", "True"
     for m in range(n):
         u, vm = lanes.at("UL", m), lanes.at("V", m)
         q, total, fin = lanes.fresh("q"), lanes.fresh("ss"), lanes.fresh("finite")
@@ -362,11 +362,13 @@ def write_finish(
     if layout.adaptive:
         # A stage whose Newton iteration failed: the largest finite error, which the
         # controller treats as the array path treats its infinite one for failed lanes
-        # (reject, shrink the step the most, fail with DtLessThanMin rather than Unstable).
+        # (reject, shrink the step the most, fail with DtLessThanMin), unless its iterate
+        # is not finite (a NaN/inf from f): then an infinite one (fail Unstable).
         big = _const(float(np.finfo(layout.dtype).max))
-        w(f"{lanes.at('err')} = select({conv}, math.sqrt({ss} / DT({n})), {big})")
+        failed = f"select({finite}, {big}, DT(np.inf))"
+        w(f"{lanes.at('err')} = select({conv}, math.sqrt({ss} / DT({n})), {failed})")
     else:  # fixed steps: codegen's control reads the error row as "u1 is finite"
-        w(f"{lanes.at('err')} = select({finite}, DT(1.0), DT(0.0))")
+        w(f"{lanes.at('err')} = select({conv} & {finite}, DT(1.0), DT(0.0))")
     w(f"landing = {lanes.at('tg')}")
     w("stepped = t + hs")
     w(f"{lanes.at('tn')} = select({lanes.at('hit')} != DT(0.0), landing, stepped)")
