@@ -6,7 +6,6 @@ check that their tests skip with a reason instead of failing.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import sys
@@ -43,9 +42,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     path = getattr(config, "dxode_kernel_cache", None)
-    if path is not None:  # this process made it (and its "-avx2" twin): remove them
-        for made in glob.glob(f"{glob.escape(path)}*"):
-            shutil.rmtree(made, ignore_errors=True)
+    if path is not None:  # this process made it: remove it
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(params=backend_params())
