@@ -46,6 +46,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # xdist hands tests to its workers in this order: the slow ones first, so that none of
+    # them starts last while the other workers have nothing left to do (the order is
+    # otherwise kept, and so are the module-scoped fixtures' groupings among the rest).
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(params=backend_params())
 def xp(request):
     """An array namespace: NumPy, array_api_strict (the standard and nothing more) or CuPy."""
