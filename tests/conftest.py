@@ -6,7 +6,6 @@ check that their tests skip with a reason instead of failing.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import sys
@@ -43,9 +42,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     path = getattr(config, "dxode_kernel_cache", None)
-    if path is not None:  # this process made it (and its "-avx2" twin): remove them
-        for made in glob.glob(f"{glob.escape(path)}*"):
-            shutil.rmtree(made, ignore_errors=True)
+    if path is not None:  # this process made it: remove it
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # xdist hands tests to its workers in this order: the slow ones first, so that none of
+    # them starts last while the other workers have nothing left to do (the order is
+    # otherwise kept, and so are the module-scoped fixtures' groupings among the rest).
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(params=backend_params())

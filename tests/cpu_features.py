@@ -27,10 +27,17 @@ def avx512_dispatch_targets() -> list[str]:
 
 
 def avx2_environment() -> dict[str, str]:
-    """This process's environment, with NumPy's AVX-512 kernels and OpenBLAS's turned off,
-    and numba compiling the kernels for an AVX2 CPU (Haswell)."""
+    """This process's environment, with NumPy's AVX-512 kernels and OpenBLAS's turned off.
+
+    numba is left compiling for this CPU, so a process in this environment loads the kernels
+    the others compiled (the same kernel cache keys). What numba's code computes does not
+    depend on the vector width: without ``fastmath`` its arithmetic is IEEE, one operation
+    at a time, and ``exp``, ``log`` and ``pow`` are the C library's, which picks the same
+    (FMA) implementation on AVX2 and AVX-512 CPUs. ``NUMBA_CPU_NAME=haswell``, once set
+    here, changed only those keys (every kernel compiled twice): numba still passed LLVM
+    the host's features, AVX-512 among them, and the code kept its ``zmm`` vectors.
+    """
     env = dict(os.environ)
     env["NPY_DISABLE_CPU_FEATURES"] = " ".join(avx512_dispatch_targets())
     env["OPENBLAS_CORETYPE"] = "Haswell"
-    env["NUMBA_CPU_NAME"] = "haswell"
     return env

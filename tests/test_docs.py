@@ -43,6 +43,7 @@ RUNNABLE_PAGES = [
 ]
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")
@@ -60,6 +61,7 @@ def test_mkdocs_build_strict(tmp_path):
 PAGE_TIMEOUT_S = 300
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", RUNNABLE_PAGES)
 def test_page_examples_run_as_a_script(page, tmp_path):
     script = tmp_path / "page.py"

@@ -119,7 +119,7 @@ def test_other_method_pairs_take_the_array_paths_steps_without_avx512():
     factor is its own log/exp, not NumPy's ``power``: its last-bit step differences leave
     Rosenbrock23 on the array path's steps (values to a hundredth of the tolerance), and make
     TRBDF2 cast one vote a step later (one more step, values within the tolerance). Run where
-    NumPy's ``power`` is the C library's (its AVX-512 loops off, numba compiling for AVX2):
+    NumPy's ``power`` is the C library's (its AVX-512 loops off, as on an AVX2 CPU):
     with AVX-512 the step sizes drift apart by 1e-9 before any switch, and near the stiff
     transition Rosenbrock23's error estimate amplifies that to 2e-8 in the values."""
     from cpu_features import avx2_environment
@@ -128,8 +128,6 @@ def test_other_method_pairs_take_the_array_paths_steps_without_avx512():
         **avx2_environment(),
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
     }
-    if "DXODE_KERNEL_CACHE" in env:  # kernels compiled for AVX2 kept apart
-        env["DXODE_KERNEL_CACHE"] += "-avx2"
     done = subprocess.run(
         [sys.executable, "-c", PAIRS_SCRIPT], env=env, capture_output=True, text=True, timeout=600
     )

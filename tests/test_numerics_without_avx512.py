@@ -7,9 +7,11 @@ result met only by the luck of one machine's rounding fails on the other (it hap
 and a float32 gradient passed here and failed on an AVX2-only CPU). On an AVX-512 machine
 each module below runs again in a fresh interpreter with the AVX-512 kernels off, so the
 suite sees what an AVX2-only CPU computes; on an AVX2-only machine the suite already does.
-The compiled kernels run there too, compiled by numba for an AVX2 CPU: on such a CPU NumPy's
+The compiled kernels run there too, against the array path: on an AVX2 CPU NumPy's
 ``power`` and the C library's ``pow`` can agree, so the array path and the kernel can give
-the same bits where on AVX-512 they differ in the last place.
+the same bits where on AVX-512 they differ in the last place. The kernels themselves compute
+the same on both CPUs (``avx2_environment``), so the reruns load those the first run compiled
+(this run's kernel cache) instead of compiling each again.
 """
 
 from __future__ import annotations
