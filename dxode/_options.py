@@ -86,13 +86,7 @@ class SolverOptions:
                 f"give dtmin <= dtmax"
             )
         dt_f = positive_float("dt", dt, allow_none=True)
-        if adaptive and dt_f is not None and dtmin_f is not None and dt_f < dtmin_f:
-            raise ValueError(
-                f"the first step dt={dt_f} is below dtmin={dtmin_f}, the smallest step "
-                f"allowed; give dt >= dtmin (or leave dt out to have it chosen)"
-            )
-        if not adaptive:
-            _check_fixed_step(dt_f, dtmin_f, dtmax_f)
+        _check_dt(dt_f, dtmin_f, dtmax_f, adaptive)
         return cls(
             alg=stepper,
             rtol=rtol_f,
@@ -182,16 +176,27 @@ def _as_atol(atol: Any) -> Any:
     return array
 
 
-def _check_fixed_step(dt: float | None, dtmin: float | None, dtmax: float | None) -> None:
-    """Raise for a fixed step ``dt`` outside ``[dtmin, dtmax]``: it was silently shortened to
-    ``dtmax`` (a solve with other steps than asked for), and ``dtmin`` was ignored."""
-    if dt is not None and dtmax is not None and dt > dtmax:
+def _check_dt(dt: float | None, dtmin: float | None, dtmax: float | None, adaptive: bool) -> None:
+    """Raise for a ``dt`` outside ``[dtmin, dtmax]``: an adaptive solve's first step below
+    ``dtmin``, or fixed steps outside the bounds (they were silently shortened to ``dtmax``,
+    a solve with other steps than asked for, and ``dtmin`` was ignored). An adaptive first
+    step above ``dtmax`` is clipped to it, as every later step is."""
+    if dt is None:
+        return
+    if adaptive:
+        if dtmin is not None and dt < dtmin:
+            raise ValueError(
+                f"the first step dt={dt} is below dtmin={dtmin}, the smallest step "
+                f"allowed; give dt >= dtmin (or leave dt out to have it chosen)"
+            )
+        return
+    if dtmax is not None and dt > dtmax:
         raise ValueError(
             f"fixed steps of dt={dt} are larger than dtmax={dtmax}; a fixed-step solve takes "
             f"every step at dt (shortened only to land on a stop or the end): give dt <= dtmax, or "
             f"leave dtmax out"
         )
-    if dt is not None and dtmin is not None and dt < dtmin:
+    if dtmin is not None and dt < dtmin:
         raise ValueError(
             f"fixed steps of dt={dt} are smaller than dtmin={dtmin}; a fixed-step solve takes "
             f"every step at dt: give dt >= dtmin, or leave dtmin out"
