@@ -177,7 +177,7 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
     w(f"HELPERS = {HELPERS!r}")
     w(f"CALLED = {CALLED!r}")
     w()
-    _write_minmax(w)
+    _write_selects(w)
     write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
     _write_rhs(w, layout)
     if layout.events is not None:
@@ -195,7 +195,7 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
     return w.text()
 
 
-def _write_minmax(w: _Writer) -> None:
+def _write_selects(w: _Writer) -> None:
     """``maximum``, ``minimum`` and ``select(c, a, b)``: compiled once each and called (in
     numba's IR a call is one block where a conditional expression makes three, and type
     inference and SSA grow with blocks times names); LLVM inlines each as a select."""

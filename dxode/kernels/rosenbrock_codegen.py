@@ -49,11 +49,11 @@ from .codegen import (
     _write_cuda_driver,
     _write_factor,
     _write_lane_starts,
-    _write_minmax,
     _write_outcome,
     _write_record,
     _write_retire,
     _write_rhs,
+    _write_selects,
     _write_step_sizes,
     _Writer,
 )
@@ -115,7 +115,7 @@ def write_module_head(
     w(f"HELPERS = {helpers!r}")
     w(f"CALLED = {called!r}")
     w()
-    _write_minmax(w)
+    _write_selects(w)
     write_helpers(w, layout.dtype, _ERROR_FLOOR, _exponent_bounds(layout))
     _write_rhs(w, layout)
     lanes.write_functions(w)
