@@ -59,9 +59,9 @@ class LaneFunction:
     derivatives : Derivatives
         Shared by every working set of the batch.
     time_scale : (L,) array, optional
-        The working set's lanes' time scales, ``min(1, |t1 - t0|)`` of the spans they
-        integrate (``dxode._jacobian.time_scale``): what ``df/dt`` is differenced against.
-        ``None`` (a function no integrator has attached to lanes) counts as 1.
+        The working set's lanes' time scales, ``|t1 - t0|`` of the spans they integrate
+        (``dxode._jacobian.time_scale``): what ``df/dt`` is differenced against. ``None`` (a
+        function no integrator has attached to lanes) counts as an unbounded span.
     """
 
     def __init__(

@@ -20,19 +20,23 @@ are otherwise computed:
   else finite differences.
 
 Without a user ``tgrad``, ``df/dt`` is a forward difference in ``t`` (one RHS evaluation; it
-is exactly zero for an autonomous ``f``) over ``sqrt(eps) * m`` (``time_increment``), where a
-lane integrating over a span of at least 1 takes ``m = max(|t|, 1)`` and one over a shorter
-span ``s = |t1 - t0| < 1`` (its ``time_scale``) takes ``m = max(s, sqrt(|t| s))``: a problem
-on a time scale far below 1 is differenced on that scale. (With ``max(|t|, 1)`` alone, a
-forcing term of period 6e-9 over ``tspan = (0, 1e-8)`` was differenced across more than
-the whole span, and Rodas5P crawled: 1e5 steps against 20 with an exact ``tgrad``.) The
-geometric mean ``sqrt(|t| s)`` balances the difference's truncation error on the scale ``s``
-against the round-off of ``f`` at a large ``|t|``, whose own resolution is ``eps |t|``: over
-``(1e6, 1e6 + 1e-3)`` it differences over 4.7e-7, where ``max(|t|, s)`` would take 0.015,
-fifteen times the span. Spans of at least 1 keep the increment they always had, bit for bit
-(one whose end rounds below 1, 0.3 to 1.3 in float32, counts as short); it grows with
-``|t|``, so a forcing on the scale 1 far from ``t = 0`` is differenced coarsely there (over
-``(1e6, 1e6 + 3)`` Rodas5P takes 8416 steps, 15 with an exact ``tgrad``). The integrator
+is exactly zero for an autonomous ``f``) over ``sqrt(eps) * m`` (``time_increment``). A lane
+whose span is ``s = |t1 - t0|`` (its ``time_scale``) takes ``m = max(c, sqrt(|t| c))`` with
+``c = min(s, max(|t|, 1))``:
+
+* near ``t = 0`` on a span of at least 1 (``|t| <= s``) that is ``max(|t|, 1)``, the
+  increment the lanes always had;
+* on a span shorter than 1, or far from ``t = 0`` (``|t| > s``), it is ``max(s, sqrt(|t| s))``:
+  the problem is differenced on its own time scale. With ``max(|t|, 1)`` alone, a forcing of
+  period 6e-9 over ``tspan = (0, 1e-8)`` was differenced across more than the whole span
+  and Rodas5P crawled (1e5 steps against 20 with an exact ``tgrad``); over
+  ``(1e6, 1e6 + 3)`` a forcing on the scale 1 was differenced over 0.015 and Rodas5P took
+  8416 steps against 15.
+
+The geometric mean ``sqrt(|t| s)`` balances the difference's truncation error on the scale
+``s`` against the round-off of ``f`` at a large ``|t|``, whose own resolution is
+``eps |t|``: over ``(1e6, 1e6 + 1e-3)`` it differences over 4.7e-7, where ``max(|t|, s)``
+would take 0.015, fifteen times the span. The integrator
 attaches each lane's scale to its RHS (``LaneFunction.time_scale``); the kernels compute the
 same per lane (``rosenbrock_codegen.write_time_scales``). All arithmetic is elementwise
 across lanes, so a lane's Jacobian does not depend on the batch it is in.
@@ -92,37 +96,36 @@ def lane_jacobian(
 
 
 def time_scale(xp: Any, t0: Array, t1: Array) -> Array:
-    """Every lane's time scale ``(L,)`` for differencing ``f`` in ``t``: ``min(1, |t1 - t0|)``
-    of its span (``t0``, ``t1``: ``(L,)``, the state's dtype), at least the dtype's smallest
-    normal number (so that the increment at ``t = 0`` stays above zero)."""
+    """Every lane's time scale ``(L,)`` for differencing ``f`` in ``t``: the length
+    ``|t1 - t0|`` of its span (``t0``, ``t1``: ``(L,)``, the state's dtype), at least the
+    dtype's smallest normal number (so that the increment at ``t = 0`` stays above zero)."""
     span = xp.abs(t1 - t0)
-    floor = xp.full_like(span, float(xp.finfo(span.dtype).smallest_normal))
-    return xp.maximum(xp.minimum(span, xp.ones_like(span)), floor)
+    return xp.maximum(span, xp.full_like(span, float(xp.finfo(span.dtype).smallest_normal)))
 
 
 def time_increment(xp: Any, t: Array, scale: Array) -> Array:
     """The forward-difference increment of ``df/dt`` at ``t`` ``(L,)`` for lanes of time scale
-    ``scale`` (``time_scale``): ``sqrt(eps) * max(|t|, 1)`` where the scale is 1 (a span of at
-    least 1), else ``sqrt(eps) * max(scale, sqrt(|t| * scale))``."""
+    ``scale`` (``time_scale``): ``sqrt(eps) * max(c, sqrt(|t| c))``, ``c = min(scale,
+    max(|t|, 1))``; that is ``sqrt(eps) * max(|t|, 1)`` where ``|t| <= scale`` and
+    ``scale >= 1``, else ``sqrt(eps) * max(scale, sqrt(|t| scale))``."""
     eps = float(xp.finfo(t.dtype).eps)
     at = xp.abs(t)
-    ones = xp.ones_like(t)
-    short = xp.maximum(scale, xp.sqrt(at * scale))
-    return math.sqrt(eps) * xp.where(scale == ones, xp.maximum(at, ones), short)
+    c = xp.minimum(scale, xp.maximum(at, xp.ones_like(t)))
+    return math.sqrt(eps) * xp.maximum(c, xp.sqrt(at * c))
 
 
 def lane_tgrad(backend: Any, rhs: Any, u: Array, t: Array, f_u: Array) -> tuple[Array, int]:
     """Every lane's ``df/dt`` ``(n, L)`` at ``(u, t)`` and the RHS evaluations it cost.
 
-    Differenced on the lanes' time scales ``rhs.time_scale`` (``LaneFunction``; none counts
-    as 1).
+    Differenced on the lanes' time scales ``rhs.time_scale`` (``LaneFunction``; without one,
+    over ``sqrt(eps) * max(|t|, 1)``, as for an unbounded span).
     """
     derivs: Derivatives | None = getattr(rhs, "derivatives", None)
     if derivs is not None and derivs.tgrad is not None:
         return user_matrix(backend, derivs, "tgrad", rhs.p, u, t), 0
     xp = backend.xp
     scale = getattr(rhs, "time_scale", None)
-    t_step = t + time_increment(xp, t, xp.ones_like(t) if scale is None else scale)
+    t_step = t + time_increment(xp, t, xp.full_like(t, math.inf) if scale is None else scale)
     dt = t_step - t  # the step actually taken, after rounding
     return (rhs(u, t_step) - f_u) / dt, 1
 

@@ -4,8 +4,9 @@ A stiff problem forced on a time scale far below 1 (``u = sin(w t)`` with ``w = 
 ``tspan = (0, 1e-8)``) must take about the steps it takes with an exact ``tgrad``, on the
 array path, in the compiled kernels and per lane of an ensemble whose spans differ by nine
 orders of magnitude. (Differenced over ``sqrt(eps) max(|t|, 1)``, wider than the whole span,
-Rodas5P hit ``maxiters`` = 1e5 there.) Spans of at least 1 keep the increment they had, bit
-for bit.
+Rodas5P hit ``maxiters`` = 1e5 there.) So must a forcing on the scale 1 far from ``t = 0``
+(over ``sqrt(eps) |t|``, Rodas5P took 8416 steps over ``(1e6, 1e6 + 3)``, 15 with ``tgrad``).
+Near ``t = 0``, spans of at least 1 keep the increment they had, bit for bit.
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ def _problem(tspan, w, tgrad=None, dtype=np.float64):
     return dxode.ODEProblem(forced, u0, tspan, (STIFFNESS * w, w), tgrad=tgrad)
 
 
-# (tspan, w): nanoseconds forward and backward, and a short span far from t = 0, where an
+# (tspan, w): nanoseconds forward and backward, a short span far from t = 0, where an
 # increment of sqrt(eps) max(|t|, span) would be 5e4 times the span (Rodas5P took 11258
-# steps).
+# steps), and a span of 3 at t = 1e6, where sqrt(eps) |t| is 0.015.
 SPANS = {
     "ns": ((0.0, 1e-8), 1e9),
     "ns-backward": ((1e-8, 0.0), 1e9),
     "short-at-large-t": ((0.5, 0.5 + 1e-5), 1e6),
+    "unit-far-from-zero": ((1e6, 1e6 + 3.0), 1.0),
 }
 # Rosenbrock23 (order 2) needs 5000 steps at rtol = 1e-6 on these 1.6 periods, with the exact
 # tgrad as without: it runs at rtol = 1e-3 (287 steps).
@@ -101,15 +103,27 @@ def test_autoswitch_stiff_half():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_spans_of_at_least_one_keep_the_increment_bit_for_bit(dtype):
+def test_spans_of_at_least_one_near_zero_keep_the_increment_bit_for_bit(dtype):
+    """Where ``|t|`` is within the span (``s >= 1``): ``sqrt(eps) max(|t|, 1)``, as always."""
     t = np.array([0.0, -0.5, 1.0, 2.5, -7.0, 1e6, 3e12], dtype=dtype)
-    t0, t1 = t, t + np.array([1.0, -1.0, 2.0, 1e3, -40.0, 1.0, 1e15], dtype=dtype)
+    t0, t1 = t, t + np.array([1.0, -1.0, 2.0, 1e3, -40.0, 2e6, 1e15], dtype=dtype)
     scale = time_scale(np, t0, t1)
-    assert np.all(scale == 1.0)
     legacy = math.sqrt(np.finfo(dtype).eps) * np.maximum(np.abs(t), np.ones_like(t))
     increment = time_increment(np, t, scale)
     assert increment.dtype == dtype
     np.testing.assert_array_equal(increment, legacy)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_spans_far_from_zero_take_the_geometric_mean(dtype):
+    """Where ``|t| > s >= 1``: ``sqrt(eps) sqrt(|t| s)``, below ``sqrt(eps) |t|``."""
+    t = np.array([1e6, -1e6, 5.0, 3e12], dtype=dtype)
+    span = np.array([3.0, 3.0, 3.0, 1e3], dtype=dtype)
+    scale = time_scale(np, t, t + span)
+    increment = time_increment(np, t, scale)
+    expected = math.sqrt(np.finfo(dtype).eps) * np.sqrt(np.abs(t).astype(float) * scale)
+    np.testing.assert_allclose(increment, expected, rtol=4 * np.finfo(dtype).eps)
+    assert np.all(increment < math.sqrt(np.finfo(dtype).eps) * np.abs(t))
 
 
 def test_short_spans_set_the_increment():
@@ -172,7 +186,7 @@ def _agree(kernel, array):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["ns", "ns-backward"])
+@pytest.mark.parametrize("case", ["ns", "ns-backward", "unit-far-from-zero"])
 def test_kernel_short_time_scale(case):
     pytest.importorskip("numba")
     tspan, w = SPANS[case]

@@ -67,7 +67,7 @@ class LaneProblem:
         Callbacks, run per lane (see ``dxode.events.lanes``).
     time_scale : (L,) array, optional
         The lanes' time scales, on which a stiff method differences ``df/dt``: by default
-        ``min(1, |t1 - t0|)`` of each lane's span (``dxode._jacobian.time_scale``); a pass
+        ``|t1 - t0|`` of each lane's span (``dxode._jacobian.time_scale``); a pass
         over part of a longer trajectory (an adjoint's segment) gives the trajectory's.
     """
 

@@ -286,14 +286,14 @@ def _write_block(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) 
 
 
 def write_time_scales(w: _Writer, layout: KernelLayout) -> None:
-    """``TSC[j]``: each lane's time scale ``min(1, |t1 - t0|)``, at least the smallest normal
+    """``TSC[j]``: each lane's time scale ``|t1 - t0|``, at least the smallest normal
     number (``dxode._jacobian.time_scale``; after the lane starts, which set ``TE`` and
     ``LANE``)."""
     tiny = _const(float(np.finfo(layout.dtype).smallest_normal))
     w(f"TSC = {_alloc(layout, f'({layout.block},)')}")
     w(f"for j in range({layout.block}):")
     w("    span = abs(TE[j] - DT(T0[LANE[j]]))")
-    w(f"    TSC[j] = maximum(minimum(span, DT(1.0)), {tiny})")
+    w(f"    TSC[j] = maximum(span, {tiny})")
 
 
 def _write_accept(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) -> None:

@@ -7,7 +7,7 @@ the array path's step (``rosenbrock.Rosenbrock.step``, ``rosenbrock23.Rosenbrock
 ``trbdf2.TRBDF2.step``), operation for operation and in its order.
 
 Rows besides the LU's: ``t, hs, tg, hit, tsc`` (the lane's time, signed step, landing time,
-whether it lands, and its time scale ``min(1, |t1 - t0|)``, ``dxode._jacobian.time_scale``),
+whether it lands, and its time scale ``|t1 - t0|``, ``dxode._jacobian.time_scale``),
 ``UL, F0, DF, V, F1, JC`` (``n`` each: the state, ``f`` there, ``df/dt``, the proposed state,
 TRBDF2's Newton base, a Jacobian column), ``K`` (the stages), ``OUT`` (the dense-output rows
 for the workspace), ``err, tn`` and, for TRBDF2, the Newton flags ``act, conv, prev, nfx``;
@@ -125,10 +125,8 @@ def write_derivatives(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dty
     df = _row(lanes, "DF")
     if desc.tgrad == "finite_difference":  # dxode._jacobian.time_increment
         w("at = abs(t)")
-        w(f"scale = {lanes.at('tsc')}")
-        w("short = maximum(scale, DT(math.sqrt(at * scale)))")
-        w("ms = select(scale == DT(1.0), maximum(at, DT(1.0)), short)")
-        w(f"t_step = t + {root_eps} * ms")
+        w(f"c = minimum({lanes.at('tsc')}, maximum(at, DT(1.0)))")
+        w(f"t_step = t + {root_eps} * maximum(c, DT(math.sqrt(at * c)))")
         w("dt = t_step - t")
         w(f"r = rhs({', '.join(ul)}, p, t_step)")
         for m in range(n):
