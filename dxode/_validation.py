@@ -128,9 +128,15 @@ OPTION_FIX = "a solver setting: a constant, or autograd.tracer.getval(x) of a tr
 
 
 def as_tspan(tspan: Any) -> tuple[float, float]:
-    """``(t0, t1)`` as finite floats with ``t0 != t1``."""
+    """``(t0, t1)`` as finite floats with ``t0 != t1``. Strings and booleans are refused,
+    though ``float`` would take them (``"0"``, ``True``)."""
     try:
-        t0, t1 = (float(t) for t in tspan)
+        if isinstance(tspan, (str, bytes)):
+            raise TypeError
+        times = tuple(tspan)
+        if any(isinstance(t, (str, bytes, bool, np.bool_)) for t in times):
+            raise TypeError
+        t0, t1 = (float(t) for t in times)
     except (TypeError, ValueError) as exc:
         refuse_traced("tspan", tspan)
         raise ValueError(f"tspan must be a pair (t0, t1) of numbers, got {tspan!r}") from exc

@@ -208,3 +208,20 @@ def test_one_tspan_pair_for_the_ensemble_is_refused_with_the_fix():
     # per-trajectory arrays hold only 2".
     with pytest.raises(ValueError, match=r"shape \(trajectories, 2\), got shape \(2,\).*remake"):
         EnsembleProblem(_decay(), tspan=[0.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    "spans", [[("0", "1"), ("0", "2")], np.array([[False, True], [False, True]])]
+)
+def test_per_trajectory_spans_of_strings_or_booleans_are_refused(spans):
+    # float() takes "0" and True: strings failed inside NumPy's minimum, booleans ran.
+    with pytest.raises(TypeError, match=r"tspan must hold real numbers, got dtype (<U1|bool)"):
+        dxode.solve(EnsembleProblem(_decay(), tspan=spans), dxode.Tsit5())
+
+
+def test_spans_of_strings_from_batch_func_are_refused():
+    def batch_func(prob, ctx):
+        return {"tspan": [("0", "1")] * len(ctx.indices)}
+
+    with pytest.raises(TypeError, match="per-trajectory tspan must hold real numbers"):
+        dxode.solve(EnsembleProblem(_decay(), batch_func=batch_func), trajectories=2)

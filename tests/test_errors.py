@@ -32,6 +32,10 @@ def _prob(**overrides):
         ({"tspan": (0.0, 0.0)}, ValueError, "tspan is empty"),
         ({"tspan": (0.0, math.inf)}, ValueError, "tspan must be finite"),
         ({"tspan": (0.0,)}, ValueError, "tspan must be a pair"),
+        # float() would take these: a string pair, a string, a boolean end
+        ({"tspan": ("0", "1")}, ValueError, r"tspan must be a pair \(t0, t1\) of numbers"),
+        ({"tspan": "01"}, ValueError, r"tspan must be a pair \(t0, t1\) of numbers"),
+        ({"tspan": (0.0, True)}, ValueError, r"tspan must be a pair \(t0, t1\) of numbers"),
         ({"f": 3.0}, TypeError, "f must be callable"),
         ({"jac": 3.0}, TypeError, "jac must be callable"),
     ],

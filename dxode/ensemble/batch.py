@@ -204,7 +204,9 @@ def _lanes_from_arrays(
     else:
         u0 = _repeated_u0(prob, n, backend)
     if "tspan" in data:
-        spans = np.asarray(to_host(rows(data["tspan"])), dtype=np.float64)
+        spans = np.asarray(to_host(rows(data["tspan"])))
+        check_span_numbers(spans)
+        spans = spans.astype(np.float64)
         time = np.float32 if xp.finfo(dtype).bits == 32 else np.float64  # the state's dtype
         if (
             spans.shape != (n, 2)
@@ -335,6 +337,16 @@ def _take_rows(arr: Any, rows: np.ndarray) -> Any:
         return arr[rows]
     xp = array_api_compat.array_namespace(arr)
     return xp.take(arr, xp.asarray(rows), axis=0)
+
+
+def check_span_numbers(spans: np.ndarray) -> None:
+    """Raise unless per-trajectory spans (host array) hold real numbers: strings (``"0"``)
+    and booleans would otherwise become times."""
+    if spans.dtype.kind not in "iuf":
+        raise TypeError(
+            f"per-trajectory tspan must hold real numbers, got dtype {spans.dtype}; give a "
+            f"(trajectories, 2) array of floats, e.g. np.array([[0.0, 1.0], [0.0, 2.0]])"
+        )
 
 
 def check_direction(t0: np.ndarray, t1: np.ndarray) -> None:

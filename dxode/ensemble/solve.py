@@ -19,7 +19,7 @@ from .._validation import positive_int
 from ..backends import to_host
 from ..events.callbacks import CallbackSet, check_preset_times
 from .algorithms import AbstractEnsembleAlgorithm, EnsembleArray
-from .batch import BatchSpec, check_direction
+from .batch import BatchSpec, check_direction, check_span_numbers
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution
 
@@ -141,7 +141,8 @@ def _check_times(
     elif "tspan" in eprob.arrays:
         spans = eprob.arrays["tspan"]
         spans = to_host(spans) if array_api_compat.is_array_api_obj(spans) else np.asarray(spans)
-        if spans.shape[-1:] == (2,) and spans.dtype.kind in "iuf" and np.isfinite(spans).all():
+        check_span_numbers(spans)
+        if spans.shape[-1:] == (2,) and np.isfinite(spans).all():
             check_direction(spans[..., 0], spans[..., 1])  # all of them, not batch by batch
             t0, t1 = spans[..., 0], spans[..., 1]
             forward = bool(np.all(t1 > t0))
