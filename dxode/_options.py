@@ -100,8 +100,8 @@ class SolverOptions:
         )
 
     def check_state(self, u0: Any, tspan: tuple[float, float] | None = None) -> None:
-        """Raise if the tolerances (or ``tspan``) do not fit a state like ``u0`` (its shape and
-        dtype).
+        """Raise if the method, the tolerances (or ``tspan``) do not fit a state like ``u0`` (its
+        shape and dtype).
 
         Time is kept in the state's dtype: a float32 state needs ``t0`` and ``t1`` distinct in
         float32 (``(1e8, 1e8 + 1)`` is one float32 time).
@@ -123,6 +123,7 @@ class SolverOptions:
             fits = tuple(np.broadcast_shapes(atol_shape, shape)) == shape
         except ValueError:
             fits = False
+        self.alg.check_state_shape(shape)
         if not fits:
             raise ValueError(
                 f"atol has shape {atol_shape}, which does not broadcast to the state's shape "

@@ -372,10 +372,22 @@ def test_bad_jacobian_shape_is_reported():
         dxode.solve(eprob, dxode.Rodas5P(), trajectories=4)
 
 
-def test_stiff_methods_need_a_1d_state():
-    prob = dxode.ODEProblem(lambda u, p, t: -u, np.ones((2, 2)), (0.0, 1.0))
-    with pytest.raises(ValueError, match="1-D state"):
-        dxode.solve(prob, dxode.Rodas5P())
+@pytest.mark.parametrize("alg", [dxode.Rodas5P(), dxode.TRBDF2(), dxode.AutoSwitch()])
+@pytest.mark.parametrize("how", ["single", "ensemble", "kernel"])
+def test_stiff_methods_need_a_1d_state_refused_when_the_solve_is_set_up(alg, how):
+    calls = []
+
+    def decay(u, p, t):
+        calls.append(t)
+        return -u
+
+    prob = dxode.ODEProblem(decay, np.ones((2, 2)), (0.0, 1.0))
+    with pytest.raises(ValueError, match=r"1-D state u0 of shape \(n,\), got shape \(2, 2\)"):
+        if how == "ensemble":
+            dxode.solve(dxode.EnsembleProblem(prob), alg, trajectories=2)
+        else:
+            dxode.solve(prob, alg, kernel=how == "kernel")
+    assert calls == []  # not at the first step, after f ran
 
 
 def test_bad_options():

@@ -132,6 +132,10 @@ class AutoSwitch(AbstractStepper):
         configured.stiff = self.stiff.configure(rtol, atol)
         return configured
 
+    def check_state_shape(self, shape: tuple[int, ...]) -> None:
+        """The stiff method's shape rule (a 1-D state), before any lane can switch."""
+        self.stiff.check_state_shape(shape)
+
     def lane_memory(self, xp: Any, u0: Array) -> dict[str, Array]:
         """Every lane's switching memory at the start (``u0`` is the lanes' ``(n, L)`` state,
         checked here, before any lane can switch): its method (``stiff``, bool), signed count

@@ -89,6 +89,10 @@ class AbstractStepper(abc.ABC):
         """Whether the method estimates its local error (and so supports adaptive steps)."""
         return self.error_order is not None
 
+    def check_state_shape(self, shape: tuple[int, ...]) -> None:  # noqa: B027 (a hook)
+        """Raise a ``ValueError`` naming the fix if the method cannot integrate a state of
+        ``shape`` (``u0``'s, without lanes); checked when a solve is set up. Any by default."""
+
     def configure(self, rtol: float, atol: Any) -> AbstractStepper:
         """The stepper to integrate with at these tolerances; the integrator calls it once.
 

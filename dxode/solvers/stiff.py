@@ -11,11 +11,16 @@ Array = Any
 
 
 def check_state(method: Any, u: Array) -> None:
-    """Stiff methods work on 1-D states ``(n,)`` (``(n, L)`` with lanes)."""
-    if u.ndim != 2:
+    """Stiff methods work on 1-D states ``(n,)`` (``u``: ``(n, L)`` with lanes)."""
+    check_vector_state(method, tuple(u.shape[:-1]))
+
+
+def check_vector_state(method: Any, shape: tuple[int, ...]) -> None:
+    """Raise unless ``shape`` (a state's, without lanes) is 1-D: ``(n,)``."""
+    if len(shape) != 1:
         raise ValueError(
             f"{type(method).__name__} needs a 1-D state u0 of shape (n,), got shape "
-            f"{tuple(u.shape[:-1])}; flatten the state (u0.ravel()) and reshape inside f"
+            f"{shape}; flatten the state (u0.ravel()) and reshape inside f"
         )
 
 
@@ -63,6 +68,10 @@ class StiffMethod:
 
     def __init__(self, autodiff: str = "auto") -> None:
         self.autodiff = check_autodiff(autodiff)
+
+    def check_state_shape(self, shape: tuple[int, ...]) -> None:
+        """Stiff methods work on 1-D states ``(n,)``: ``J`` is ``(n, n)``."""
+        check_vector_state(self, shape)
 
     def with_autodiff(self, autodiff: str) -> Any:
         """A copy of this method (its other settings kept) computing Jacobians by ``autodiff``."""
