@@ -75,7 +75,7 @@ def plan(
         a lane's last accepted step).
     """
     xp, d = sweep.xp, sweep.coefficients.last
-    target, where = _next_accepted(sweep, iteration, lanes, at_end)
+    target, where = _next_accepted(sweep, iteration, positions, at_end)
     carried = target >= 0
     in_place = set(np.unique(iteration[~at_end & ~carried]).tolist())
     if not carried.any():
@@ -102,44 +102,48 @@ def _grouped(
     """``columns`` ordered by target iteration, then by how many columns before them carry
     the same lane to it (two saves inside one step), then lane; and the bounds of the groups
     of equal target and count (distinct lanes within each)."""
-    t, lane = target[columns], lanes[columns]
-    order = np.lexsort((lane, t))
-    t, lane, columns = t[order], lane[order], columns[order]
-    first = np.concatenate([[True], (t[1:] != t[:-1]) | (lane[1:] != lane[:-1])])
+    key = target[columns] * np.int64(lanes.max(initial=0) + 1) + lanes[columns]
+    order = np.argsort(key, kind="stable")
+    columns, key = columns[order], key[order]
+    first = np.concatenate([[True], key[1:] != key[:-1]])
+    t = target[columns]
+    if first.all():  # one column per lane and target (the common case)
+        change = np.nonzero(t[1:] != t[:-1])[0] + 1
+        return columns, [0, *change.tolist(), int(columns.shape[0])]
     index = np.arange(columns.shape[0])
     repeat = index - np.maximum.accumulate(np.where(first, index, 0))
-    order = np.lexsort((lane, repeat, t))
+    order = np.lexsort((repeat, t))  # stable: lanes stay in order within a group
     t, repeat, columns = t[order], repeat[order], columns[order]
     change = np.nonzero((t[1:] != t[:-1]) | (repeat[1:] != repeat[:-1]))[0] + 1
     return columns, [0, *change.tolist(), int(columns.shape[0])]
 
 
 def _next_accepted(
-    sweep: Any, iteration: np.ndarray, lanes: np.ndarray, at_end: np.ndarray
+    sweep: Any, iteration: np.ndarray, positions: np.ndarray, at_end: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each save column inside a step (not ``at_end``): the next later iteration at which
     its lane accepted a step (``-1``: none, or a column at a step's end) and the lane's place
-    in that iteration's working set. Working sets are sorted and only lose lanes, so a lane
-    missing from one has retired."""
-    count, n = len(sweep.trials), np.int64(sweep.n_lanes)
+    in that iteration's working set. Working sets are sorted and only lose lanes (retired),
+    so two of one size are the same and a lane keeps its place between them."""
+    count, offsets = len(sweep.trials), sweep.offsets
+    sizes = np.diff(offsets)
+    accepted = np.concatenate(sweep.accept) if count else np.zeros(0, dtype=bool)
     target = np.full(iteration.shape, -1, dtype=np.int64)
     where = np.zeros(iteration.shape, dtype=np.int64)
-    sizes = np.diff(sweep.offsets)
-    if not sizes.sum():
-        return target, where
-    keys = np.repeat(np.arange(count, dtype=np.int64), sizes) * n  # (iteration, lane), sorted
-    keys += np.concatenate(sweep.lane).astype(np.int64)
-    accepted = np.concatenate(sweep.accept)
     pending = np.nonzero(~at_end)[0]
     step = iteration[pending].astype(np.int64) + 1
+    place = positions[pending].astype(np.int64)
     while pending.shape[0]:
         live = step < count
-        pending, step = pending[live], step[live]
-        query = step * n + lanes[pending]
-        at = np.minimum(np.searchsorted(keys, query), keys.shape[0] - 1)
-        present = keys[at] == query
-        hit = present & accepted[at]
-        target[pending[hit]] = step[hit]
-        where[pending[hit]] = at[hit] - sweep.offsets[step[hit]]
-        pending, step = pending[present & ~hit], step[present & ~hit] + 1
+        pending, step, place = pending[live], step[live], place[live]
+        for j in np.unique(step[sizes[np.minimum(step, count - 1)] != sizes[step - 1]]).tolist():
+            moved = step == j  # the working set lost lanes: find them in the new one
+            lanes = sweep.lane[j - 1][place[moved]]
+            found = np.minimum(np.searchsorted(sweep.lane[j], lanes), sizes[j] - 1)
+            place[moved] = np.where(sweep.lane[j][found] == lanes, found, -1)
+        present = place >= 0
+        hit = present & accepted[offsets[step] + np.maximum(place, 0)]
+        target[pending[hit]], where[pending[hit]] = step[hit], place[hit]
+        carry_on = present & ~hit
+        pending, step, place = pending[carry_on], step[carry_on] + 1, place[carry_on]
     return target, where
