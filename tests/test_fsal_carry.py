@@ -73,7 +73,7 @@ def test_a_hand_vjp_with_per_lane_parameters_agrees_with_the_stage_in_place(
 ):
     loss = lorenz_loss(alg, lorenz_vjp_lanes)
     g = autograd.grad(loss)(THETA)
-    (carries, kept), = plans
+    ((carries, kept),) = plans
     assert carries and kept  # both ways ran: carried, and in place at lanes' last steps
     assert any(len(pairs) > 1 for pairs in carries.values())  # two saves inside one step
     np.testing.assert_allclose(g, in_place(monkeypatch, loss, THETA), rtol=1e-12)
@@ -128,8 +128,9 @@ def test_per_lane_cotangents_do_not_depend_on_the_batch_size():
     """Each lane's u0 cotangent, bit for bit, in batches of 7 and of 3 lanes."""
 
     def loss(u0, batch_size):
-        prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.03), (10.0, 28.0, 8 / 3),
-                                vjp=lorenz_vjp_lanes)
+        prob = dxode.ODEProblem(
+            lorenz, [1.0, 0.0, 0.0], (0.0, 1.03), (10.0, 28.0, 8 / 3), vjp=lorenz_vjp_lanes
+        )
         eprob = dxode.EnsembleProblem(prob, u0=u0, p=THETA[None, 3:] * SCALE)
         sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=7, batch_size=batch_size, **SOLVE)
         return anp.sum(sim.u**2)

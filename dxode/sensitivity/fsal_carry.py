@@ -21,6 +21,7 @@ its bits do not depend on its batch, and a checkpointed sweep gets the same carr
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -88,7 +89,7 @@ def plan(
     k_bar = h * w_d * xp.take(g, index, axis=-1)  # k̄_d of the carried columns, (*shape, C)
     at = sweep._device_index(where[columns])
     carries: dict[int, list[tuple[Array, Array]]] = {}
-    for a, b in zip(groups[:-1], groups[1:], strict=True):
+    for a, b in itertools.pairwise(groups):
         carries.setdefault(int(target[columns[a]]), []).append((at[a:b], k_bar[..., a:b]))
     keep = np.ones((weights.shape[0], iteration.shape[0]))
     keep[d, columns] = 0.0
