@@ -34,7 +34,13 @@ arithmetic on a 2-core VM.
 Above ``MAX_STATE`` state components (``n`` reverse passes, ``n²`` entries) the per-step sweep
 runs instead, and so it does where ``pays`` finds the extra arithmetic (``f``'s work per
 lane, counted) larger than the overhead saved. Only autograd-traced RHSs take this path: a
-hand-written ``vjp`` or ``jac`` + ``paramjac`` has no tracing overhead to save. A single
+hand-written ``vjp`` or ``jac`` + ``paramjac`` has no tracing overhead to save, only NumPy's
+per-call cost, and its Jacobian would take ``n`` VJPs per column. Timed per stage for the
+Lorenz VJP (``asv_bench/hand_vjp_bulk_cost.py``, 2-core CPU, 2026-11-24): over 1,000 lanes
+the per-step VJP cost 20 µs and the bulk one 29 µs (``Jᵀ k̄`` 7, the Jacobian's share 22 in
+chunks of 6,000 columns, 91 in chunks of 60,000), before its parameter VJP; the bulk one wins
+only below a few hundred lanes (100 lanes: 12 against 5 µs), where a hand VJP's gradient
+is cheap already. A single
 trajectory's ``f`` (``single_lane``: written for one state, no lane axis) takes it where it
 also computes columns of states ``(*shape, K)`` and times ``(K,)`` column by column, as ``f``
 written with arithmetic, rows and ``A @ u`` does: checked on the solve's own stage inputs,
