@@ -176,8 +176,10 @@ class TracedRHS:
 
         argnums = tuple(range(1 + len(idx)))
         try:
-            jvp = autograd.make_jvp(call, argnum=argnums)(y, *[leaves[i] for i in idx])
-            value, value_dot = jvp((y_dot, *[leaf_dots[i] for i in idx]))
+            with warnings.catch_warnings():  # f ignores y and the leaves: a zero derivative
+                warnings.filterwarnings("ignore", "Output seems independent of input")
+                jvp = autograd.make_jvp(call, argnum=argnums)(y, *[leaves[i] for i in idx])
+                value, value_dot = jvp((y_dot, *[leaf_dots[i] for i in idx]))
         except (TypeError, AttributeError) as exc:
             if "Box" not in str(exc) and "Node" not in str(exc):
                 raise
