@@ -23,8 +23,9 @@ def test_forward_sensitivity_of_a_state_independent_rhs_warns_nothing(alg):
 
     def loss(theta):
         prob = dxode.ODEProblem(_drift, theta[:2], (0.0, 1.0), (theta[2], theta[3]))
-        sol = dxode.solve(prob, alg, saveat=[1.0], rtol=1e-10, atol=1e-10,
-                          sensealg=dxode.ForwardSensitivity())
+        sol = dxode.solve(
+            prob, alg, saveat=[1.0], rtol=1e-10, atol=1e-10, sensealg=dxode.ForwardSensitivity()
+        )
         return anp.sum(sol.u**2)
 
     theta = np.array([1.0, 0.5, 0.3, 0.7])
@@ -46,8 +47,9 @@ def test_ensemble_with_per_trajectory_tspans_and_no_saveat_differentiates_its_en
         eprob = dxode.EnsembleProblem(
             prob, prob_func=lambda prob, i, repeat: prob.remake(tspan=(0.1 * i, 1.0 + 0.2 * i))
         )
-        return dxode.solve(eprob, dxode.Tsit5(), trajectories=3, rtol=1e-10, atol=1e-12,
-                           sensealg=sensealg)
+        return dxode.solve(
+            eprob, dxode.Tsit5(), trajectories=3, rtol=1e-10, atol=1e-12, sensealg=sensealg
+        )
 
     theta = np.array([0.7, 1.3])
     plain = solve(theta)
@@ -57,5 +59,6 @@ def test_ensemble_with_per_trajectory_tspans_and_no_saveat_differentiates_its_en
     ends = theta[1] * np.exp(-theta[0] * lengths)
     np.testing.assert_array_equal(plain.t, spans)
     np.testing.assert_allclose(plain.u[:, -1, 0], ends, rtol=1e-8)
-    np.testing.assert_allclose(gradient, [np.sum(-lengths * ends), np.sum(ends) / theta[1]],
-                               rtol=1e-8)
+    np.testing.assert_allclose(
+        gradient, [np.sum(-lengths * ends), np.sum(ends) / theta[1]], rtol=1e-8
+    )
