@@ -136,11 +136,13 @@ class TracedRHS:
     ) -> tuple[Array, list[Any]]:
         backend = self.backend
         if self.single_lane:
-            u_bar, p_bar = self.vjp(y[..., 0], p, t[0], v[..., 0])
-            u_bar = backend.xp.expand_dims(as_array(backend, u_bar), -1)
+            shape = y.shape[:-1]
+            u_bar, p_bar = _vjp_pair(self.vjp(y[..., 0], p, t[0], v[..., 0]), shape)
+            u_bar = _checked_u_bar(as_array(backend, u_bar), shape)
+            u_bar = backend.xp.expand_dims(u_bar, -1)
         else:
-            u_bar, p_bar = self.vjp(y, p, t, v)
-            u_bar = as_array(backend, u_bar, out=out)
+            u_bar, p_bar = _vjp_pair(self.vjp(y, p, t, v), y.shape)
+            u_bar = _checked_u_bar(as_array(backend, u_bar, out=out), y.shape)
         p_leaves = _pytree.leaves(p_bar)
         return u_bar, [as_array(backend, p_leaves[i]) for i in wrt]
 
@@ -255,6 +257,31 @@ class TracedRHS:
         p = _pytree.rebuild(self.p_template, leaves)
         value = self._plain_value(y, t, p)
         return value, lambda v: self._call_user_vjp(y, t, p, v, wrt)
+
+
+_VJP_RETURNS = (
+    "vjp(u, p, t, v) must return (u_bar, p_bar): u_bar shaped like u {shape} (or a list of "
+    "its rows), p_bar shaped like p"
+)
+
+
+def _vjp_pair(result: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """A user ``vjp``'s ``(u_bar, p_bar)``; anything else (the state's rows alone, say,
+    which would unpack as a pair) is refused with what to return."""
+    if type(result) not in (tuple, list) or len(result) != 2:
+        got = type(result).__name__ + (
+            f" of length {len(result)}" if type(result) in (tuple, list) else ""
+        )
+        raise ValueError(_VJP_RETURNS.format(shape=tuple(shape)) + f"; it returned a {got}")
+    return result[0], result[1]
+
+
+def _checked_u_bar(u_bar: Array, shape: tuple[int, ...]) -> Array:
+    """``u_bar`` as the user's ``vjp`` gave it, which must have the state's ``shape``."""
+    got = tuple(getattr(u_bar, "shape", ()))
+    if got != tuple(shape):
+        raise ValueError(_VJP_RETURNS.format(shape=tuple(shape)) + f"; its u_bar has shape {got}")
+    return u_bar
 
 
 def _columns(y: Array, leaves: list[Any], lane_leaf: list[bool]) -> tuple[Array, list[Any]]:

@@ -62,3 +62,48 @@ def test_ensemble_with_per_trajectory_tspans_and_no_saveat_differentiates_its_en
     np.testing.assert_allclose(
         gradient, [np.sum(-lengths * ends), np.sum(ends) / theta[1]], rtol=1e-8
     )
+
+
+def _oscillator(u, p, t):
+    return [u[1], -p[0] * u[0]]
+
+
+def _vjp_without_p_bar(u, p, t, v):  # forgot p_bar: its two rows unpack as (u_bar, p_bar)
+    return np.array([-p[0] * v[1], v[0]])
+
+
+def _vjp_wrong_shape(u, p, t, v):
+    return np.array([-p[0] * v[1], v[0], 0.0]), (np.sum(-u[0] * v[1]),)
+
+
+@pytest.mark.parametrize("vjp", [_vjp_without_p_bar, _vjp_wrong_shape])
+@pytest.mark.parametrize(
+    "sensealg",
+    [None, dxode.DiscreteAdjoint(checkpoint_every=2), dxode.InterpolatingAdjoint()],
+    ids=["default", "checkpointed", "interpolating"],
+)
+def test_a_user_vjp_that_does_not_return_u_bar_shaped_like_u_is_refused(vjp, sensealg):
+    """A ``vjp`` must return ``(u_bar, p_bar)`` with ``u_bar`` shaped like ``u``; one that
+    returned the state's rows alone gave a silently wrong gradient."""
+
+    def loss(theta):
+        prob = dxode.ODEProblem(_oscillator, [theta[0], 0.0], (0.0, 1.0), (theta[1],), vjp=vjp)
+        sol = dxode.solve(prob, saveat=[1.0], rtol=1e-8, atol=1e-8, sensealg=sensealg)
+        return anp.sum(sol.u**2)
+
+    with pytest.raises(ValueError, match=r"vjp\(u, p, t, v\) must return \(u_bar, p_bar\)"):
+        autograd.grad(loss)(np.array([1.0, 2.0]))
+
+
+def test_a_user_vjp_ensemble_u_bar_is_checked_against_the_lanes():
+    def vjp(u, p, t, v):  # per-lane p: one cotangent per lane; u_bar lacks the lane axis
+        return np.array([-p[0] * v[1], v[0]])[:, 0], np.array([-u[0] * v[1]])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(_oscillator, [1.0, 0.0], (0.0, 1.0), (2.0,), vjp=vjp)
+        eprob = dxode.EnsembleProblem(prob, p=theta[:, None])
+        sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=2, saveat=[1.0])
+        return anp.sum(sim.u**2)
+
+    with pytest.raises(ValueError, match=r"u_bar shaped like u"):
+        autograd.grad(loss)(np.array([1.0, 2.0]))
