@@ -143,8 +143,12 @@ class TracedRHS:
         else:
             u_bar, p_bar = _vjp_pair(self.vjp(y, p, t, v), y.shape)
             u_bar = _checked_u_bar(as_array(backend, u_bar, out=out), y.shape)
-        p_leaves = _pytree.leaves(p_bar)
-        return u_bar, [as_array(backend, p_leaves[i]) for i in wrt]
+        p_leaves = _bar_leaves(p, p_bar)
+        leaves = _pytree.leaves(p)
+        bars = [as_array(backend, p_leaves[i]) for i in wrt]  # rows unbroadcast: sizes checked
+        for i, bar in zip(wrt, bars, strict=True):
+            _check_p_bar_leaf(i, leaves[i], bar, self.lane_leaf[i])
+        return u_bar, bars
 
     def diff_positions(self) -> list[int]:
         """Positions of the differentiated parameter leaves."""
@@ -282,6 +286,57 @@ def _checked_u_bar(u_bar: Array, shape: tuple[int, ...]) -> Array:
     if got != tuple(shape):
         raise ValueError(_VJP_RETURNS.format(shape=tuple(shape)) + f"; its u_bar has shape {got}")
     return u_bar
+
+
+def _bar_leaves(tree: Any, bar: Any) -> list[Any]:
+    """The cotangents in a user ``vjp``'s ``p_bar`` of the leaves of ``p`` (``tree``): its
+    structure must follow ``p``'s down to the leaves; where ``p`` has an array leaf,
+    ``p_bar`` may hold a list or tuple of its rows (stacked by the caller)."""
+    if isinstance(tree, dict) and isinstance(bar, dict) and bar.keys() == tree.keys():
+        return [leaf for key in tree for leaf in _bar_leaves(tree[key], bar[key])]
+    if isinstance(tree, (list, tuple)):
+        if isinstance(bar, (list, tuple)) and len(bar) == len(tree):
+            return [
+                leaf for item, b in zip(tree, bar, strict=True) for leaf in _bar_leaves(item, b)
+            ]
+        raise ValueError(
+            "vjp(u, p, t, v) must return (u_bar, p_bar) with p_bar shaped like p: p holds "
+            f"{len(tree)} items here, its p_bar {_describe(bar)}"
+        )
+    if isinstance(tree, dict):
+        raise ValueError(
+            f"vjp(u, p, t, v) must return p_bar shaped like p: a dict with p's keys "
+            f"{list(tree)}, not {_describe(bar)}"
+        )
+    return [bar]
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"a {type(value).__name__}"
+
+
+def _shape(leaf: Any) -> tuple[int, ...]:
+    return tuple(getattr(leaf, "shape", ()))
+
+
+def _check_p_bar_leaf(i: int, leaf: Any, bar: Array, lane: bool) -> None:
+    """A user ``vjp``'s cotangent ``bar`` of leaf ``i`` of ``p`` has the leaf's size (a
+    smaller one would be broadcast: a wrong gradient)."""
+    size, got = math.prod(_shape(leaf)), math.prod(_shape(bar))
+    if got == size:
+        return
+    lanes = (
+        " one cotangent per trajectory (the leaf holds per-trajectory parameters), not "
+        "summed over the trajectories;"
+        if lane
+        else ""
+    )
+    raise ValueError(
+        f"vjp(u, p, t, v) must return p_bar shaped like p: leaf {i} of p has shape "
+        f"{_shape(leaf)} (lanes last), so its p_bar needs{lanes} that shape, not {_shape(bar)}"
+    )
 
 
 def _columns(y: Array, leaves: list[Any], lane_leaf: list[bool]) -> tuple[Array, list[Any]]:

@@ -107,3 +107,79 @@ def test_a_user_vjp_ensemble_u_bar_is_checked_against_the_lanes():
 
     with pytest.raises(ValueError, match=r"u_bar shaped like u"):
         autograd.grad(loss)(np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize(
+    "sensealg", [None, dxode.InterpolatingAdjoint()], ids=["default", "interpolating"]
+)
+def test_a_user_vjp_p_bar_for_per_trajectory_p_must_keep_the_lanes(sensealg):
+    """Per-trajectory parameters need one cotangent per lane; a ``p_bar`` summed over the
+    lanes (the form for a shared ``p``) was broadcast to every lane: a wrong gradient."""
+
+    def summed(u, p, t, v):
+        return [-p[0] * v[1], v[0]], (np.sum(-u[0] * v[1]),)
+
+    def loss(theta):
+        prob = dxode.ODEProblem(_oscillator, [1.0, 0.0], (0.0, 1.0), (2.0,), vjp=summed)
+        eprob = dxode.EnsembleProblem(prob, p=theta[:, None])
+        sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=3, saveat=[1.0], sensealg=sensealg)
+        return anp.sum(sim.u**2)
+
+    with pytest.raises(ValueError, match=r"p_bar.* one cotangent per trajectory"):
+        autograd.grad(loss)(np.array([1.0, 2.0, 3.0]))
+
+
+def test_a_user_vjp_p_bar_with_too_few_leaves_is_refused():
+    def short(u, p, t, v):
+        return [-p[0] * v[1], v[0]], ()
+
+    def loss(theta):
+        prob = dxode.ODEProblem(_oscillator, [1.0, 0.0], (0.0, 1.0), (theta[0],), vjp=short)
+        return anp.sum(dxode.solve(prob, saveat=[1.0]).u ** 2)
+
+    with pytest.raises(ValueError, match=r"p holds 1 items here, its p_bar a tuple of 0 items"):
+        autograd.grad(loss)(np.array([2.0]))
+
+
+def _lorenz(u, p, t):
+    x, y, z = u
+    return [p[0] * (y - x), x * (p[1] - z) - y, x * y - p[2] * z]
+
+
+def _lorenz_vjp_tuple(u, p, t, v):  # p an array (3,) shared by the lanes: a tuple of sums
+    x, y, z = u
+    vx, vy, vz = v
+    u_bar = [-p[0] * vx + (p[1] - z) * vy + y * vz, p[0] * vx - vy + x * vz, -x * vy - p[2] * vz]
+    return u_bar, (np.sum((y - x) * vx), np.sum(x * vy), np.sum(-z * vz))
+
+
+@pytest.mark.parametrize("ensemble", [False, True], ids=["single", "ensemble"])
+def test_a_user_vjp_may_give_an_array_leaf_cotangent_as_a_tuple_of_rows(ensemble):
+    """``p`` an array ``(3,)``, ``p_bar`` a tuple of its three entries' cotangents: each is
+    its own entry's (only sigma's was used, broadcast to all three: a wrong gradient)."""
+
+    def loss(theta, vjp=None):
+        prob = dxode.ODEProblem(_lorenz, [1.0, 0.0, 0.0], (0.0, 0.5), theta, vjp=vjp)
+        if not ensemble:
+            return anp.sum(dxode.solve(prob, saveat=[0.5], rtol=1e-10, atol=1e-10).u ** 2)
+        eprob = dxode.EnsembleProblem(prob, u0=np.array([[1.0, 0.0, 0.0], [1.1, 0.0, 0.0]]))
+        sim = dxode.solve(
+            eprob, dxode.Tsit5(), trajectories=2, saveat=[0.5], rtol=1e-10, atol=1e-10
+        )
+        return anp.sum(sim.u**2)
+
+    theta = np.array([10.0, 28.0, 8.0 / 3.0])
+    by_hand = autograd.grad(lambda th: loss(th, _lorenz_vjp_tuple))(theta)
+    np.testing.assert_allclose(by_hand, autograd.grad(loss)(theta), rtol=1e-10)
+
+
+def test_a_user_vjp_p_bar_summed_for_a_shared_array_leaf_is_refused():
+    def vjp(u, p, t, v):  # p an array (3,): one scalar instead of three
+        return _lorenz_vjp_tuple(u, p, t, v)[0], np.sum(v)
+
+    def loss(theta):
+        prob = dxode.ODEProblem(_lorenz, [1.0, 0.0, 0.0], (0.0, 0.5), theta, vjp=vjp)
+        return anp.sum(dxode.solve(prob, saveat=[0.5]).u ** 2)
+
+    with pytest.raises(ValueError, match=r"leaf 0 of p has shape \(3,\)"):
+        autograd.grad(loss)(np.array([10.0, 28.0, 8.0 / 3.0]))
