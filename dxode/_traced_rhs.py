@@ -143,6 +143,8 @@ class TracedRHS:
         else:
             u_bar, p_bar = _vjp_pair(self.vjp(y, p, t, v), y.shape)
             u_bar = _checked_u_bar(as_array(backend, u_bar, out=out), y.shape)
+        if not wrt:  # no parameter differentiated: p_bar is not looked at (None will do)
+            return u_bar, []
         p_leaves = _bar_leaves(p, p_bar)
         leaves = _pytree.leaves(p)
         bars = [as_array(backend, p_leaves[i]) for i in wrt]  # rows unbroadcast: sizes checked

@@ -183,3 +183,14 @@ def test_a_user_vjp_p_bar_summed_for_a_shared_array_leaf_is_refused():
 
     with pytest.raises(ValueError, match=r"leaf 0 of p has shape \(3,\)"):
         autograd.grad(loss)(np.array([10.0, 28.0, 8.0 / 3.0]))
+
+
+def test_a_user_vjp_may_return_no_p_bar_when_only_u0_is_differentiated():
+    def vjp(u, p, t, v):
+        return [-p[0] * v[1], v[0]], None
+
+    def loss(theta):
+        prob = dxode.ODEProblem(_oscillator, [theta[0], 0.0], (0.0, 1.0), (4.0, 1.0), vjp=vjp)
+        return dxode.solve(prob, saveat=[1.0], rtol=1e-10, atol=1e-10).u[-1, 0]
+
+    np.testing.assert_allclose(autograd.grad(loss)(np.array([1.5])), [np.cos(2.0)], rtol=1e-8)
