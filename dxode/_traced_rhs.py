@@ -136,13 +136,21 @@ class TracedRHS:
     ) -> tuple[Array, list[Any]]:
         backend = self.backend
         if self.single_lane:
-            u_bar, p_bar = self.vjp(y[..., 0], p, t[0], v[..., 0])
-            u_bar = backend.xp.expand_dims(as_array(backend, u_bar), -1)
+            shape = y.shape[:-1]
+            u_bar, p_bar = _vjp_pair(self.vjp(y[..., 0], p, t[0], v[..., 0]), shape)
+            u_bar = _checked_u_bar(as_array(backend, u_bar), shape)
+            u_bar = backend.xp.expand_dims(u_bar, -1)
         else:
-            u_bar, p_bar = self.vjp(y, p, t, v)
-            u_bar = as_array(backend, u_bar, out=out)
-        p_leaves = _pytree.leaves(p_bar)
-        return u_bar, [as_array(backend, p_leaves[i]) for i in wrt]
+            u_bar, p_bar = _vjp_pair(self.vjp(y, p, t, v), y.shape)
+            u_bar = _checked_u_bar(as_array(backend, u_bar, out=out), y.shape)
+        if not wrt:  # no parameter differentiated: p_bar is not looked at (None will do)
+            return u_bar, []
+        p_leaves = _bar_leaves(p, p_bar)
+        leaves = _pytree.leaves(p)
+        bars = [as_array(backend, p_leaves[i]) for i in wrt]  # rows unbroadcast: sizes checked
+        for i, bar in zip(wrt, bars, strict=True):
+            _check_p_bar_leaf(i, leaves[i], bar, self.lane_leaf[i])
+        return u_bar, bars
 
     def diff_positions(self) -> list[int]:
         """Positions of the differentiated parameter leaves."""
@@ -176,8 +184,10 @@ class TracedRHS:
 
         argnums = tuple(range(1 + len(idx)))
         try:
-            jvp = autograd.make_jvp(call, argnum=argnums)(y, *[leaves[i] for i in idx])
-            value, value_dot = jvp((y_dot, *[leaf_dots[i] for i in idx]))
+            with warnings.catch_warnings():  # f ignores y and the leaves: a zero derivative
+                warnings.filterwarnings("ignore", "Output seems independent of input")
+                jvp = autograd.make_jvp(call, argnum=argnums)(y, *[leaves[i] for i in idx])
+                value, value_dot = jvp((y_dot, *[leaf_dots[i] for i in idx]))
         except (TypeError, AttributeError) as exc:
             if "Box" not in str(exc) and "Node" not in str(exc):
                 raise
@@ -253,6 +263,82 @@ class TracedRHS:
         p = _pytree.rebuild(self.p_template, leaves)
         value = self._plain_value(y, t, p)
         return value, lambda v: self._call_user_vjp(y, t, p, v, wrt)
+
+
+_VJP_RETURNS = (
+    "vjp(u, p, t, v) must return (u_bar, p_bar): u_bar shaped like u {shape} (or a list of "
+    "its rows), p_bar shaped like p"
+)
+
+
+def _vjp_pair(result: Any, shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """A user ``vjp``'s ``(u_bar, p_bar)``; anything else (the state's rows alone, say,
+    which would unpack as a pair) is refused with what to return."""
+    if type(result) not in (tuple, list) or len(result) != 2:
+        got = type(result).__name__ + (
+            f" of length {len(result)}" if type(result) in (tuple, list) else ""
+        )
+        raise ValueError(_VJP_RETURNS.format(shape=tuple(shape)) + f"; it returned a {got}")
+    return result[0], result[1]
+
+
+def _checked_u_bar(u_bar: Array, shape: tuple[int, ...]) -> Array:
+    """``u_bar`` as the user's ``vjp`` gave it, which must have the state's ``shape``."""
+    got = tuple(getattr(u_bar, "shape", ()))
+    if got != tuple(shape):
+        raise ValueError(_VJP_RETURNS.format(shape=tuple(shape)) + f"; its u_bar has shape {got}")
+    return u_bar
+
+
+def _bar_leaves(tree: Any, bar: Any) -> list[Any]:
+    """The cotangents in a user ``vjp``'s ``p_bar`` of the leaves of ``p`` (``tree``): its
+    structure must follow ``p``'s down to the leaves; where ``p`` has an array leaf,
+    ``p_bar`` may hold a list or tuple of its rows (stacked by the caller)."""
+    if isinstance(tree, dict) and isinstance(bar, dict) and bar.keys() == tree.keys():
+        return [leaf for key in tree for leaf in _bar_leaves(tree[key], bar[key])]
+    if isinstance(tree, (list, tuple)):
+        if isinstance(bar, (list, tuple)) and len(bar) == len(tree):
+            return [
+                leaf for item, b in zip(tree, bar, strict=True) for leaf in _bar_leaves(item, b)
+            ]
+        raise ValueError(
+            "vjp(u, p, t, v) must return (u_bar, p_bar) with p_bar shaped like p: p holds "
+            f"{len(tree)} items here, its p_bar {_describe(bar)}"
+        )
+    if isinstance(tree, dict):
+        raise ValueError(
+            f"vjp(u, p, t, v) must return p_bar shaped like p: a dict with p's keys "
+            f"{list(tree)}, not {_describe(bar)}"
+        )
+    return [bar]
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"a {type(value).__name__}"
+
+
+def _shape(leaf: Any) -> tuple[int, ...]:
+    return tuple(getattr(leaf, "shape", ()))
+
+
+def _check_p_bar_leaf(i: int, leaf: Any, bar: Array, lane: bool) -> None:
+    """A user ``vjp``'s cotangent ``bar`` of leaf ``i`` of ``p`` has the leaf's size (a
+    smaller one would be broadcast: a wrong gradient)."""
+    size, got = math.prod(_shape(leaf)), math.prod(_shape(bar))
+    if got == size:
+        return
+    lanes = (
+        " one cotangent per trajectory (the leaf holds per-trajectory parameters), not "
+        "summed over the trajectories;"
+        if lane
+        else ""
+    )
+    raise ValueError(
+        f"vjp(u, p, t, v) must return p_bar shaped like p: leaf {i} of p has shape "
+        f"{_shape(leaf)} (lanes last), so its p_bar needs{lanes} that shape, not {_shape(bar)}"
+    )
 
 
 def _columns(y: Array, leaves: list[Any], lane_leaf: list[bool]) -> tuple[Array, list[Any]]:

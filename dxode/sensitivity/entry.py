@@ -17,6 +17,7 @@ from .._timegrid import lane_save_grid, lane_stop_times, stop_times
 from ..backends import backend_for, get_backend, to_host
 from ..ensemble.problem import EnsembleProblem, per_trajectory_leaves
 from ..ensemble.solution import EnsembleSolution, EnsembleStats
+from ..events.callbacks import CallbackSet
 from ..events.record import with_points_after
 from .differentiable import (
     _Static,
@@ -140,8 +141,9 @@ def solve_ensemble_traced(
     u0, p_template, p_leaves, lane_leaf, spans = _traced_trajectories(eprob, n, seed)
     t0, t1 = spans[:, 0], spans[:, 1]
     shared_span = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
-    if not shared_span and saveat is None and callbacks is None:
-        raise ValueError("gradients with per-trajectory tspans need a shared saveat array")
+    ends_only = not shared_span and saveat is None and callbacks is None
+    if ends_only:  # each trajectory's ends on its own times: the event path's, no events
+        callbacks = CallbackSet()
     if not shared_span and sensealg.one_tspan:
         raise NotImplementedError(
             f"{sensealg!r} needs one tspan shared by all trajectories; use DiscreteAdjoint() "
@@ -182,7 +184,8 @@ def solve_ensemble_traced(
         saved, out = traced_solve(static, u0_lanes, diff_values, scheduler)
     else:
         run = solve_segmented(static, callbacks, u0_lanes, diff_values, scheduler)
-        saved, out, grid, events = run.saved, run.outcome, run.t, run.events
+        saved, out, grid = run.saved, run.outcome, run.t
+        events = None if ends_only else run.events
     return EnsembleSolution(
         events=events,
         t=grid.astype(static.dtype),
