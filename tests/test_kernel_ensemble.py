@@ -204,6 +204,21 @@ def test_an_f_that_forgets_to_return_is_told_so_on_both_paths():
         dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
 
 
+def _returns_a_number(u, p, t):
+    return -p[0] * u[0]
+
+
+def test_an_f_returning_a_number_for_one_component_is_refused_like_on_the_array_path():
+    # The kernel failed to compile its own read of row 0 ("getitem(float64, Literal[int](0))"),
+    # blaming f's code for a getitem f does not contain.
+    prob = dxode.ODEProblem(_returns_a_number, np.array([1.0]), (0.0, 1.0), (2.0,))
+    with pytest.raises(ValueError, match=r"returned shape \(\)"):
+        dxode.solve(prob, "tsit5", saveat=[1.0])
+    with pytest.raises(ValueError, match=r"returns a number, not rows.*\[du0\]") as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert "test_kernel_ensemble.py" in str(info.value) and "state of 1" in str(info.value)
+
+
 class _Decay:
     rate = 1.0
 
