@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import re
 
 import numpy as np
@@ -312,6 +313,24 @@ def test_an_f_reading_an_untypeable_global_is_told_to_pass_it_in_p(f, kind):
     name = "_RATES" if kind == "dict" else "_RATE_LIST"
     with pytest.raises(KernelCompileError, match=rf"f reads `{name}` \(a {kind}\).*pass .* in p"):
         dxode.solve(prob, "tsit5", kernel=True)
+
+
+_Rates = collections.namedtuple("_Rates", ["k", "c"])
+
+
+def _reads_a_field(u, p, t):
+    return [-p.k * u[0] + 0.0 * p.c]
+
+
+def test_an_f_reading_a_namedtuple_field_of_p_is_told_to_index_it():
+    # was numba's "Unknown attribute 'k' of type UniTuple(float64 x 2)" alone: the kernels
+    # pass p as a plain tuple, which the user never wrote
+    prob = dxode.ODEProblem(_reads_a_field, np.array([1.0]), (0.0, 1.0), _Rates(2.0, 1.0))
+    assert dxode.solve(prob, "tsit5", saveat=[1.0]).retcode == dxode.ReturnCode.Success
+    fix = r"p\.k of a namedtuple.*plain tuples.*p\[0\]"
+    with pytest.raises(KernelCompileError, match=fix) as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert "EnsembleArray" in str(info.value)
 
 
 def _complex_rows(u, p, t):

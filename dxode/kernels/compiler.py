@@ -298,6 +298,13 @@ def _hint(reason: str) -> str:
             "f returns complex numbers for a real state: keep du/dt real (complex parameters "
             "or constants such as 1j make it complex), as the array path requires too.\n"
         )
+    field = re.search(r"Unknown attribute '(\w+)' of type (?:Uni)?Tuple", reason)
+    if field is not None:  # p.k of a namedtuple, passed to f as a plain tuple
+        return (
+            f"f reads .{field.group(1)} of a tuple (p.{field.group(1)} of a namedtuple p?): "
+            f"the compiled kernels pass p (and u) as plain tuples of numbers, so read a "
+            f"namedtuple's fields by position (p[0], or unpack them: k, c = p).\n"
+        )
     return _untyped_global_hint(reason)
 
 
