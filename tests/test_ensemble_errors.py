@@ -112,6 +112,17 @@ def test_every_algorithm_refuses_a_misfit_trajectory_by_its_index(alg, change, m
 
 
 @pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
+def test_a_number_for_an_array_leaf_of_prob_p_is_refused_by_trajectory(alg):
+    # prob.p is the array [1.0] (f reads p[0]) and prob_func gives trajectory i the number
+    # 1 + i: the structures match (one leaf), so EnsembleArray stacked the numbers into the
+    # lanes' (B,) row and every lane's p[0] was trajectory 0's rate, silently.
+    prob = dxode.ODEProblem(lambda u, p, t: -p[0] * u, [1.0], (0.0, 1.0), np.array([1.0]))
+    eprob = EnsembleProblem(prob, prob_func=lambda prob, i, repeat: prob.remake(p=1.0 + i))
+    with pytest.raises(ValueError, match=r"trajectory 0's p holds a number where prob.p"):
+        dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=4, batch_size=2, saveat=[1.0])
+
+
+@pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
 @pytest.mark.parametrize(
     ("saveat", "match"),
     [

@@ -356,6 +356,15 @@ def check_p_structure(i: int, p: Any, base: Any) -> None:
             f"a p nested as prob.p (the same lists, tuples and dicts around its arrays and "
             f"numbers); give prob.p the form the trajectories use, e.g. an array for an array"
         )
+    for leaf, base_leaf in zip(_pytree.leaves(p), _pytree.leaves(base), strict=True):
+        # f indexes prob.p's array leaf; a batch stacks the trajectories' numbers into one
+        # (B,) row, whose p[0] would be the first trajectory's for every trajectory
+        if np.ndim(leaf) == 0 and base_leaf is not None and np.ndim(base_leaf) >= 1:
+            raise ValueError(
+                f"trajectory {i}'s p holds a number where prob.p holds an array of shape "
+                f"{np.shape(base_leaf)}, which f indexes: prob_func must keep the leaf an "
+                f"array (e.g. np.array([rate])), or make prob.p's leaf a number"
+            )
 
 
 def per_trajectory_leaves(first: list[Any], trajectories: list[list[Any]]) -> list[bool]:
