@@ -229,6 +229,30 @@ class EnsembleProblem:
             check_trajectory(index, prob, self.prob)
             return snapshot(prob, first)
 
+    def trajectory_problem(self, index: int, repeat: int, seed: int) -> ODEProblem:
+        """Trajectory ``index`` (attempt ``repeat``) as the ODEProblem it solves, however the
+        ensemble describes it: ``prob_func``'s problem, or ``prob`` remade with row ``index``
+        of the per-trajectory arrays (or of ``batch_func``'s rows for it alone); ``u0`` and
+        the parameters as the lanes get them (real ones in the state's dtype)."""
+        if self.prob_func is not None:
+            return self.trajectory(index, repeat, seed)
+        if self.batch_func is not None:
+            data, row = self.batch(np.array([index]), np.array([repeat]), seed), 0
+        else:
+            data, row = self.arrays, index
+        changes: dict[str, Any] = {}
+        dtype = self.prob.u0.dtype
+        if "u0" in data:
+            changes["u0"] = _lane_value(data["u0"][row], dtype)
+        if "tspan" in data:
+            span = data["tspan"][row]
+            changes["tspan"] = (span[0], span[1])
+        if "p" in data:
+            from .. import _pytree
+
+            changes["p"] = _pytree.map_leaves(lambda leaf: _lane_value(leaf[row], dtype), data["p"])
+        return self.prob.remake(**changes) if changes else self.prob
+
     def _call_prob_func(self, index: int, repeat: int, seed: int) -> ODEProblem:
         """``prob_func`` for trajectory ``index``, checked to return an ODEProblem; an
         exception it raises names the trajectory."""
@@ -383,6 +407,15 @@ def _same_context(ctx: BatchContext, indices: np.ndarray, repeat: np.ndarray, se
         and np.array_equal(ctx.indices, indices)
         and np.array_equal(ctx.repeat, repeat)
     )
+
+
+def _lane_value(value: Any, dtype: Any) -> Any:
+    """One trajectory's row of a per-trajectory parameter leaf, cast as the lanes cast it:
+    real numbers to the state's floating dtype, others (complex, traced) as they are."""
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    if kind in ("b", "i", "u", "f") and hasattr(value, "astype"):
+        return value.astype(dtype)
+    return value
 
 
 def _any_given(*values: Any) -> bool:
