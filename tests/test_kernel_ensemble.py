@@ -220,6 +220,22 @@ def test_an_f_returning_a_number_for_one_component_is_refused_like_on_the_array_
     assert "test_kernel_ensemble.py" in str(info.value) and "state of 1" in str(info.value)
 
 
+def _starred_rows(u, p, t):
+    head = [-u[0]]
+    return [*head, u[0] - u[1]]
+
+
+def test_an_f_returning_a_starred_list_compiles_as_written():
+    # Returned list literals become tuples for the kernels, and numba builds (*head, x) as
+    # tuple(list), which it cannot type: an f numba compiles as written failed to compile.
+    import numba
+
+    from dxode.kernels.rhs_source import numba_ready
+
+    rows = numba.njit(numba_ready(_starred_rows))((1.0, 0.5), None, 0.0)
+    assert list(rows) == [-1.0, 0.5]
+
+
 class _Decay:
     rate = 1.0
 
