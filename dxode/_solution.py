@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from ._retcode import ReturnCode
@@ -59,7 +60,7 @@ class ODESolution:
     stats : SolverStats
         RHS evaluations and accepted/rejected steps.
     prob : ODEProblem
-        The problem solved.
+        The problem solved (an ensemble trajectory's own: its ``u0``, ``p`` and ``tspan``).
     alg : AbstractStepper
         The algorithm instance used.
     events : EventRecord or None
@@ -76,15 +77,26 @@ class ODESolution:
         alg: Any,
         dense: DenseOutput | None,
         events: Any = None,
+        *,
+        problem_of: Callable[[], Any] | None = None,
     ) -> None:
         self.t = t
         self.u = u
         self.retcode = retcode
         self.stats = stats
-        self.prob = prob
+        self._prob = prob
+        self._problem_of = problem_of
         self.alg = alg
         self._dense = dense
         self.events = events
+
+    @property
+    def prob(self) -> Any:
+        """The problem solved; an ensemble trajectory's own problem is built on first use
+        (``problem_of``, in place of ``prob``)."""
+        if self._problem_of is not None:
+            self._prob, self._problem_of = self._problem_of(), None
+        return self._prob
 
     @property
     def success(self) -> bool:

@@ -112,6 +112,17 @@ def test_every_algorithm_refuses_a_misfit_trajectory_by_its_index(alg, change, m
 
 
 @pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
+def test_a_number_for_an_array_leaf_of_prob_p_is_refused_by_trajectory(alg):
+    # prob.p is the array [1.0] (f reads p[0]) and prob_func gives trajectory i the number
+    # 1 + i: the structures match (one leaf), so EnsembleArray stacked the numbers into the
+    # lanes' (B,) row and every lane's p[0] was trajectory 0's rate, silently.
+    prob = dxode.ODEProblem(lambda u, p, t: -p[0] * u, [1.0], (0.0, 1.0), np.array([1.0]))
+    eprob = EnsembleProblem(prob, prob_func=lambda prob, i, repeat: prob.remake(p=1.0 + i))
+    with pytest.raises(ValueError, match=r"trajectory 0's p holds a number where prob.p"):
+        dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=4, batch_size=2, saveat=[1.0])
+
+
+@pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
 @pytest.mark.parametrize(
     ("saveat", "match"),
     [
@@ -137,6 +148,10 @@ def _rows(extra=0, width=1):
     return batch_func
 
 
+def _scalar_rates(prob, ctx):
+    return {"p": 1.0 + ctx.indices.astype(float)}
+
+
 def _backwards_at_one(prob, i, repeat):
     return prob.remake(tspan=(1.0, 0.0)) if i == 1 else prob
 
@@ -149,15 +164,38 @@ def _backwards_at_one(prob, i, repeat):
         ({"batch_func": _rows(extra=1)}, "expected 2 trajectories along the first axis, got 3"),
         ({"batch_func": _rows(width=3)}, r"u0 must have shape \(trajectories, \*\(1,\)\)"),
         ({"prob_func": _backwards_at_one}, "must integrate in the same time direction"),
+        ({"p": np.arange(1.0, 5.0)}, r"per-trajectory p gives each trajectory one number"),
+        ({"batch_func": _scalar_rates}, r"shape \(trajectories, 1\)"),
     ],
-    ids=["arrays-u0-shape", "batch_func-rows", "batch_func-u0-shape", "directions"],
+    ids=[
+        "arrays-u0-shape",
+        "batch_func-rows",
+        "batch_func-u0-shape",
+        "directions",
+        "p-rows-for-a-list",
+        "batch_func-p-rows",
+    ],
 )
 def test_every_algorithm_refuses_misfit_arrays_alike(alg, given, match):
-    # EnsembleSerial solved all four: trajectories with a (3,) state for a (1,) prob.u0, the
-    # first rows of a batch_func's extra ones, spans running both ways in one batch.
+    # EnsembleSerial solved the first four: trajectories with a (3,) state for a (1,) prob.u0,
+    # the first rows of a batch_func's extra ones, spans running both ways in one batch.
+    # One rate per trajectory, (N,), where prob.p is the list [1.0]: f's p[0] read the batch's
+    # first rate for every lane of EnsembleArray (a silent wrong answer), the kernel failed
+    # to compile p[0] on a number.
     eprob = EnsembleProblem(_decay(), **given)
     with pytest.raises(ValueError, match=match):
         dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=4, batch_size=2, saveat=[0.5])
+
+
+@pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
+@pytest.mark.parametrize("rates", [(np.arange(1.0, 5.0),), np.arange(1.0, 5.0)[:, None]])
+def test_one_rate_per_trajectory_nested_as_prob_p_is_each_trajectory_s_own(alg, rates):
+    # prob.p is [1.0]; a tuple of one (N,) leaf or an (N, 1) array gives each trajectory its
+    # own p[0] (the check above refuses only a bare (N,) leaf).
+    eprob = EnsembleProblem(_decay(), p=rates)
+    sim = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=3, saveat=[0.5], rtol=1e-8)
+    exact = np.exp(-0.5 * np.arange(1.0, 5.0))
+    np.testing.assert_allclose(sim.u[:, 0, 0], exact, rtol=1e-6)
 
 
 @pytest.mark.parametrize("batch_size", [1, 2])

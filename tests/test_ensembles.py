@@ -682,3 +682,68 @@ def test_the_cupy_backend_without_cupy_says_what_to_install():
     eprob = EnsembleProblem(_prob())
     with pytest.raises((ImportError, RuntimeError), match="the 'cupy' backend needs"):
         dxode.solve(eprob, EnsembleArray(backend="cupy"), trajectories=2, saveat=[1.0])
+
+
+def _decay_rows(u, p, t):
+    return [-p[0] * u[0]]
+
+
+_RATES = np.array([[0.5], [1.0], [2.0], [3.0], [4.0]])
+_STARTS = np.array([[1.0], [2.0], [3.0], [4.0], [5.0]])
+_SPANS = np.array([[0.0, 1.0], [0.0, 0.5], [0.25, 2.0], [0.0, 1.5], [1.0, 2.0]])
+
+
+def _described(how):
+    """The same five trajectories, by arrays, a batch_func or a prob_func."""
+    prob = dxode.ODEProblem(_decay_rows, np.array([9.0]), (0.0, 9.0), np.array([9.0]))
+    if how == "arrays":
+        return prob, {"u0": _STARTS, "p": _RATES, "tspan": _SPANS}
+    if how == "batch_func":
+        rows = lambda prob, ctx: {
+            "u0": _STARTS[ctx.indices],
+            "p": _RATES[ctx.indices],
+            "tspan": _SPANS[ctx.indices],
+        }
+        return prob, {"batch_func": rows}
+    one = lambda prob, i, repeat: prob.remake(u0=_STARTS[i], p=_RATES[i], tspan=tuple(_SPANS[i]))
+    return prob, {"prob_func": one}
+
+
+def _ensemble_algorithms():
+    algs = [EnsembleSerial(), EnsembleArray()]
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return algs
+    return [*algs, dxode.EnsembleKernel()]
+
+
+@pytest.mark.parametrize("alg", _ensemble_algorithms(), ids=lambda a: type(a).__name__)
+@pytest.mark.parametrize("how", ["arrays", "batch_func", "prob_func"])
+def test_a_trajectory_s_solution_holds_its_own_problem(alg, how):
+    # sol.prob in output_func and sim[i].prob were the ensemble's prob for every trajectory:
+    # an output_func reading sol.prob.p (DifferentialEquations.jl's idiom) got prob.p.
+    prob, given = _described(how)
+
+    def own(sol, i):
+        return (np.asarray(sol.prob.u0), np.asarray(sol.prob.p), tuple(sol.prob.tspan)), False
+
+    opts = {"trajectories": 5, "batch_size": 2, "saveat": None}
+    kept = dxode.solve(EnsembleProblem(prob, output_func=own, **given), "tsit5", alg, **opts)
+    sim = dxode.solve(EnsembleProblem(prob, **given), "tsit5", alg, **opts)
+    for i in range(5):
+        for u0, p, tspan in (kept.u[i], (sim[i].prob.u0, sim[i].prob.p, sim[i].prob.tspan)):
+            np.testing.assert_array_equal(np.ravel(u0), _STARTS[i])
+            np.testing.assert_array_equal(np.ravel(p), _RATES[i])
+            assert tuple(tspan) == tuple(_SPANS[i])
+        assert sim[i].prob.f is prob.f
+
+
+def test_a_float32_trajectory_s_problem_holds_its_values_as_its_lanes_do():
+    # Integer starts and float64 rates are cast to the float32 state's dtype in the lanes;
+    # the trajectory's problem holds the same values (remake alone made the start float64).
+    prob = dxode.ODEProblem(_decay_rows, np.array([9.0], dtype=np.float32), (0.0, 1.0), (9.0,))
+    eprob = EnsembleProblem(prob, u0=np.array([[1], [2]]), p=np.array([[0.5], [2.0]]))
+    own = dxode.solve(eprob, "tsit5", trajectories=2, saveat=[1.0])[1].prob
+    assert own.u0.dtype == own.p.dtype == np.float32
+    assert own.u0[0] == 2.0 and own.p[0] == 2.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import re
 
 import numpy as np
@@ -204,6 +205,37 @@ def test_an_f_that_forgets_to_return_is_told_so_on_both_paths():
         dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
 
 
+def _returns_a_number(u, p, t):
+    return -p[0] * u[0]
+
+
+def test_an_f_returning_a_number_for_one_component_is_refused_like_on_the_array_path():
+    # The kernel failed to compile its own read of row 0 ("getitem(float64, Literal[int](0))"),
+    # blaming f's code for a getitem f does not contain.
+    prob = dxode.ODEProblem(_returns_a_number, np.array([1.0]), (0.0, 1.0), (2.0,))
+    with pytest.raises(ValueError, match=r"returned shape \(\)"):
+        dxode.solve(prob, "tsit5", saveat=[1.0])
+    with pytest.raises(ValueError, match=r"returns a number, not rows.*\[du0\]") as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert "test_kernel_ensemble.py" in str(info.value) and "state of 1" in str(info.value)
+
+
+def _starred_rows(u, p, t):
+    head = [-u[0]]
+    return [*head, u[0] - u[1]]
+
+
+def test_an_f_returning_a_starred_list_compiles_as_written():
+    # Returned list literals become tuples for the kernels, and numba builds (*head, x) as
+    # tuple(list), which it cannot type: an f numba compiles as written failed to compile.
+    import numba
+
+    from dxode.kernels.rhs_source import numba_ready
+
+    rows = numba.njit(numba_ready(_starred_rows))((1.0, 0.5), None, 0.0)
+    assert list(rows) == [-1.0, 0.5]
+
+
 class _Decay:
     rate = 1.0
 
@@ -297,6 +329,24 @@ def test_an_f_reading_an_untypeable_global_is_told_to_pass_it_in_p(f, kind):
     name = "_RATES" if kind == "dict" else "_RATE_LIST"
     with pytest.raises(KernelCompileError, match=rf"f reads `{name}` \(a {kind}\).*pass .* in p"):
         dxode.solve(prob, "tsit5", kernel=True)
+
+
+_Rates = collections.namedtuple("_Rates", ["k", "c"])
+
+
+def _reads_a_field(u, p, t):
+    return [-p.k * u[0] + 0.0 * p.c]
+
+
+def test_an_f_reading_a_namedtuple_field_of_p_is_told_to_index_it():
+    # was numba's "Unknown attribute 'k' of type UniTuple(float64 x 2)" alone: the kernels
+    # pass p as a plain tuple, which the user never wrote
+    prob = dxode.ODEProblem(_reads_a_field, np.array([1.0]), (0.0, 1.0), _Rates(2.0, 1.0))
+    assert dxode.solve(prob, "tsit5", saveat=[1.0]).retcode == dxode.ReturnCode.Success
+    fix = r"p\.k of a namedtuple.*plain tuples.*p\[0\]"
+    with pytest.raises(KernelCompileError, match=fix) as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert "EnsembleArray" in str(info.value)
 
 
 def _complex_rows(u, p, t):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -131,9 +132,8 @@ def finish_batch(
     for _ in range(_MAX_RERUNS):
         rerun = []
         for pos_in_current, pos in enumerate(pending):
-            value, again = eprob.output(
-                _trajectory_solution(current, pos_in_current, eprob, spec), int(indices[pos])
-            )
+            sol = _trajectory_solution(current, pos_in_current, eprob, spec, int(repeat[pos]))
+            value, again = eprob.output(sol, int(indices[pos]))
             values[pos] = value
             if again:
                 rerun.append(pos)
@@ -164,7 +164,7 @@ def _copy_lane(into: BatchResult, pos: int, source: BatchResult, source_pos: int
 
 
 def _trajectory_solution(
-    batch: BatchResult, pos: int, eprob: EnsembleProblem, spec: BatchSpec
+    batch: BatchResult, pos: int, eprob: EnsembleProblem, spec: BatchSpec, repeat: int
 ) -> ODESolution:
     t = batch.t if batch.t.ndim == 1 else batch.t[pos, ...]
     stats = SolverStats(
@@ -179,10 +179,13 @@ def _trajectory_solution(
         batch.u[pos, ...],
         ReturnCode(int(batch.retcode[pos])),
         stats,
-        eprob.prob,
+        None,
         spec.options.alg,
         None,
         None if events is None else events.for_trajectory(int(batch.indices[pos])),
+        problem_of=functools.partial(
+            eprob.trajectory_problem, int(batch.indices[pos]), repeat, spec.seed
+        ),
     )
 
 

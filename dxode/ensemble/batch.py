@@ -21,6 +21,7 @@ from .._timegrid import lane_save_grid, lane_stop_times, trajectory_times
 from ..backends import Backend, backend_for, get_backend, to_host
 from ..events.record import EventRecord, record_from_lanes
 from ..integrator.loop import integrate
+from .param_rows import check_p_rows
 from .problem import EnsembleProblem, per_trajectory_leaves
 
 Array = Any
@@ -222,6 +223,7 @@ def _lanes_from_arrays(
         t0, t1 = np.full(n, prob.tspan[0]), np.full(n, prob.tspan[1])
     check_direction(t0, t1)
     if "p" in data:
+        check_p_rows(data["p"], prob.p)
         leaves = [
             xp.moveaxis(_as_lane_param(rows(leaf), backend, dtype), 0, -1)
             for leaf in _pytree.leaves(data["p"])

@@ -229,6 +229,30 @@ class EnsembleProblem:
             check_trajectory(index, prob, self.prob)
             return snapshot(prob, first)
 
+    def trajectory_problem(self, index: int, repeat: int, seed: int) -> ODEProblem:
+        """Trajectory ``index`` (attempt ``repeat``) as the ODEProblem it solves, however the
+        ensemble describes it: ``prob_func``'s problem, or ``prob`` remade with row ``index``
+        of the per-trajectory arrays (or of ``batch_func``'s rows for it alone); ``u0`` and
+        the parameters as the lanes get them (real ones in the state's dtype)."""
+        if self.prob_func is not None:
+            return self.trajectory(index, repeat, seed)
+        if self.batch_func is not None:
+            data, row = self.batch(np.array([index]), np.array([repeat]), seed), 0
+        else:
+            data, row = self.arrays, index
+        changes: dict[str, Any] = {}
+        dtype = self.prob.u0.dtype
+        if "u0" in data:
+            changes["u0"] = _lane_value(data["u0"][row], dtype)
+        if "tspan" in data:
+            span = data["tspan"][row]
+            changes["tspan"] = (span[0], span[1])
+        if "p" in data:
+            from .. import _pytree
+
+            changes["p"] = _pytree.map_leaves(lambda leaf: _lane_value(leaf[row], dtype), data["p"])
+        return self.prob.remake(**changes) if changes else self.prob
+
     def _call_prob_func(self, index: int, repeat: int, seed: int) -> ODEProblem:
         """``prob_func`` for trajectory ``index``, checked to return an ODEProblem; an
         exception it raises names the trajectory."""
@@ -356,6 +380,15 @@ def check_p_structure(i: int, p: Any, base: Any) -> None:
             f"a p nested as prob.p (the same lists, tuples and dicts around its arrays and "
             f"numbers); give prob.p the form the trajectories use, e.g. an array for an array"
         )
+    for leaf, base_leaf in zip(_pytree.leaves(p), _pytree.leaves(base), strict=True):
+        # f indexes prob.p's array leaf; a batch stacks the trajectories' numbers into one
+        # (B,) row, whose p[0] would be the first trajectory's for every trajectory
+        if np.ndim(leaf) == 0 and base_leaf is not None and np.ndim(base_leaf) >= 1:
+            raise ValueError(
+                f"trajectory {i}'s p holds a number where prob.p holds an array of shape "
+                f"{np.shape(base_leaf)}, which f indexes: prob_func must keep the leaf an "
+                f"array (e.g. np.array([rate])), or make prob.p's leaf a number"
+            )
 
 
 def per_trajectory_leaves(first: list[Any], trajectories: list[list[Any]]) -> list[bool]:
@@ -374,6 +407,15 @@ def _same_context(ctx: BatchContext, indices: np.ndarray, repeat: np.ndarray, se
         and np.array_equal(ctx.indices, indices)
         and np.array_equal(ctx.repeat, repeat)
     )
+
+
+def _lane_value(value: Any, dtype: Any) -> Any:
+    """One trajectory's row of a per-trajectory parameter leaf, cast as the lanes cast it:
+    real numbers to the state's floating dtype, others (complex, traced) as they are."""
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    if kind in ("b", "i", "u", "f") and hasattr(value, "astype"):
+        return value.astype(dtype)
+    return value
 
 
 def _any_given(*values: Any) -> bool:

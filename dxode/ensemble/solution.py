@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -187,10 +188,11 @@ class EnsembleSolution:
             self.u[i, ...],
             ReturnCode(int(self.retcodes[i])),
             stats,
-            self.eprob.prob,
+            None,
             self.alg,
             dense,
             None if self.events is None else self.events.for_trajectory(i),
+            problem_of=functools.partial(self.eprob.trajectory_problem, i, 0, self.seed),
         )
 
     def _dense_output(self, i: int) -> DenseOutput | None:

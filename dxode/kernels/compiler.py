@@ -84,8 +84,9 @@ def user_function_mode(
 
     check_plain_function(f, "each of f, jac and tgrad", "u, p, t")
     p_type = numba.typeof(p_example)
-    # "rows": answers remembered before _check_rows ran are not reused
-    key = ("f", function_key(f), n, dtype, str(p_type), target, "rows")
+    # "rows, numbers": answers remembered before _check_rows ran (or before it refused a
+    # number) are not reused
+    key = ("f", function_key(f), n, dtype, str(p_type), target, "rows, numbers")
     rest = (p_type, getattr(types, dtype))
     check = lambda dispatcher: _check_rows(f, dispatcher, n, dtype, p_example)
     return probed_mode(key, f, n, dtype, rest, lambda err: _refusal(f, err, p_example), check)
@@ -124,10 +125,15 @@ def _check_rows(f: Callable[..., Any], dispatcher: Any, n: int, dtype: str, p_ex
     """Raise ``ValueError`` unless the compiled ``f`` returns ``n`` rows of numbers, or (a
     ``jac``) ``n`` rows of ``n`` (``returned_shape``), as the array path does: a short row
     would be read past its end, a long one cut short."""
+    from numba.core import types
+
     shape = returned_shape(dispatcher, n, dtype, p_example)
-    if shape is None or shape in ((n,), (n, n)):
+    returned = dispatcher.nopython_signatures[-1].return_type
+    if isinstance(returned, (types.Number, types.Boolean)):  # the array path's shape ()
+        got = "a number, not rows (return a list, e.g. [du0])"
+    elif shape is None or shape in ((n,), (n, n)):
         return
-    if shape == ():  # None (a forgotten return), a string, ...
+    elif shape == ():  # None (a forgotten return), a string, ...
         got = "no rows (a single object; did it forget to return?)"
     else:
         got = f"{shape[0]} rows" if len(shape) == 1 else f"rows of shape {shape}"
@@ -291,6 +297,13 @@ def _hint(reason: str) -> str:
         return (
             "f returns complex numbers for a real state: keep du/dt real (complex parameters "
             "or constants such as 1j make it complex), as the array path requires too.\n"
+        )
+    field = re.search(r"Unknown attribute '(\w+)' of type (?:Uni)?Tuple", reason)
+    if field is not None:  # p.k of a namedtuple, passed to f as a plain tuple
+        return (
+            f"f reads .{field.group(1)} of a tuple (p.{field.group(1)} of a namedtuple p?): "
+            f"the compiled kernels pass p (and u) as plain tuples of numbers, so read a "
+            f"namedtuple's fields by position (p[0], or unpack them: k, c = p).\n"
         )
     return _untyped_global_hint(reason)
 

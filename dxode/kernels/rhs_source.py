@@ -129,8 +129,12 @@ class _ListReturnsToTuples(ast.NodeTransformer):
 
 
 def _lists_to_tuples(node: ast.expr) -> ast.expr:
-    """A list or tuple literal with every list literal in it (recursively) a tuple."""
+    """A list or tuple literal with every list literal in it (recursively) a tuple; one
+    with a starred item (``[*head, x]``) as written, since numba types ``(*head, x)`` as
+    ``tuple(list)``, which it cannot compile, where it compiles the list."""
     if isinstance(node, (ast.List, ast.Tuple)):
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            return node
         elts = [_lists_to_tuples(e) for e in node.elts]
         return ast.copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), node)
     return node
