@@ -98,3 +98,15 @@ def test_add_to_lanes_adds_at_the_named_lanes_only(xp):
     expected = np.arange(12, dtype=np.float64).reshape(2, 6)
     expected[:, [4, 1]] += [[10.0, 20.0], [30.0, 40.0]]
     np.testing.assert_array_equal(to_numpy(out), expected)
+
+
+def test_a_solution_pickles_with_its_backend_by_name():
+    cloudpickle = pytest.importorskip("cloudpickle")
+    xps = pytest.importorskip("array_api_strict")
+    from dxode.backends import get_backend
+
+    prob = dxode.ODEProblem(lambda u, p, t: -u, xps.asarray([1.0, 2.0]), (0.0, 1.0))
+    sol = dxode.solve(prob, dxode.Tsit5())
+    back = cloudpickle.loads(cloudpickle.dumps(sol))
+    assert np.array_equal(np.asarray(back(0.5)), np.asarray(sol(0.5)))
+    assert cloudpickle.loads(cloudpickle.dumps(get_backend("numpy"))) is get_backend("numpy")

@@ -484,3 +484,17 @@ def test_gradients_on_another_backend_run_on_the_workers(client):
     theta = np.array(P0)
     on_workers = autograd.grad(loss_with(EnsembleDask(client)))(theta)
     np.testing.assert_array_equal(on_workers, autograd.grad(loss_with(None))(theta))
+
+
+@pytest.mark.parametrize("alg", [dxode.Tsit5(), dxode.Vern7(), dxode.Rodas5P()])
+def test_a_solve_submitted_to_a_worker_comes_back_with_its_dense_output(client, alg):
+    # The solution travels back pickled: its backend's thread-local scratch space and the
+    # method's coefficient cache (keyed by modules) had made that fail.
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0)
+    here = dxode.solve(prob, alg, rtol=1e-8, atol=1e-8)
+    there = client.submit(dxode.solve, prob, alg, rtol=1e-8, atol=1e-8, pure=False).result()
+    assert there.retcode == dxode.ReturnCode.Success
+    np.testing.assert_array_equal(np.asarray(there.u), np.asarray(here.u))
+    np.testing.assert_array_equal(there([0.25, 0.5]), here([0.25, 0.5]))
+    solved_again = dxode.solve(prob, there.alg, rtol=1e-8, atol=1e-8)  # its method still runs
+    np.testing.assert_array_equal(np.asarray(solved_again.u), np.asarray(here.u))

@@ -22,6 +22,10 @@ class ExplicitRungeKutta(AbstractStepper):
     def __init__(self) -> None:
         self._coefficients: dict[tuple[Any, Any, int], _Coefficients] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The coefficient cache is keyed by array namespaces (modules): rebuilt on first use.
+        return {**self.__dict__, "_coefficients": {}}
+
     @property
     def order(self) -> int:  # type: ignore[override]
         return self.tableau.order
