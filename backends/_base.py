@@ -215,15 +215,3 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<dxode backend {self.name!r}>"
-
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        # Travels (in a pickled solution, to and from Dask workers) as its name; its
-        # thread-local scratch space cannot be pickled and is not state.
-        return _named_backend, (self.name,)
-
-
-def _named_backend(name: str) -> Backend:
-    """The backend registered as ``name`` (the unpickling side of ``Backend.__reduce__``)."""
-    from . import get_backend
-
-    return get_backend(name)

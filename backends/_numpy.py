@@ -29,6 +29,11 @@ class NumpyBackend(Backend):
     def __init__(self) -> None:
         self._local = threading.local()
 
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # Travels (in a pickled solution, to and from Dask workers) as its class, built
+        # afresh there: its thread-local scratch space cannot be pickled and is not state.
+        return NumpyBackend, ()
+
     @property
     def xp(self) -> Any:
         return np
