@@ -12,7 +12,7 @@ from stiff_problems import rober, rober_jac
 
 import dxode
 from dxode._derivatives import Derivatives, LaneFunction
-from dxode._jacobian import lane_jacobian, lane_tgrad
+from dxode._jacobian import difference_increment, lane_jacobian, lane_tgrad
 from dxode.backends import _lu, backend_for, get_backend
 
 from conftest import to_numpy
@@ -181,6 +181,46 @@ def test_robertson_with_a_difference_jacobian_takes_the_steps_of_an_exact_one():
     assert fd.retcode == exact.retcode == dxode.ReturnCode.Success
     assert abs(fd.stats.naccept - exact.stats.naccept) <= 0.05 * exact.stats.naccept
     np.testing.assert_allclose(fd.u, exact.u, rtol=1e-7, atol=1e-12)
+
+
+def number_densities(u, p, t):
+    """Robertson with every concentration in units ``1/S`` (``S = p[0]``: number densities)."""
+    y1, y2, y3 = u
+    s = p[0]
+    fast = 1e4 * y2 * y3 / s
+    slow = 3e7 * y2 * y2 / s
+    return [-0.04 * y1 + fast, 0.04 * y1 - fast - slow, slow]
+
+
+@pytest.mark.parametrize("scale", [1e12, 1e16])
+@pytest.mark.parametrize("kernel", [False, True], ids=["array", "kernel"])
+def test_a_difference_jacobian_of_large_components_takes_the_steps_of_an_exact_one(
+    scale, kernel
+):
+    # RADAU5's increment sqrt(eps |u_j|) alone is sqrt(eps / |u_j|) relative: a few ulps of
+    # a component of 1e12 (Rodas5P 968 steps at rtol=1e-8 against 270 with autograd's
+    # Jacobian), below one ulp at 1e16 (13048 steps).
+    if kernel:
+        pytest.importorskip("numba")
+    prob = dxode.ODEProblem(number_densities, np.array([scale, 0.0, 0.0]), (0.0, 1e5), (scale,))
+    opts = {"rtol": 1e-8, "atol": 1e-10 * scale, "saveat": [1e5]}
+    exact = dxode.solve(prob, dxode.Rodas5P(autodiff="autograd"), **opts)
+    fd_alg = dxode.Rodas5P() if kernel else dxode.Rodas5P(autodiff="finite_difference")
+    fd = dxode.solve(prob, fd_alg, kernel=kernel, **opts)
+    assert fd.retcode == exact.retcode == dxode.ReturnCode.Success
+    assert abs(fd.stats.naccept - exact.stats.naccept) <= 0.05 * exact.stats.naccept
+    np.testing.assert_allclose(fd.u, exact.u, rtol=1e-6)
+
+
+def test_the_difference_increment_is_radau5_s_up_to_one_and_relative_above():
+    eps = np.finfo(np.float64).eps
+    u = np.array([0.0, 1e-7, 0.3, 1.0, 3.0, 1e12, -1e16])
+    step = difference_increment(np, u, eps)
+    small = np.abs(u) <= 1.0
+    radau5 = np.sqrt(eps * np.maximum(np.abs(u), 1e-5))
+    np.testing.assert_array_equal(step[small], radau5[small])  # bit for bit as before
+    np.testing.assert_allclose(step[~small], np.sqrt(eps) * np.abs(u[~small]), rtol=1e-15)
+    assert np.all(u + step != u)
 
 
 @pytest.mark.parametrize("name", STIFF_NAMES)

@@ -47,7 +47,7 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 20
+CODEGEN_VERSION = 21
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``) and those
 # compiled once and called (``CALLED``); the compiler reads both lists from the module.

@@ -101,7 +101,8 @@ def write_derivatives(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dty
         for m in range(n - 2, -1, -1):
             pick = f"select(c == {m}, {ul[m]}, {pick})"
         w(f"uc = {pick}")
-        w(f"yc = uc + math.sqrt({eps} * maximum(abs(uc), {_const(FD_FLOOR)}))")
+        w("au = abs(uc)")  # dxode._jacobian.difference_increment
+        w(f"yc = uc + maximum(math.sqrt({eps} * maximum(au, {_const(FD_FLOOR)})), {root_eps} * au)")
         w("dj = yc - uc")
         w(f"r = rhs({', '.join(f'select(c == {m}, yc, {ul[m]})' for m in range(n))}, p, t)")
         for m in range(n):
