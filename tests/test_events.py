@@ -519,3 +519,35 @@ def test_events_integrating_backwards():
     assert sol.events.callback.tolist() == [1, 0, 1]
     # u' = 1 backwards from u(1) = 0 is u = t - 1, plus 1 at each event passed.
     np.testing.assert_allclose(sol.u[:, 0], [0.0, 0.6 - 1 + 1, 0.4 - 1 + 2, 0.0 - 1 + 3])
+
+
+def _add_one_in_place(u, p, t, fired):
+    """An affect written the DifferentialEquations.jl way: it changes ``u`` in place."""
+    u[0] += 1.0
+    return u
+
+
+@pytest.mark.parametrize("kind", ["preset", "continuous"])
+def test_affect_that_changes_u_in_place_is_applied_once_per_trajectory(kind):
+    """An affect that mutates its ``u`` argument must not reach lanes that did not fire (nor
+    the logged state before the event, nor the step it cut): ``u`` is the lanes' own copy."""
+    prob = dxode.ODEProblem(lambda u, p, t: -u, [1.0], (0.0, 2.0))
+    if kind == "preset":
+        cb = dxode.PresetTimeCallback([1.0], _add_one_in_place)
+        te = np.array([1.0, 1.0, 1.0])
+    else:
+        cb = dxode.ContinuousCallback(lambda u, p, t: u[0] - 0.5, _add_one_in_place)
+        te = np.log(np.array([1.0, 2.0, 3.0]) / 0.5)
+    u0 = np.array([[1.0], [2.0], [3.0]])
+    tspan = np.column_stack([np.zeros(3), te + 1.0])
+    eprob = dxode.EnsembleProblem(prob, u0=u0, tspan=tspan)
+    sim = dxode.solve(eprob, dxode.Tsit5(), callback=cb, rtol=1e-10, atol=1e-10)
+    at_event = u0[:, 0] * np.exp(-te)
+    np.testing.assert_allclose(sim.events.t, te, rtol=1e-9)
+    np.testing.assert_allclose(sim.events.u_before[:, 0], at_event, rtol=1e-8)
+    np.testing.assert_allclose(sim.events.u_after[:, 0], at_event + 1.0, rtol=1e-8)
+    np.testing.assert_allclose(sim.u[:, -1, 0], (at_event + 1.0) * np.exp(-1.0), rtol=1e-8)
+    single = dxode.solve(prob.remake(u0=[3.0], tspan=tuple(tspan[2])), callback=cb, rtol=1e-10,
+                         atol=1e-10)
+    np.testing.assert_allclose(single.events.u_before[:, 0], at_event[2:], rtol=1e-8)
+    np.testing.assert_allclose(single.u[-1, 0], (at_event[2] + 1.0) * np.exp(-1.0), rtol=1e-8)

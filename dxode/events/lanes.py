@@ -452,7 +452,11 @@ class EventHandler:
     ) -> Array:
         xp = self._xp
         shape = tuple(u.shape[:-1]) if self._spec.single else tuple(u.shape)
-        raw = self._call(cb.affect, u, t, params, fired)
+        # The affect gets its own copy of the state: one that changes ``u`` in place (as
+        # DifferentialEquations.jl's affect! does) must not reach the lanes that did not fire,
+        # the logged state before the event, or the step the event cut.
+        mine = u if is_traced_result(u) else self._xp.asarray(u, copy=True)
+        raw = self._call(cb.affect, mine, t, params, fired)
         _refuse_traced_result(k, "affect", raw)
         out = as_array(self._backend, raw, shape=shape)
         if not hasattr(out, "shape") or tuple(out.shape) != shape:
