@@ -682,3 +682,49 @@ def test_the_cupy_backend_without_cupy_says_what_to_install():
     eprob = EnsembleProblem(_prob())
     with pytest.raises((ImportError, RuntimeError), match="the 'cupy' backend needs"):
         dxode.solve(eprob, EnsembleArray(backend="cupy"), trajectories=2, saveat=[1.0])
+
+
+def _scaled_decay(u, p, t):
+    return -p[0] * u
+
+
+@pytest.mark.parametrize("alg", [dxode.EnsembleSerial(), dxode.EnsembleArray()])
+@pytest.mark.parametrize("source", ["prob_func", "arrays", "batch_func"])
+def test_output_func_sees_the_trajectory_problem_in_sol_prob(alg, source):
+    """``output_func``'s ``sol.prob`` is trajectory ``i``'s own problem (its ``u0``, ``p`` and
+    ``tspan``, as solved), not the ensemble's base problem: DifferentialEquations.jl code
+    reads ``sol.prob.p`` there."""
+    rates = np.array([0.5, 1.0, 1.5, 2.0, 2.5])
+    u0s = np.array([[1.0], [2.0], [3.0], [4.0], [5.0]])
+    ends = np.array([1.0, 1.5, 2.0, 2.5, 3.0])
+    prob = dxode.ODEProblem(_scaled_decay, [9.0], (0.0, 9.0), [9.0])
+    spans = np.column_stack([np.zeros(5), ends])
+    sources = {
+        "prob_func": {
+            "prob_func": lambda prob, i, r: prob.remake(
+                u0=u0s[i], p=[rates[i]], tspan=(0.0, ends[i])
+            )
+        },
+        "arrays": {"u0": u0s, "p": rates[:, None], "tspan": spans},
+        "batch_func": {
+            "batch_func": lambda prob, ctx: {
+                "u0": u0s[ctx.indices],
+                "p": rates[ctx.indices, None],
+                "tspan": spans[ctx.indices],
+            }
+        },
+    }
+    seen = {}
+
+    def output(sol, i):
+        p0 = float(np.asarray(sol.prob.p[0]).reshape(()))
+        seen[i] = (p0, float(sol.prob.u0[0]), tuple(float(t) for t in sol.prob.tspan))
+        return float(sol.u[-1, 0]), False
+
+    eprob = dxode.EnsembleProblem(prob, output_func=output, **sources[source])
+    sim = dxode.solve(
+        eprob, dxode.Tsit5(), alg, trajectories=5, batch_size=2, rtol=1e-10, atol=1e-10
+    )
+    for i in range(5):
+        assert seen[i] == (rates[i], u0s[i, 0], (0.0, ends[i]))
+    np.testing.assert_allclose(sim.u, u0s[:, 0] * np.exp(-rates * ends), rtol=1e-8)
