@@ -547,8 +547,7 @@ def test_affect_that_changes_u_in_place_is_applied_once_per_trajectory(kind):
     np.testing.assert_allclose(sim.events.u_before[:, 0], at_event, rtol=1e-8)
     np.testing.assert_allclose(sim.events.u_after[:, 0], at_event + 1.0, rtol=1e-8)
     np.testing.assert_allclose(sim.u[:, -1, 0], (at_event + 1.0) * np.exp(-1.0), rtol=1e-8)
-    single = dxode.solve(
-        prob.remake(u0=[3.0], tspan=tuple(tspan[2])), callback=cb, rtol=1e-10, atol=1e-10
-    )
+    single = dxode.solve(prob.remake(u0=[3.0], tspan=tuple(tspan[2])), callback=cb, rtol=1e-10,
+                         atol=1e-10)
     np.testing.assert_allclose(single.events.u_before[:, 0], at_event[2:], rtol=1e-8)
     np.testing.assert_allclose(single.u[-1, 0], (at_event[2] + 1.0) * np.exp(-1.0), rtol=1e-8)

@@ -141,7 +141,6 @@ def finish_batch(
                 _copy_lane(result, pos, current, pos_in_current)
         if not rerun:
             result.values = values
-            result.problems = None  # only for output_func (it would travel with the result)
             return result
         pending = np.asarray(rerun)
         repeat[pending] += 1
@@ -180,7 +179,7 @@ def _trajectory_solution(
         batch.u[pos, ...],
         ReturnCode(int(batch.retcode[pos])),
         stats,
-        eprob.prob if batch.problems is None else batch.problems(pos),
+        eprob.prob,
         spec.options.alg,
         None,
         None if events is None else events.for_trajectory(int(batch.indices[pos])),
@@ -269,7 +268,6 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
             naccept=np.array([s.stats.naccept for s in sols], dtype=np.int64),
             nreject=np.array([s.stats.nreject for s in sols], dtype=np.int64),
             nswitch=np.array([s.stats.nswitch for s in sols], dtype=np.int64),
-            problems=problems.__getitem__ if eprob.output_func is not None else None,
             events=concat_records(
                 [
                     None if s.events is None else _renumbered(s.events, int(i))

@@ -7,8 +7,6 @@ batch after batch, and a Dask task calls the very same function on a worker.
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import array_api_compat
@@ -55,9 +53,7 @@ class BatchResult:
     ``values`` holds ``output_func``'s values (a list) when there is one; ``dense`` keeps what
     ``sim[i](t)`` needs when dense output was asked for; ``events`` the events callbacks
     fired (trajectory indices in its ``trajectory`` column), when there are callbacks;
-    ``nswitch`` the switches between methods per trajectory (``AutoSwitch``; else ``None``);
-    ``problems(pos)`` the problem of the batch's ``pos``-th trajectory as it was solved (kept
-    only while ``output_func`` runs, for its ``sol.prob``; else ``None``).
+    ``nswitch`` the switches between methods per trajectory (``AutoSwitch``; else ``None``).
     """
 
     indices: np.ndarray
@@ -71,7 +67,6 @@ class BatchResult:
     dense: Any = None
     events: EventRecord | None = None
     nswitch: np.ndarray | None = None
-    problems: Callable[[int], ODEProblem] | None = None
 
     def counts(self, name: str) -> np.ndarray | int:
         """The per-trajectory statistic ``name`` (one of ``TRAJECTORY_COUNTS``); ``nswitch``
@@ -138,8 +133,6 @@ def solve_batch(
         out.nswitch = backend.to_host(result.counters["nswitch"]).astype(np.int64)
     if result.events is not None:
         out.events = record_from_lanes(backend, result.events, indices)
-    if eprob.output_func is not None:
-        out.problems = functools.partial(_lane_problem_at, eprob.prob, lanes)
     if spec.dense:
         out.dense = _DenseData(
             backend,
@@ -152,20 +145,6 @@ def solve_batch(
             None if spec.callback is None else result.u,
         )
     return out
-
-
-def _lane_problem_at(prob: ODEProblem, lanes: _Lanes, pos: int) -> ODEProblem:
-    """Lane ``pos``'s problem as it was solved: its ``u0``, ``tspan`` and ``p`` (per-lane
-    leaves at that lane, in the state's dtype; shared leaves as they are)."""
-    leaves = _pytree.leaves(lanes.p)
-    mine = [
-        leaf[..., pos] if lane else leaf for leaf, lane in zip(leaves, lanes.lane_leaf, strict=True)
-    ]
-    return prob.remake(
-        u0=lanes.u0[..., pos],
-        tspan=(float(lanes.t0[pos]), float(lanes.t1[pos])),
-        p=_pytree.rebuild(lanes.p, mine),
-    )
 
 
 def build_lanes(
