@@ -547,7 +547,21 @@ def test_affect_that_changes_u_in_place_is_applied_once_per_trajectory(kind):
     np.testing.assert_allclose(sim.events.u_before[:, 0], at_event, rtol=1e-8)
     np.testing.assert_allclose(sim.events.u_after[:, 0], at_event + 1.0, rtol=1e-8)
     np.testing.assert_allclose(sim.u[:, -1, 0], (at_event + 1.0) * np.exp(-1.0), rtol=1e-8)
-    single = dxode.solve(prob.remake(u0=[3.0], tspan=tuple(tspan[2])), callback=cb, rtol=1e-10,
-                         atol=1e-10)
+    single = dxode.solve(
+        prob.remake(u0=[3.0], tspan=tuple(tspan[2])), callback=cb, rtol=1e-10, atol=1e-10
+    )
     np.testing.assert_allclose(single.events.u_before[:, 0], at_event[2:], rtol=1e-8)
     np.testing.assert_allclose(single.u[-1, 0], (at_event[2] + 1.0) * np.exp(-1.0), rtol=1e-8)
+
+
+def test_terminate_at_t0_by_a_preset_time_without_saveat():
+    """A preset time at ``t0`` whose callback terminates ends the solve before any step: the
+    solution holds ``t0`` before and after the event (it raised an AssertionError)."""
+    prob = dxode.ODEProblem(lambda u, p, t: -u, [1.0], (0.0, 2.0))
+    cb = dxode.PresetTimeCallback([0.0], lambda u, p, t, fired: u + 1.0, terminate=True)
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cb)
+    assert sol.retcode == dxode.ReturnCode.Terminated
+    np.testing.assert_array_equal(to_numpy(sol.t), [0.0, 0.0])
+    np.testing.assert_array_equal(to_numpy(sol.u)[:, 0], [1.0, 2.0])
+    np.testing.assert_array_equal(sol.events.t, [0.0])
+    assert sol.stats.naccept == 0
