@@ -565,3 +565,30 @@ def test_terminate_at_t0_by_a_preset_time_without_saveat():
     np.testing.assert_array_equal(to_numpy(sol.u)[:, 0], [1.0, 2.0])
     np.testing.assert_array_equal(sol.events.t, [0.0])
     assert sol.stats.naccept == 0
+
+
+def _ramp(u, p, t):
+    return [1.0 + 0.0 * u[0], 0.0 * u[1]]
+
+
+@pytest.mark.parametrize("first", ["state", "time"])
+@pytest.mark.parametrize("at", [0.3, 0.7, 1.3])
+def test_two_continuous_events_at_the_same_time_both_fire(first, at):
+    """``x' = 1`` from 0 crosses ``at`` when ``t`` does: a callback on ``x - at`` and one on
+    ``t - at`` cross at the same time. Both fire, whichever the root finder places first (the
+    other's condition may already sit a rounding error across at that point); one was lost."""
+    on_state = dxode.ContinuousCallback(
+        lambda u, p, t: u[0] - at, lambda u, p, t, fired: [u[0], u[1] + 1.0]
+    )
+    on_time = dxode.ContinuousCallback(
+        lambda u, p, t: t - at, lambda u, p, t, fired: [u[0], u[1] + 100.0]
+    )
+    pair = (on_state, on_time) if first == "state" else (on_time, on_state)
+    prob = dxode.ODEProblem(_ramp, [0.0, 0.0], (0.0, 2.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=dxode.CallbackSet(*pair))
+    np.testing.assert_allclose(sol.events.t, [at, at], rtol=1e-14)
+    assert sorted(sol.events.callback.tolist()) == [0, 1]
+    assert to_numpy(sol.u)[-1, 1] == 101.0
+    eprob = dxode.EnsembleProblem(prob, u0=np.array([[0.0, 0.0], [0.0, 5.0]]))
+    sim = dxode.solve(eprob, dxode.Tsit5(), callback=dxode.CallbackSet(*pair), saveat=[2.0])
+    np.testing.assert_array_equal(to_numpy(sim.u)[:, -1, 1], [101.0, 106.0])

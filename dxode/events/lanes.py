@@ -7,8 +7,9 @@ saving), and ``apply`` after the lanes advanced (affects, termination, a fresh `
 Per-lane state lives in the working set, so it is compacted with the lanes: ``ev_g{k}`` the
 condition value of continuous callback ``k`` at the lane's time (``0`` right after it fired
 where the affects left that value unchanged), ``ev_s{k}`` the sign it had before its crossing
-in the last step (or its last nonzero sign), ``ev_i{k}`` the next time of preset callback
-``k``.
+in the last step (or its last nonzero sign), ``ev_f{k}`` whether it crossed (in its
+direction) in the last step, ``ev_z{k}`` whether it sat on zero when that step began,
+``ev_i{k}`` the next time of preset callback ``k``.
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ class EventHandler:
             return None
         for k, cb in self._continuous:
             g = self._condition(k, cb, u, t, params)
-            lanes.put(**{f"ev_g{k}": g, f"ev_s{k}": xp.sign(g)})
+            lanes.put(**{f"ev_g{k}": g, f"ev_s{k}": xp.sign(g), f"ev_z{k}": g == 0})
+            lanes.put(**{f"ev_f{k}": xp.zeros(n, dtype=xp.bool)})
         for k, times in self._preset_times.items():
             before = self._direction * (xp.reshape(times, (-1, 1)) - t) < 0
             lanes.put(**{f"ev_i{k}": xp.sum(xp.astype(before, xp.int64), axis=0)})
@@ -155,6 +157,8 @@ class EventHandler:
         n = step.t.shape[0]
         m = self._points
         prev = [lanes[f"ev_g{k}"] for k, _ in self._continuous]
+        for (k, _), g in zip(self._continuous, prev, strict=True):
+            lanes.put(**{f"ev_z{k}": g == 0})
         ref = [xp.sign(g) for g in prev]
         found = [xp.zeros(n, dtype=xp.bool) for _ in self._continuous]
         zeros = xp.zeros(n, dtype=self._dtype)
@@ -186,6 +190,7 @@ class EventHandler:
         for i, (k, _) in enumerate(self._continuous):
             lanes.put(**{f"ev_g{k}": xp.where(accept, prev[i], lanes[f"ev_g{k}"])})
             lanes.put(**{f"ev_s{k}": xp.where(accept, ref[i], lanes[f"ev_s{k}"])})
+            lanes.put(**{f"ev_f{k}": found[i]})
         return found, brackets
 
     def _cut(
@@ -302,24 +307,33 @@ class EventHandler:
                 g = xp.where((which == k) & (g == at_event[k]), 0.0, g)
             if which is not None:
                 # Zero at another callback's event (a tie): the sign it had before that
-                # crossing, so it fires right after, at the same time, instead of never.
-                tie = (which >= 0) & (which != k) & (g == 0)
-                g = xp.where(tie, lanes[f"ev_s{k}"], g)
+                # crossing, so it fires right after, at the same time, instead of never. So
+                # too where it crossed in this step and already sits across at the event (the
+                # two roots a rounding error apart) and the affects left its value as it was.
+                # One that sat on zero since its own event and found no crossing keeps
+                # sitting there where it is a rounding error across at this event.
+                before = lanes[f"ev_s{k}"]
+                other = (which >= 0) & (which != k)
+                tie = other & (g == 0)
+                if k in at_event:
+                    kept = other & (g == at_event[k])
+                    across = at_event[k] * before <= 0
+                    tie = tie | (kept & lanes[f"ev_f{k}"] & across)
+                    sitting = kept & lanes[f"ev_z{k}"] & ~lanes[f"ev_f{k}"] & across
+                    g = xp.where(sitting, 0.0, g)
+                g = xp.where(tie, before, g)
             lanes.put(**{f"ev_g{k}": g})
         return stop
 
     def _at_event(
         self, which: Array | None, u: Array, t: Array, params: tuple[Array, ...]
     ) -> dict[int, Array]:
-        """Each continuous callback that fired: its condition at the event, before any affect."""
+        """Each continuous callback's condition at the lanes' event, before any affect (none
+        where no continuous event fired)."""
         xp = self._xp
-        if which is None:
+        if which is None or not bool(xp.any(which >= 0)):
             return {}
-        return {
-            k: self._condition(k, cb, u, t, params)
-            for k, cb in self._continuous
-            if bool(xp.any(which == k))
-        }
+        return {k: self._condition(k, cb, u, t, params) for k, cb in self._continuous}
 
     def _fire(
         self,
