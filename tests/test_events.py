@@ -592,3 +592,31 @@ def test_two_continuous_events_at_the_same_time_both_fire(first, at):
     eprob = dxode.EnsembleProblem(prob, u0=np.array([[0.0, 0.0], [0.0, 5.0]]))
     sim = dxode.solve(eprob, dxode.Tsit5(), callback=dxode.CallbackSet(*pair), saveat=[2.0])
     np.testing.assert_array_equal(to_numpy(sim.u)[:, -1, 1], [101.0, 106.0])
+
+
+def _ramps(u, p, t):
+    return [p[1] + 0.0 * u[0], p[1] + 0.0 * u[1], 0.0 * u[2]]
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0)])
+def test_three_continuous_events_at_the_same_time_fire_once_each_in_every_lane(order):
+    """Three conditions crossing together (``x - T``, ``y - T`` for ``x = y = v t``, and
+    ``t - T``) over 100 lanes of random ``T`` and speeds ``v``: each fires exactly once per
+    lane (before, about a third of the lanes lost one or fired one twice)."""
+    conditions = [
+        lambda u, p, t: u[0] - p[0] * p[1],
+        lambda u, p, t: u[1] - p[0] * p[1],
+        lambda u, p, t: t - p[0],
+    ]
+    affects = [
+        lambda u, p, t, fired, jump=jump: [u[0], u[1], u[2] + jump] for jump in (1.0, 10.0, 100.0)
+    ]
+    callbacks = [dxode.ContinuousCallback(conditions[k], affects[k]) for k in order]
+    rng = np.random.default_rng(0)
+    p = np.column_stack([rng.uniform(0.05, 1.9, 100), rng.choice([0.1, 1.0, 3.0, 7.0], 100)])
+    prob = dxode.ODEProblem(_ramps, [0.0, 0.0, 0.0], (0.0, 2.0), [1.0, 1.0])
+    sim = dxode.solve(
+        dxode.EnsembleProblem(prob, p=p), callback=dxode.CallbackSet(*callbacks), saveat=[2.0]
+    )
+    np.testing.assert_array_equal(to_numpy(sim.u)[:, -1, 2], np.full(100, 111.0))
+    assert np.bincount(sim.events.trajectory, minlength=100).tolist() == [3] * 100
