@@ -620,3 +620,29 @@ def test_three_continuous_events_at_the_same_time_fire_once_each_in_every_lane(o
     )
     np.testing.assert_array_equal(to_numpy(sim.u)[:, -1, 2], np.full(100, 111.0))
     assert np.bincount(sim.events.trajectory, minlength=100).tolist() == [3] * 100
+
+
+def _speed(u, p, t):
+    return [p[0] + 0.0 * u[0], 0.0 * u[1]]
+
+
+def test_event_cut_onto_a_stop_does_not_stall_the_lane():
+    """``x = v t`` crosses ``v T`` at the preset time ``T``: in some lanes the continuous
+    event's root lands exactly on the stop ``T``, whose step then has length zero. The lane
+    goes on with its step size; a zero step proposed a zero next step, and the lane stepped
+    by zero until ``maxiters`` (``MaxIters`` after 100,000 iterations, 64 s for 200 lanes)."""
+    at = 0.1
+    cross = dxode.ContinuousCallback(
+        lambda u, p, t: u[0] - p[0] * at, lambda u, p, t, fired: [u[0], u[1] + 1.0]
+    )
+    dose = dxode.PresetTimeCallback([at], lambda u, p, t, fired: [u[0], u[1] + 100.0])
+    speeds = np.random.default_rng(1).uniform(0.1, 10.0, 200)[:, None]
+    prob = dxode.ODEProblem(_speed, [0.0, 0.0], (0.0, 2.0), [1.0])
+    sim = dxode.solve(
+        dxode.EnsembleProblem(prob, p=speeds),
+        callback=dxode.CallbackSet(cross, dose),
+        saveat=[2.0],
+        maxiters=1000,
+    )
+    assert sim.retcodes.tolist() == [0] * 200
+    np.testing.assert_allclose(to_numpy(sim.u)[:, -1, 0], 2.0 * speeds[:, 0], rtol=1e-12)
