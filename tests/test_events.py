@@ -646,3 +646,24 @@ def test_event_cut_onto_a_stop_does_not_stall_the_lane():
     )
     assert sim.retcodes.tolist() == [0] * 200
     np.testing.assert_allclose(to_numpy(sim.u)[:, -1, 0], 2.0 * speeds[:, 0], rtol=1e-12)
+
+
+def _triple_rate_in_place(u, p, t, fired):
+    """An affect written the DifferentialEquations.jl way (``integrator.p[1] = 3``)."""
+    p[0] = 3.0
+    return u
+
+
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_affect_that_changes_p_in_place_is_refused(ensemble):
+    """``p`` is fixed during a solve (shared by lanes, and the caller's own array): an affect
+    that changes it in place is refused with the fix. It changed the caller's ``prob.p`` and
+    reached lanes that had not fired yet (a silent wrong answer)."""
+    rate = np.array([1.0])
+    prob = dxode.ODEProblem(lambda u, p, t: -p[0] * u, [1.0], (0.0, 2.0), rate)
+    if ensemble:
+        prob = dxode.EnsembleProblem(prob, u0=np.array([[1.0], [2.0]]))
+    cb = dxode.PresetTimeCallback([1.0], _triple_rate_in_place)
+    with pytest.raises(TypeError, match=r"callback 0: affect changed p in place.*state"):
+        dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=[2.0])
+    assert rate.tolist() == [1.0]

@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .. import _pytree
 from .._rhs import as_array, is_traced_result
 from ..backends import to_host
 from ..integrator.lanes import expand
@@ -470,7 +471,17 @@ class EventHandler:
         # DifferentialEquations.jl's affect! does) must not reach the lanes that did not fire,
         # the logged state before the event, or the step the event cut.
         mine = u if is_traced_result(u) else self._xp.asarray(u, copy=True)
+        p_leaves = [x for x in _pytree.leaves(self._spec.p_for(params)) if _is_plain_array(x)]
+        kept = [self._xp.asarray(x, copy=True) for x in p_leaves]
         raw = self._call(cb.affect, mine, t, params, fired)
+        for leaf, was in zip(p_leaves, kept, strict=True):
+            if not bool(self._xp.all((leaf == was) | (leaf != leaf))):
+                leaf[...] = was  # the caller's p as it was
+                raise TypeError(
+                    f"callback {k}: affect changed p in place; p is fixed during a solve (shared "
+                    f"by the trajectories, and your own array): keep a parameter that events "
+                    f"change in the state u, and return its new value from affect"
+                )
         _refuse_traced_result(k, "affect", raw)
         out = as_array(self._backend, raw, shape=shape)
         if not hasattr(out, "shape") or tuple(out.shape) != shape:
@@ -496,6 +507,11 @@ def _refuse_traced_result(k: int, what: str, out: Any) -> None:
             f"it in the problem's p and read it from p, so that dxode differentiates the "
             f"solve with respect to it"
         )
+
+
+def _is_plain_array(x: Any) -> bool:
+    """Whether ``x`` is an array an affect could change in place (not a number, not traced)."""
+    return hasattr(x, "shape") and hasattr(x, "__setitem__") and not is_traced_result(x)
 
 
 class _Bracket(NamedTuple):
