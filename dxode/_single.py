@@ -81,7 +81,8 @@ def _saved_points(
     if grid is not None:
         return backend.asarray(grid, dtype=u0.dtype), result.saved[0, ...]
     steps = result.steps
-    assert steps is not None
+    if steps is None:  # no step taken: a callback terminated the solve at t0
+        return problem.t0, xp.expand_dims(u0, axis=0)
     t = xp.concat([problem.t0, steps["t_end"]])
     u = xp.concat([xp.expand_dims(u0, axis=0), xp.moveaxis(steps["u1"], -1, 0)])
     return t, u

@@ -519,3 +519,151 @@ def test_events_integrating_backwards():
     assert sol.events.callback.tolist() == [1, 0, 1]
     # u' = 1 backwards from u(1) = 0 is u = t - 1, plus 1 at each event passed.
     np.testing.assert_allclose(sol.u[:, 0], [0.0, 0.6 - 1 + 1, 0.4 - 1 + 2, 0.0 - 1 + 3])
+
+
+def _add_one_in_place(u, p, t, fired):
+    """An affect written the DifferentialEquations.jl way: it changes ``u`` in place."""
+    u[0] += 1.0
+    return u
+
+
+@pytest.mark.parametrize("kind", ["preset", "continuous"])
+def test_affect_that_changes_u_in_place_is_applied_once_per_trajectory(kind):
+    """An affect that mutates its ``u`` argument must not reach lanes that did not fire (nor
+    the logged state before the event, nor the step it cut): ``u`` is the lanes' own copy."""
+    prob = dxode.ODEProblem(lambda u, p, t: -u, [1.0], (0.0, 2.0))
+    if kind == "preset":
+        cb = dxode.PresetTimeCallback([1.0], _add_one_in_place)
+        te = np.array([1.0, 1.0, 1.0])
+    else:
+        cb = dxode.ContinuousCallback(lambda u, p, t: u[0] - 0.5, _add_one_in_place)
+        te = np.log(np.array([1.0, 2.0, 3.0]) / 0.5)
+    u0 = np.array([[1.0], [2.0], [3.0]])
+    tspan = np.column_stack([np.zeros(3), te + 1.0])
+    eprob = dxode.EnsembleProblem(prob, u0=u0, tspan=tspan)
+    sim = dxode.solve(eprob, dxode.Tsit5(), callback=cb, rtol=1e-10, atol=1e-10)
+    at_event = u0[:, 0] * np.exp(-te)
+    np.testing.assert_allclose(sim.events.t, te, rtol=1e-9)
+    np.testing.assert_allclose(sim.events.u_before[:, 0], at_event, rtol=1e-8)
+    np.testing.assert_allclose(sim.events.u_after[:, 0], at_event + 1.0, rtol=1e-8)
+    np.testing.assert_allclose(sim.u[:, -1, 0], (at_event + 1.0) * np.exp(-1.0), rtol=1e-8)
+    single = dxode.solve(
+        prob.remake(u0=[3.0], tspan=tuple(tspan[2])), callback=cb, rtol=1e-10, atol=1e-10
+    )
+    np.testing.assert_allclose(single.events.u_before[:, 0], at_event[2:], rtol=1e-8)
+    np.testing.assert_allclose(single.u[-1, 0], (at_event[2] + 1.0) * np.exp(-1.0), rtol=1e-8)
+
+
+def test_terminate_at_t0_by_a_preset_time_without_saveat():
+    """A preset time at ``t0`` whose callback terminates ends the solve before any step: the
+    solution holds ``t0`` before and after the event (it raised an AssertionError)."""
+    prob = dxode.ODEProblem(lambda u, p, t: -u, [1.0], (0.0, 2.0))
+    cb = dxode.PresetTimeCallback([0.0], lambda u, p, t, fired: u + 1.0, terminate=True)
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=cb)
+    assert sol.retcode == dxode.ReturnCode.Terminated
+    np.testing.assert_array_equal(to_numpy(sol.t), [0.0, 0.0])
+    np.testing.assert_array_equal(to_numpy(sol.u)[:, 0], [1.0, 2.0])
+    np.testing.assert_array_equal(sol.events.t, [0.0])
+    assert sol.stats.naccept == 0
+
+
+def _ramp(u, p, t):
+    return [1.0 + 0.0 * u[0], 0.0 * u[1]]
+
+
+@pytest.mark.parametrize("first", ["state", "time"])
+@pytest.mark.parametrize("at", [0.3, 0.7, 1.3])
+def test_two_continuous_events_at_the_same_time_both_fire(first, at):
+    """``x' = 1`` from 0 crosses ``at`` when ``t`` does: a callback on ``x - at`` and one on
+    ``t - at`` cross at the same time. Both fire, whichever the root finder places first (the
+    other's condition may already sit a rounding error across at that point); one was lost."""
+    on_state = dxode.ContinuousCallback(
+        lambda u, p, t: u[0] - at, lambda u, p, t, fired: [u[0], u[1] + 1.0]
+    )
+    on_time = dxode.ContinuousCallback(
+        lambda u, p, t: t - at, lambda u, p, t, fired: [u[0], u[1] + 100.0]
+    )
+    pair = (on_state, on_time) if first == "state" else (on_time, on_state)
+    prob = dxode.ODEProblem(_ramp, [0.0, 0.0], (0.0, 2.0))
+    sol = dxode.solve(prob, dxode.Tsit5(), callback=dxode.CallbackSet(*pair))
+    np.testing.assert_allclose(sol.events.t, [at, at], rtol=1e-14)
+    assert sorted(sol.events.callback.tolist()) == [0, 1]
+    assert to_numpy(sol.u)[-1, 1] == 101.0
+    eprob = dxode.EnsembleProblem(prob, u0=np.array([[0.0, 0.0], [0.0, 5.0]]))
+    sim = dxode.solve(eprob, dxode.Tsit5(), callback=dxode.CallbackSet(*pair), saveat=[2.0])
+    np.testing.assert_array_equal(to_numpy(sim.u)[:, -1, 1], [101.0, 106.0])
+
+
+def _ramps(u, p, t):
+    return [p[1] + 0.0 * u[0], p[1] + 0.0 * u[1], 0.0 * u[2]]
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0)])
+def test_three_continuous_events_at_the_same_time_fire_once_each_in_every_lane(order):
+    """Three conditions crossing together (``x - T``, ``y - T`` for ``x = y = v t``, and
+    ``t - T``) over 100 lanes of random ``T`` and speeds ``v``: each fires exactly once per
+    lane (before, about a third of the lanes lost one or fired one twice)."""
+    conditions = [
+        lambda u, p, t: u[0] - p[0] * p[1],
+        lambda u, p, t: u[1] - p[0] * p[1],
+        lambda u, p, t: t - p[0],
+    ]
+    affects = [
+        lambda u, p, t, fired, jump=jump: [u[0], u[1], u[2] + jump] for jump in (1.0, 10.0, 100.0)
+    ]
+    callbacks = [dxode.ContinuousCallback(conditions[k], affects[k]) for k in order]
+    rng = np.random.default_rng(0)
+    p = np.column_stack([rng.uniform(0.05, 1.9, 100), rng.choice([0.1, 1.0, 3.0, 7.0], 100)])
+    prob = dxode.ODEProblem(_ramps, [0.0, 0.0, 0.0], (0.0, 2.0), [1.0, 1.0])
+    sim = dxode.solve(
+        dxode.EnsembleProblem(prob, p=p), callback=dxode.CallbackSet(*callbacks), saveat=[2.0]
+    )
+    np.testing.assert_array_equal(to_numpy(sim.u)[:, -1, 2], np.full(100, 111.0))
+    assert np.bincount(sim.events.trajectory, minlength=100).tolist() == [3] * 100
+
+
+def _speed(u, p, t):
+    return [p[0] + 0.0 * u[0], 0.0 * u[1]]
+
+
+def test_event_cut_onto_a_stop_does_not_stall_the_lane():
+    """``x = v t`` crosses ``v T`` at the preset time ``T``: in some lanes the continuous
+    event's root lands exactly on the stop ``T``, whose step then has length zero. The lane
+    goes on with its step size; a zero step proposed a zero next step, and the lane stepped
+    by zero until ``maxiters`` (``MaxIters`` after 100,000 iterations, 64 s for 200 lanes)."""
+    at = 0.1
+    cross = dxode.ContinuousCallback(
+        lambda u, p, t: u[0] - p[0] * at, lambda u, p, t, fired: [u[0], u[1] + 1.0]
+    )
+    dose = dxode.PresetTimeCallback([at], lambda u, p, t, fired: [u[0], u[1] + 100.0])
+    speeds = np.random.default_rng(1).uniform(0.1, 10.0, 200)[:, None]
+    prob = dxode.ODEProblem(_speed, [0.0, 0.0], (0.0, 2.0), [1.0])
+    sim = dxode.solve(
+        dxode.EnsembleProblem(prob, p=speeds),
+        callback=dxode.CallbackSet(cross, dose),
+        saveat=[2.0],
+        maxiters=1000,
+    )
+    assert sim.retcodes.tolist() == [0] * 200
+    np.testing.assert_allclose(to_numpy(sim.u)[:, -1, 0], 2.0 * speeds[:, 0], rtol=1e-12)
+
+
+def _triple_rate_in_place(u, p, t, fired):
+    """An affect written the DifferentialEquations.jl way (``integrator.p[1] = 3``)."""
+    p[0] = 3.0
+    return u
+
+
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_affect_that_changes_p_in_place_is_refused(ensemble):
+    """``p`` is fixed during a solve (shared by lanes, and the caller's own array): an affect
+    that changes it in place is refused with the fix. It changed the caller's ``prob.p`` and
+    reached lanes that had not fired yet (a silent wrong answer)."""
+    rate = np.array([1.0])
+    prob = dxode.ODEProblem(lambda u, p, t: -p[0] * u, [1.0], (0.0, 2.0), rate)
+    if ensemble:
+        prob = dxode.EnsembleProblem(prob, u0=np.array([[1.0], [2.0]]))
+    cb = dxode.PresetTimeCallback([1.0], _triple_rate_in_place)
+    with pytest.raises(TypeError, match=r"callback 0: affect changed p in place.*state"):
+        dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=[2.0])
+    assert rate.tolist() == [1.0]

@@ -7,8 +7,9 @@ saving), and ``apply`` after the lanes advanced (affects, termination, a fresh `
 Per-lane state lives in the working set, so it is compacted with the lanes: ``ev_g{k}`` the
 condition value of continuous callback ``k`` at the lane's time (``0`` right after it fired
 where the affects left that value unchanged), ``ev_s{k}`` the sign it had before its crossing
-in the last step (or its last nonzero sign), ``ev_i{k}`` the next time of preset callback
-``k``.
+in the last step (or its last nonzero sign), ``ev_f{k}`` whether it crossed (in its
+direction) in the last step, ``ev_z{k}`` whether it sat on zero when that step began,
+``ev_i{k}`` the next time of preset callback ``k``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .. import _pytree
 from .._rhs import as_array, is_traced_result
 from ..backends import to_host
 from ..integrator.lanes import expand
@@ -114,7 +116,8 @@ class EventHandler:
             return None
         for k, cb in self._continuous:
             g = self._condition(k, cb, u, t, params)
-            lanes.put(**{f"ev_g{k}": g, f"ev_s{k}": xp.sign(g)})
+            lanes.put(**{f"ev_g{k}": g, f"ev_s{k}": xp.sign(g), f"ev_z{k}": g == 0})
+            lanes.put(**{f"ev_f{k}": xp.zeros(n, dtype=xp.bool)})
         for k, times in self._preset_times.items():
             before = self._direction * (xp.reshape(times, (-1, 1)) - t) < 0
             lanes.put(**{f"ev_i{k}": xp.sum(xp.astype(before, xp.int64), axis=0)})
@@ -155,6 +158,8 @@ class EventHandler:
         n = step.t.shape[0]
         m = self._points
         prev = [lanes[f"ev_g{k}"] for k, _ in self._continuous]
+        for (k, _), g in zip(self._continuous, prev, strict=True):
+            lanes.put(**{f"ev_z{k}": g == 0})
         ref = [xp.sign(g) for g in prev]
         found = [xp.zeros(n, dtype=xp.bool) for _ in self._continuous]
         zeros = xp.zeros(n, dtype=self._dtype)
@@ -186,6 +191,7 @@ class EventHandler:
         for i, (k, _) in enumerate(self._continuous):
             lanes.put(**{f"ev_g{k}": xp.where(accept, prev[i], lanes[f"ev_g{k}"])})
             lanes.put(**{f"ev_s{k}": xp.where(accept, ref[i], lanes[f"ev_s{k}"])})
+            lanes.put(**{f"ev_f{k}": found[i]})
         return found, brackets
 
     def _cut(
@@ -302,24 +308,33 @@ class EventHandler:
                 g = xp.where((which == k) & (g == at_event[k]), 0.0, g)
             if which is not None:
                 # Zero at another callback's event (a tie): the sign it had before that
-                # crossing, so it fires right after, at the same time, instead of never.
-                tie = (which >= 0) & (which != k) & (g == 0)
-                g = xp.where(tie, lanes[f"ev_s{k}"], g)
+                # crossing, so it fires right after, at the same time, instead of never. So
+                # too where it crossed in this step and already sits across at the event (the
+                # two roots a rounding error apart) and the affects left its value as it was.
+                # One that sat on zero since its own event and found no crossing keeps
+                # sitting there where it is a rounding error across at this event.
+                before = lanes[f"ev_s{k}"]
+                other = (which >= 0) & (which != k)
+                tie = other & (g == 0)
+                if k in at_event:
+                    kept = other & (g == at_event[k])
+                    across = at_event[k] * before <= 0
+                    tie = tie | (kept & lanes[f"ev_f{k}"] & across)
+                    sitting = kept & lanes[f"ev_z{k}"] & ~lanes[f"ev_f{k}"] & across
+                    g = xp.where(sitting, 0.0, g)
+                g = xp.where(tie, before, g)
             lanes.put(**{f"ev_g{k}": g})
         return stop
 
     def _at_event(
         self, which: Array | None, u: Array, t: Array, params: tuple[Array, ...]
     ) -> dict[int, Array]:
-        """Each continuous callback that fired: its condition at the event, before any affect."""
+        """Each continuous callback's condition at the lanes' event, before any affect (none
+        where no continuous event fired)."""
         xp = self._xp
-        if which is None:
+        if which is None or not bool(xp.any(which >= 0)):
             return {}
-        return {
-            k: self._condition(k, cb, u, t, params)
-            for k, cb in self._continuous
-            if bool(xp.any(which == k))
-        }
+        return {k: self._condition(k, cb, u, t, params) for k, cb in self._continuous}
 
     def _fire(
         self,
@@ -452,7 +467,21 @@ class EventHandler:
     ) -> Array:
         xp = self._xp
         shape = tuple(u.shape[:-1]) if self._spec.single else tuple(u.shape)
-        raw = self._call(cb.affect, u, t, params, fired)
+        # The affect gets its own copy of the state: one that changes ``u`` in place (as
+        # DifferentialEquations.jl's affect! does) must not reach the lanes that did not fire,
+        # the logged state before the event, or the step the event cut.
+        mine = u if is_traced_result(u) else self._xp.asarray(u, copy=True)
+        p_leaves = [x for x in _pytree.leaves(self._spec.p_for(params)) if _is_plain_array(x)]
+        kept = [self._xp.asarray(x, copy=True) for x in p_leaves]
+        raw = self._call(cb.affect, mine, t, params, fired)
+        for leaf, was in zip(p_leaves, kept, strict=True):
+            if not bool(self._xp.all((leaf == was) | (leaf != leaf))):
+                leaf[...] = was  # the caller's p as it was
+                raise TypeError(
+                    f"callback {k}: affect changed p in place; p is fixed during a solve (shared "
+                    f"by the trajectories, and your own array): keep a parameter that events "
+                    f"change in the state u, and return its new value from affect"
+                )
         _refuse_traced_result(k, "affect", raw)
         out = as_array(self._backend, raw, shape=shape)
         if not hasattr(out, "shape") or tuple(out.shape) != shape:
@@ -478,6 +507,11 @@ def _refuse_traced_result(k: int, what: str, out: Any) -> None:
             f"it in the problem's p and read it from p, so that dxode differentiates the "
             f"solve with respect to it"
         )
+
+
+def _is_plain_array(x: Any) -> bool:
+    """Whether ``x`` is an array an affect could change in place (not a number, not traced)."""
+    return hasattr(x, "shape") and hasattr(x, "__setitem__") and not is_traced_result(x)
 
 
 class _Bracket(NamedTuple):

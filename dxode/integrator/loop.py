@@ -329,6 +329,9 @@ class _Loop:
             h_next = self._switch(result, habs, accept, h_next)
         if options.dtmax is not None:
             h_next = xp.minimum(h_next, options.dtmax)
+        # A lane already on its target (an event's root placed exactly on a stop) steps by
+        # zero onto it: it keeps its step size, which a zero step would make zero for good.
+        h_next = xp.where(habs == 0, xp.abs(lanes["h"]), h_next)
         return accept, h_next, finite
 
     def _rhs_of(self, idx: Array | None) -> LaneRHS:
