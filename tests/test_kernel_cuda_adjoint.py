@@ -239,3 +239,53 @@ EDGES = textwrap.dedent(
 @pytest.mark.slow
 def test_cuda_adjoint_of_a_failed_lane_is_nan_and_float32_agrees():
     assert_runs_under_cuda_simulator(EDGES)
+
+
+def _fall(u, p, t):
+    _, v = u
+    return [v, -p[0]]
+
+
+def _bounce(u, p, t, fired):
+    return [u[0], -p[1] * u[1]]
+
+
+def _ground(u, p, t):
+    return u[0]
+
+
+def bouncing_grad(sensealg, device):
+    """Two bouncing balls: each segment between events a kernel solve, the jumps traced."""
+    ball = dxode.ContinuousCallback(_ground, _bounce, direction="down")
+
+    def loss_(theta):
+        u0s = np.array([[1.0, 0.0], [1.5, 0.5]]) * theta[0]
+        prob = dxode.ODEProblem(_fall, u0s[0], (0.0, 1.2), (9.81, theta[1]))
+        options = {"saveat": [0.3, 0.9, 1.2], "rtol": 1e-10, "atol": 1e-10, "callback": ball}
+        eprob = dxode.EnsembleProblem(prob, u0=u0s)
+        kernel = dxode.EnsembleKernel(device=device)
+        sim = dxode.solve(eprob, "tsit5", kernel, trajectories=2, sensealg=sensealg, **options)
+        return anp.sum(sim.u[:, :, 0] ** 2)
+
+    return autograd.grad(loss_)(np.array([1.0, 0.8]))
+
+
+EVENTS = textwrap.dedent(
+    """
+    import numpy as np
+    import dxode
+    from test_kernel_cuda_adjoint import ADJOINT, bouncing_grad
+
+    adjoint = bouncing_grad(ADJOINT, "cuda")
+    forward = bouncing_grad(dxode.ForwardSensitivity(), "cuda")
+    on_cpu = bouncing_grad(ADJOINT, "cpu")  # its event pass by the CPU kernel, not the array path
+    np.testing.assert_allclose(adjoint, forward, rtol=1e-12)
+    np.testing.assert_allclose(adjoint, on_cpu, rtol=1e-12)
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_cuda_adjoint_through_event_segments():
+    assert_runs_under_cuda_simulator(EVENTS)
