@@ -56,6 +56,20 @@ def loss(u0s, p, device, sensealg=ADJOINT, rtol=1e-10, f=damped):
     return anp.sum(sim.u**2)
 
 
+def vern7_backward_grad(device):
+    """Vern7 (extra interpolation stages where a save falls in a step), time running
+    backward."""
+
+    def loss_(u0s, p):
+        prob = dxode.ODEProblem(damped, U0S[0], (2.0, 0.0), (1.6, 0.3))
+        eprob = dxode.EnsembleProblem(prob, u0=u0s, p=p)
+        options = {"saveat": [1.5, 0.7, 0.0], "rtol": 1e-10, "atol": 1e-10, "sensealg": ADJOINT}
+        sim = dxode.solve(eprob, "vern7", dxode.EnsembleKernel(device=device), **options)
+        return anp.sum(sim.u**2)
+
+    return autograd.grad(lambda a: loss_(*a))((U0S, P))
+
+
 def central_differences(func, x, eps=1e-6):
     out = np.zeros_like(x)
     for i in np.ndindex(x.shape):
@@ -214,7 +228,9 @@ def blowup_grad(device):
 EDGES = textwrap.dedent(
     """
     import autograd, numpy as np
-    from test_kernel_cuda_adjoint import ADJOINT, P, U0S, blowup_grad, damped_without_literals, loss
+    from test_kernel_cuda_adjoint import (
+        ADJOINT, P, U0S, blowup_grad, damped_without_literals, loss, vern7_backward_grad
+    )
 
     grad = blowup_grad("cuda")
     exact = 4.0 / (1.0 - 2.0 * np.array([0.1, 0.2])) ** 3  # d/dp x(2)^2 = 4 / (1 - 2p)^3
@@ -231,13 +247,16 @@ EDGES = textwrap.dedent(
         assert a.dtype == np.float32
         np.testing.assert_array_equal(a, b)  # the same float32 steps, the same float64 sweep
         np.testing.assert_allclose(a, c, rtol=1e-4)
+
+    for a, b in zip(vern7_backward_grad("cuda"), vern7_backward_grad("cpu")):
+        np.testing.assert_array_equal(a, b)
     print("ok")
     """
 )
 
 
 @pytest.mark.slow
-def test_cuda_adjoint_of_a_failed_lane_is_nan_and_float32_agrees():
+def test_cuda_adjoint_failed_lane_float32_extra_stages_and_backward_time():
     assert_runs_under_cuda_simulator(EDGES)
 
 
