@@ -308,3 +308,12 @@ EVENTS = textwrap.dedent(
 @pytest.mark.slow
 def test_cuda_adjoint_through_event_segments():
     assert_runs_under_cuda_simulator(EVENTS)
+
+
+def test_the_cuda_sweep_refuses_an_f_that_takes_u_as_an_array():
+    """As forward sensitivities on CUDA do (checked without compiling or a GPU)."""
+    from dxode.kernels.adjoint_sweep import lane_sweep
+    from dxode.kernels.errors import KernelUnsupportedError
+
+    with pytest.raises(KernelUnsupportedError, match=r"tuple of numbers.*device='cpu'"):
+        lane_sweep(damped, 2, True, "(P[0, g], P[1, g])", (1.6, 0.3), target="cuda", stages=7)
