@@ -40,7 +40,6 @@ __all__ = ["lane_sweep"]
 
 _MODULES: dict[str, Any] = {}
 
-# The generic backward sweep (n-independent; ``call`` and ``jt`` are generated per n).
 # The generic backward sweep, one lane (n-independent; ``call`` and ``jt`` are generated per
 # n). ``VECTOR``/``MATRIX`` allocate its work arrays (``_ALLOCATIONS``: per target).
 _SWEEP = '''
