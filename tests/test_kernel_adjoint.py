@@ -203,13 +203,16 @@ def _many(u, p, t):
 
 def test_which_algorithm_the_default_picks():
     """Forward sensitivities up to ADJOINT_ABOVE inputs and MAX_FORWARD_COMPONENTS, the
-    adjoint above, on the CPU through explicit methods (checked without compiling)."""
+    adjoint above, on the CPU and CUDA through explicit methods (checked without
+    compiling)."""
     from types import SimpleNamespace
 
+    from dxode.kernels.adjoint import KernelDiscreteAdjoint
     from dxode.kernels.gradients import (
         ADJOINT_ABOVE,
         MAX_FORWARD_COMPONENTS,
         KernelForwardSensitivity,
+        kernel_sensealg,
     )
 
     default = KernelForwardSensitivity(adjoint_above=ADJOINT_ABOVE)
@@ -223,7 +226,10 @@ def test_which_algorithm_the_default_picks():
     with pytest.raises(KernelUnsupportedError, match="components"):
         default._adjoint_instead(stiff, n, 3)
     cuda = KernelForwardSensitivity(device="cuda", adjoint_above=ADJOINT_ABOVE)
-    assert not cuda._adjoint_instead(explicit, 2, ADJOINT_ABOVE + 1)
+    assert not cuda._adjoint_instead(explicit, 2, ADJOINT_ABOVE)
+    assert cuda._adjoint_instead(explicit, 2, ADJOINT_ABOVE + 1)
+    assert cuda._adjoint_instead(explicit, n, 3)
+    assert kernel_sensealg(ADJOINT, device="cuda") == KernelDiscreteAdjoint(device="cuda")
 
 
 @pytest.mark.slow
@@ -266,15 +272,6 @@ def test_what_the_kernel_adjoint_refuses():
         grad("tsit5", dxode.InterpolatingAdjoint(), kernel=True)
     with pytest.raises(NotImplementedError, match="InterpolatingAdjoint"):
         grad(dxode.Rodas5P(), ADJOINT, kernel=True)
-    cuda = dxode.EnsembleKernel(device="cuda")
-
-    def ensemble_loss(u0s):
-        eprob = dxode.EnsembleProblem(prob, u0=u0s)
-        sim = dxode.solve(eprob, "tsit5", cuda, trajectories=2, sensealg=ADJOINT, saveat=[1.0])
-        return anp.sum(sim.u)
-
-    with pytest.raises(KernelUnsupportedError, match="CPU"):
-        autograd.grad(ensemble_loss)(U0S[:2, :2])
 
 
 def test_the_traceable_copy_of_a_kernel_style_f():

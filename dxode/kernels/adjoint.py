@@ -1,18 +1,19 @@
 """A discrete adjoint for the compiled kernels: gradients for many parameters.
 
 ``KernelDiscreteAdjoint`` is the kernel path's ``DiscreteAdjoint``. Its forward pass runs the
-plain compiled kernel lane by lane, recording every accepted step's time and state (the
-steps and saved states are those of the solve without gradients, bit for bit). Its backward
-pass, per lane, replays the steps backward in compiled code (``adjoint_sweep``: state
+recording kernel (``adjoint_record``: on the CPU lane by lane, on CUDA one thread per lane),
+recording every accepted step's time and state (the steps and saved states are those of the
+solve without gradients on the same device, bit for bit). Its backward pass, per lane,
+replays the steps backward in compiled code (``adjoint_sweep``, on the same device: state
 Jacobians from ``n`` complex-step JVPs, or the problem's ``jac``) and then computes the
-parameter cotangent over the whole record at once (``adjoint_params``: the problem's
-``paramjac``, one autograd VJP over all stages, or complex step).
+parameter cotangent over the whole record at once, on the host (``adjoint_params``: the
+problem's ``paramjac``, one autograd VJP over all stages, or complex step).
 
 Forward sensitivities integrate ``n`` components per differentiated input; the adjoint's
 cost is one backward sweep (``n`` JVPs per stage) plus the parameter pass, whatever the
 number of parameters. Like ``DiscreteAdjoint`` it differentiates the computed solution with
 the step sizes held fixed; step sizes are taken as ``t_{k+1} - t_k`` of the record (the
-kernel's own ``h`` to rounding). CPU only; explicit Runge–Kutta methods; callbacks only
+kernel's own ``h`` to rounding). CPU and CUDA; explicit Runge–Kutta methods; callbacks only
 through ``EnsembleKernel``'s event segments (each segment a solve without callbacks).
 """
 
@@ -25,7 +26,8 @@ import numpy as np
 
 from .. import _pytree
 from ..sensitivity.algorithms import DiscreteAdjoint
-from .batch import KernelBatch, lane_params
+from .adjoint_record import recorded_lanes
+from .batch import KernelBatch, check_callback_method, lane_params
 from .description import StepperDescription, describe
 from .ensemble_batch import check_state
 from .errors import KernelUnsupportedError
@@ -35,7 +37,10 @@ __all__ = ["KernelDiscreteAdjoint"]
 
 @dataclasses.dataclass(frozen=True)
 class KernelDiscreteAdjoint(DiscreteAdjoint):
-    """The discrete adjoint of the compiled kernel's steps, on the CPU."""
+    """The discrete adjoint of the compiled kernel's steps, on ``device`` (``"cpu"`` or
+    ``"cuda"``; the parameter pass on the host)."""
+
+    device: str = "cpu"
 
     compiled: ClassVar[bool] = True
 
@@ -70,7 +75,7 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
         batch = KernelBatch(
             static.f, u0, params, layout, t0, t1, save_grid, stops, static.options, jac=None
         )
-        steps, saved, outcome = _recorded_lanes(batch)
+        steps, saved, outcome = recorded_lanes(batch, self.device)
         record = {
             "steps": steps,
             "save_grid": save_grid,
@@ -83,9 +88,13 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
     def event_lanes(
         self, static: Any, callbacks: Any, u0: Any, leaves: list[Any], t0: Any, t1: Any
     ) -> tuple[np.ndarray, ...] | None:
-        """The event pass by the plain CPU kernel with the callbacks."""
+        """The event pass by the plain CPU kernel with the callbacks (``None`` on CUDA: the
+        array path's pass, as for ``KernelForwardSensitivity``)."""
         from .event_pass import kernel_event_log
 
+        if self.device != "cpu":
+            check_callback_method(callbacks, static.options.alg)
+            return None
         return kernel_event_log(static, callbacks, u0, leaves, t0, t1)
 
     def backward(
@@ -95,24 +104,4 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
         that failed)."""
         from .adjoint_backward import backward
 
-        return backward(static, record, leaves, np.asarray(retcode), np.asarray(g))
-
-
-def _recorded_lanes(batch: KernelBatch) -> tuple[list[tuple[Any, Any]], Any, dict[str, Any]]:
-    """Integrate every lane alone with the recording kernel: each lane's ``(times, states)``
-    of its accepted steps, the saved states ``(L, nsave, n)`` and the statistics."""
-    kernel = batch.prepare("cpu", 1, record=True)
-    args = batch.arguments()
-    outs = batch.outputs()
-    steps = []
-    for g in range(batch.n_lanes):
-        t_rec, u_rec, count = kernel.call(kernel.block, g, batch.n_lanes, *args, *outs)
-        steps.append((t_rec[:count].copy(), u_rec[:count].copy()))
-    saved, _, _, ret, nacc, nrej, nf = outs[:7]
-    outcome = {
-        "retcode": np.asarray(ret, dtype=np.int64),
-        "nf": np.asarray(nf, dtype=np.int64),
-        "naccept": np.asarray(nacc, dtype=np.int64),
-        "nreject": np.asarray(nrej, dtype=np.int64),
-    }
-    return steps, np.ascontiguousarray(saved), outcome
+        return backward(static, record, leaves, np.asarray(retcode), np.asarray(g), self.device)

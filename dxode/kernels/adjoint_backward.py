@@ -37,19 +37,34 @@ def tableau_arrays(desc: StepperDescription) -> tuple[np.ndarray, ...]:
 
 
 def backward(
-    static: Any, record: dict[str, Any], leaves: list[Any], retcode: np.ndarray, g: np.ndarray
+    static: Any,
+    record: dict[str, Any],
+    leaves: list[Any],
+    retcode: np.ndarray,
+    g: np.ndarray,
+    device: str = "cpu",
 ) -> tuple[np.ndarray, list[Any]]:
     """Cotangents of ``u0`` ``(n, L)`` and of the differentiated leaves from the cotangent
-    ``g`` ``(L, nsave, n)`` of the saved states; NaN for lanes that failed."""
+    ``g`` ``(L, nsave, n)`` of the saved states; NaN for lanes that failed. The sweep runs
+    on ``device``, the parameter pass on the host."""
     desc = describe(static.options.alg)
     assert isinstance(desc, StepperDescription)
     steps, grid, params, layout = (record[k] for k in ("steps", "save_grid", "params", "layout"))
     n_lanes, _, n = g.shape
     example = eval(layout.expression("0"), {"P": params[:, :1]})
     as_array = user_function_mode(static.f, n, "float64", example, "cpu")
-    lanes = lane_sweep(static.f, n, as_array, layout.expression("g"), _float64(example), static.jac)
-    a, b, c, w = tableau_arrays(desc)
     s, e = desc.stages, desc.extra_stages
+    lanes = lane_sweep(
+        static.f,
+        n,
+        as_array,
+        layout.expression("g"),
+        _float64(example),
+        static.jac,
+        device,
+        s + e,
+    )
+    a, b, c, w = tableau_arrays(desc)
     params64 = np.ascontiguousarray(params, dtype=np.float64)
     counts = np.array([t.shape[0] for t, _ in steps], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)])

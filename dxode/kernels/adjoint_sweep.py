@@ -1,7 +1,9 @@
 """The kernel discrete adjoint's compiled backward sweep, one lane at a time.
 
 ``lane_sweep(n, ...)`` writes (and imports) a module whose ``lanes`` runs ``sweep`` for every
-lane of a batch; ``sweep`` replays one lane's
+lane of a batch (on the CPU in a loop, on CUDA one thread per lane: one generated source,
+the target choosing the work arrays' allocation and the lane loop's head); ``sweep``
+replays one lane's
 recorded accepted steps backward. For step ``k`` (from ``T[k]``, ``U[k]`` to ``T[k+1]``,
 ``U[k+1]``, step size ``h = T[k+1] - T[k]`` held fixed) it recomputes the stages
 ``y_i = U[k] + h Σ_j a_ij k_j``, ``k_i = f(y_i, t + c_i h)`` (and, where a save point falls in
@@ -21,12 +23,16 @@ whatever the state's dtype.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .compiler import _import, _write_source
 from .complex_step import STEP, check_compiles, complex_copy
+from .errors import ARRAY_PATH, KernelUnsupportedError
 from .rhs_source import function_key, numba_ready, where_defined
 from .sensitivity_rhs import _RowsToTuples
 
@@ -34,19 +40,22 @@ __all__ = ["lane_sweep"]
 
 _MODULES: dict[str, Any] = {}
 
-# The generic backward sweep (n-independent; ``call`` and ``jt`` are generated per n).
+# The generic backward sweep, one lane (n-independent; ``call`` and ``jt`` are generated per
+# n). ``VECTOR``/``MATRIX`` allocate its work arrays (``_ALLOCATIONS``: per target).
 _SWEEP = '''
 def sweep(T, U, nst, p, TS, G, A, BW, C, WI, S, E, D, UBAR, YS, TT, KB, KS, base):
     """One lane: cotangent of U[0] into UBAR (n,); stage k, i into row base + k NS + i of
     YS, TT, KB, KS."""
     n = U.shape[1]
     NS = S + E
-    ub = np.zeros(n)
-    un = np.zeros(n)
-    K = np.zeros((NS, n))
-    Y = np.zeros((NS, n))
-    kb = np.zeros((NS, n))
-    yb = np.zeros(n)
+    ub = VECTOR
+    un = VECTOR
+    yb = VECTOR
+    K = MATRIX
+    Y = MATRIX
+    kb = MATRIX
+    for m in range(n):
+        ub[m] = 0.0
     si = TS.shape[0] - 1
     while si >= 0 and D * (TS[si] - T[nst]) > 0.0:  # never reached (a failed lane)
         si -= 1
@@ -64,8 +73,10 @@ def sweep(T, U, nst, p, TS, G, A, BW, C, WI, S, E, D, UBAR, YS, TT, KB, KS, base
                     acc += A[i, j] * K[j, m]
                 Y[i, m] = U[k, m] + h * acc
             call(Y[i], p, t + C[i] * h, K[i])
-        kb[:, :] = 0.0
-        un[:] = 0.0
+        for m in range(n):
+            un[m] = 0.0
+            for i in range(NS):
+                kb[i, m] = 0.0
         for q in range(si + 1, last + 1):
             theta = (TS[q] - t) / h
             if theta == 1.0:
@@ -104,18 +115,23 @@ def sweep(T, U, nst, p, TS, G, A, BW, C, WI, S, E, D, UBAR, YS, TT, KB, KS, base
                 YS[row, m] = Y[0, m]
                 KS[row, m] = K[0, m]
             TT[row] = t
-        ub[:] = un
+        for m in range(n):
+            ub[m] = un[m]
     while si >= 0:  # saves at the start (t_s == t0)
         for m in range(n):
             ub[m] += G[si, m]
         si -= 1
-    UBAR[:] = ub
+    for m in range(n):
+        UBAR[m] = ub[m]
 
+'''
 
+# ``lanes``: every lane's steps TA[OFF[g]:OFF[g+1]], UA[...] and its p from P[:, g] (PARAMS),
+# in a loop (CPU) or one thread each (CUDA); LANES is the loop's head.
+_LANES = """
 def lanes(TA, UA, OFF, P, TSG, G, A, BW, C, WI, S, E, DIRS, UBAR, YS, TT, KB, KS):
-    """Every lane: its steps TA[OFF[g]:OFF[g+1]], UA[...]; its p from P[:, g]."""
     NS = S + E
-    for g in range(OFF.shape[0] - 1):
+    LANES
         first = OFF[g]
         end = OFF[g + 1]
         p = PARAMS
@@ -124,11 +140,23 @@ def lanes(TA, UA, OFF, P, TSG, G, A, BW, C, WI, S, E, DIRS, UBAR, YS, TT, KB, KS
         U = UA[first:end]
         sweep(T, U, end - first - 1, p, TSG[g], G[g], A, BW, C, WI, S, E, DIRS[g], UBAR[g],
               YS, TT, KB, KS, base)
-'''
+"""
+
+# Per target: the work arrays (``N``, ``NSTAGES``: constants of the CUDA module) and the
+# lane loop's head.
+_ALLOCATIONS = {
+    "cpu": ("np.empty(n)", "np.empty((NS, n))", "for g in range(OFF.shape[0] - 1):"),
+    "cuda": (
+        "cuda.local.array(N, np.float64)",
+        "cuda.local.array((NSTAGES, N), np.float64)",
+        "g = cuda.grid(1)\n    if g < OFF.shape[0] - 1:",
+    ),
+}
 
 
 def _state(n: int, values: list[str], kind: str, as_array: bool, lines: list[str]) -> str:
-    """Source of ``f``'s ``u`` from ``values``: a tuple, or an array built line by line."""
+    """Source of ``f``'s ``u`` from ``values``: a tuple, or an array built line by line
+    (CPU only: ``lane_sweep`` refuses array ``u`` on CUDA)."""
     if not as_array:
         return "(" + "".join(f"{v}, " for v in values) + ")"
     name = f"a{len(lines)}"
@@ -137,18 +165,22 @@ def _state(n: int, values: list[str], kind: str, as_array: bool, lines: list[str
     return name
 
 
-def _source(n: int, as_array: bool, jacobian: bool, params: str, keys: str) -> str:
-    """The sweep module's source: ``call``, ``jt``, the generic ``sweep`` and the lane
-    loop ``lanes`` (``params``: one lane's ``p`` from ``P[k, g]``)."""
+def _source(
+    n: int, as_array: bool, jacobian: bool, params: str, keys: str, target: str, stages: int
+) -> str:
+    """The sweep module's source for ``target``: ``call``, ``jt``, the generic ``sweep``
+    and the lane loop ``lanes`` (``params``: one lane's ``p`` from ``P[k, g]``; ``stages``:
+    the method's main and extra stages, a constant of the CUDA module only)."""
     lines = [
-        f'"""dxode kernel discrete adjoint sweep: n={n} (generated)."""',
+        f'"""dxode kernel discrete adjoint sweep: n={n}, target {target} (generated)."""',
         "import numpy as np",
         f"H = {STEP!r}",
         "user_real = user_cplx = user_jac = None  # bound after import",
         f"# {keys}",
-        "",
-        "def call(y, p, t, out):",
     ]
+    if target == "cuda":
+        lines += ["from numba import cuda", f"N = {n}", f"NSTAGES = {stages}"]
+    lines += ["", "def call(y, p, t, out):"]
     u = _state(n, [f"y[{m}]" for m in range(n)], "float64", as_array, lines)
     lines.append(f"    r = user_real({u}, p, t)")
     lines += [f"    out[{m}] = r[{m}]" for m in range(n)]
@@ -166,7 +198,10 @@ def _source(n: int, as_array: bool, jacobian: bool, params: str, keys: str) -> s
             lines.append(f"    c = user_cplx({z}, p, t)")
             terms = " + ".join(f"(c[{m}].imag / H) * v[{m}]" for m in range(n))
             lines.append(f"    out[{k}] = {terms}")
-    return "\n".join(lines) + "\n" + _SWEEP.replace("PARAMS", params)
+    vector, matrix, head = _ALLOCATIONS[target]
+    sweep = _SWEEP.replace("VECTOR", vector).replace("MATRIX", matrix)
+    lanes = _LANES.replace("LANES", head).replace("PARAMS", params)
+    return "\n".join(lines) + "\n" + sweep + lanes
 
 
 def lane_sweep(
@@ -176,36 +211,84 @@ def lane_sweep(
     params: str,
     p_example: Any,
     jac: Callable[..., Any] | None = None,
+    target: str = "cpu",
+    stages: int = 0,
 ) -> Callable[..., Any]:
-    """The compiled lane loop ``lanes`` for ``f`` with ``n`` components (``u`` as an array
-    with ``as_array``; one lane's ``p`` is the source ``params`` in ``P[k, g]``); ``jac``
-    (per lane, ``J[i][k]``) replaces complex step when given; ``p_example`` is one lane's
-    ``p`` (for type checks)."""
-    import numba
-
-    # Inlined as compile_kernel inlines f (no function of their own whose environment a
-    # cached load would have to import: f's module may be one numba cannot import).
-    inline = numba.njit(inline="always", error_model="numpy")
+    """The compiled lane loop ``lanes`` for ``f`` with ``n`` components on ``target``
+    (``"cpu"``, or ``"cuda"``: one thread per lane, called with host arrays like the CPU's;
+    ``stages``: the method's main and extra stages) (``u`` as an array with ``as_array``,
+    CPU only; one lane's ``p`` is the source ``params`` in ``P[k, g]``); ``jac`` (per lane,
+    ``J[i][k]``) replaces complex step when given; ``p_example`` is one lane's ``p`` (for
+    type checks)."""
+    if as_array and target == "cuda":
+        raise KernelUnsupportedError(
+            "gradients on CUDA take an f that reads u as a tuple of numbers (x, y = u), not "
+            f"as an array; rewrite f, or use device='cpu' or {ARRAY_PATH}"
+        )
     keys = f"f={function_key(f)}@{where_defined(f)}" + (
         f" jac={function_key(jac)}" if jac is not None else ""
     )
-    source = _source(n, as_array, jac is not None, params, keys)
+    source = _source(n, as_array, jac is not None, params, keys, target, stages)
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     module = _MODULES.get(digest)
     if module is None:
         path = _write_source(source, f"dxode_adjoint_{digest}.py")
         module = _import(path, f"_dxode_adjoint_{digest}")
-        module.user_real = inline(numba_ready(f))
-        if jac is not None:
-            module.user_jac = inline(numba_ready(jac, _RowsToTuples()))
-        else:
+        if jac is None:  # type-checked on the CPU for either target
             copy = complex_copy(f)
             check_compiles(copy, f, n, as_array, p_example)
-            module.user_cplx = inline(copy)
-        compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
-        module.call = inline(module.call)
-        module.jt = inline(module.jt)
-        module.sweep = compiled(module.sweep)
-        module.lanes = compiled(module.lanes)
+        _compile(module, f, jac if jac is not None else copy, jac is not None, target)
         _MODULES[digest] = module
+    if target == "cuda":
+        return functools.partial(_on_device, module.lanes)
     return module.lanes
+
+
+def _compile(
+    module: Any, f: Callable[..., Any], derivative: Any, jacobian: bool, target: str
+) -> None:
+    """Bind the user's functions (``derivative``: ``jac``, or ``f``'s complex copy) and
+    compile the module's functions for ``target``."""
+    import numba
+
+    if target == "cuda":
+        from numba import cuda
+
+        # As compile_kernel compiles f for CUDA: device functions, inlined.
+        inline = lambda fn: cuda.jit(device=True, inline=True)(fn)
+        compiled = lambda fn: cuda.jit(device=True)(fn)
+        driver = cuda.jit
+    else:
+        # Inlined as compile_kernel inlines f (no function of their own whose environment a
+        # cached load would have to import: f's module may be one numba cannot import).
+        inline = numba.njit(inline="always", error_model="numpy")
+        compiled = numba.njit(cache=True, nogil=True, error_model="numpy")
+        driver = compiled
+    module.user_real = inline(numba_ready(f))
+    if jacobian:
+        module.user_jac = inline(numba_ready(derivative, _RowsToTuples()))
+    else:
+        module.user_cplx = inline(derivative)
+    module.call = inline(module.call)
+    module.jt = inline(module.jt)
+    module.sweep = compiled(module.sweep)
+    module.lanes = driver(module.lanes)
+
+
+# The arguments of ``lanes`` the sweep writes: UBAR, YS, TT, KB, KS.
+_WRITTEN = (13, 14, 15, 16, 17)
+
+
+def _on_device(kernel: Any, *arrays: Any) -> None:
+    """Run the CUDA ``lanes`` on host arrays: inputs copied to the device, one thread per
+    lane, the written arrays copied back into theirs."""
+    from .cuda import THREADS_PER_BLOCK, require_gpu
+
+    cuda = require_gpu()
+    on_device = [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in arrays]
+    lanes = arrays[2].shape[0] - 1
+    grid = max(1, (lanes + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK)
+    kernel[grid, THREADS_PER_BLOCK](*on_device)
+    cuda.synchronize()
+    for i in _WRITTEN:
+        arrays[i][...] = on_device[i].copy_to_host()

@@ -42,6 +42,7 @@ from .codegen import (
     _write_lane_starts,
     _write_outcome,
     _write_record,
+    _write_record_end,
     _write_retire,
     _write_step_sizes,
     _Writer,
@@ -184,8 +185,7 @@ def _write_block(w: _Writer, desc: AutoSwitchDescription, layout: KernelLayout) 
     _write_outcome_counted(w, ns_pad, layout)
     w.dedent()
     w.dedent()
-    if layout.record:
-        w("return TREC, UREC, nrec")
+    _write_record_end(w, layout)
     w.dedent()
     w()
 
@@ -235,7 +235,7 @@ def _write_accept(w: _Writer, desc: AutoSwitchDescription, layout: KernelLayout)
     w.dedent()
     if layout.record:
         copy = [f"for m in range({n}):", f"    UREC[nrec, m] = {_row(layout, ns_pad, 'u1')}"]  # type: ignore[arg-type]
-        _write_record(w, n, copy)
+        _write_record(w, layout, copy)
     w(f"for m in range({n}):")
     w(f"    U[m, j] = {_row(layout, ns_pad, 'u1')}")  # type: ignore[arg-type]
     w("    if MODE[j] == 0:")

@@ -34,7 +34,9 @@ class KernelResult:
     """Per-lane outcomes (host or device arrays, lanes first).
 
     ``saved`` is ``(L, nsave, n)`` (NaN where a failed lane never got), ``u`` ``(L, n)``;
-    ``steps`` holds ``(t, u)`` of every accepted step for recorded one-lane solves;
+    ``steps`` holds ``(t, u)`` of every accepted step for recorded one-lane solves on the
+    CPU, and every lane's buffers ``(times, states, counts)`` for recorded CUDA runs
+    (``cuda.run_cuda``);
     ``events`` the host event log ``EVT, EVK, EVUB, EVUA, EVN`` with callbacks (see
     ``events_codegen``).
     ``switches`` (``AutoSwitch`` only) every lane's switches and attempts with the stiff method,

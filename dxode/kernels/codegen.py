@@ -17,8 +17,11 @@ NREJ, NF)``
     Integrates lanes ``j0 .. j0 + B - 1`` to their end with the array path's semantics
     (``dxode._integrator``): per-lane steps taken in masked lockstep, stages unrolled. Its
     inner attempt loop runs over the ``B`` lanes of the block with no branches on lane data,
-    so the CPU compiler vectorizes it across trajectories. With ``record`` it also returns
-    every accepted step ``(times, states, count)`` (one-lane blocks only). With callbacks it
+    so the CPU compiler vectorizes it across trajectories. With ``record`` (one-lane blocks)
+    it also records every accepted step: on the CPU it returns ``(times, states, count)``
+    (growing its buffers), on CUDA it writes lane ``g``'s into ``TRECS[g]``, ``URECS[g]``
+    (preallocated, taken last) and its count into ``NRECS[g]``, counting past their
+    capacity without writing (the caller reruns such lanes). With callbacks it
     takes the event arrays ``EVTIMES, EVOFF, EVT, EVK, EVUB, EVUA, EVN`` last and runs the
     hooks of ``events_codegen``.
 ``run_blocks`` (CPU) / ``run_lanes`` (CUDA)
@@ -47,7 +50,7 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 21
+CODEGEN_VERSION = 22
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``) and those
 # compiled once and called (``CALLED``); the compiler reads both lists from the module.
@@ -84,7 +87,8 @@ class KernelLayout:
     controller : tuple of float
         ``(beta1, beta2, beta3, safety, factor_min, factor_max)``.
     record : bool
-        Record every accepted step (one-lane blocks).
+        Record every accepted step (one-lane blocks; on CUDA into the per-lane buffers
+        ``TRECS, URECS, NRECS`` ``block`` takes last).
     param_rows : int
         Rows of the parameter array ``P``.
     param_dtype : str
@@ -281,8 +285,7 @@ def _write_block(
     _write_outcome(w, desc, layout, n)
     w.dedent()
     w.dedent()
-    if layout.record:
-        w("return TREC, UREC, nrec")
+    _write_record_end(w, layout)
     w.dedent()
     w()
 
@@ -325,7 +328,11 @@ def _write_block_setup(
     for name in ("LANE", "ACT", "NA", "SI", "STI", "NFX", "HIT", "USE"):
         if not (lane_rows and name in _LANE_ROWS):
             w(f"{name} = {_alloc(layout, f'({B},)', 'int')}")
-    if layout.record:
+    if layout.record and layout.target == "cuda":
+        w("TREC = TRECS[j0]")
+        w("UREC = URECS[j0]")
+        w("nrec = 0")
+    elif layout.record:
         w("TREC = np.empty(64, DT)")
         w(f"UREC = np.empty((64, {n}), DT)")
         w("nrec = 0")
@@ -462,7 +469,8 @@ def _write_accept(
     _write_saves(w, desc, layout, n, s, e)
     w.dedent()
     if layout.record:
-        _write_record(w, n, [f"UREC[nrec, {m}] = {_w(layout, desc, 'u1', m=m)}" for m in M])
+        copy = [f"UREC[nrec, {m}] = {_w(layout, desc, 'u1', m=m)}" for m in M]
+        _write_record(w, layout, copy)
     for m in M:
         w(f"U[{m}, j] = {_w(layout, desc, 'u1', m=m)}")
         if desc.fsal:
@@ -475,12 +483,20 @@ def _write_accept(
         events_codegen.write_apply(w, layout, _PRIMITIVES)
 
 
-def _write_record(w: _Writer, n: int, copy_state: list[str]) -> None:
+def _write_record(w: _Writer, layout: KernelLayout, copy_state: list[str]) -> None:
     """Append an accepted step to the record (``tn``, and the state by the lines
-    ``copy_state`` into ``UREC[nrec, :]``), doubling ``TREC``/``UREC`` when they are full."""
+    ``copy_state`` into ``UREC[nrec, :]``): on the CPU doubling ``TREC``/``UREC`` when they
+    are full, on CUDA (fixed buffers) counting the step without writing it."""
+    if layout.target == "cuda":
+        w("if nrec < TREC.shape[0]:")
+        w("    TREC[nrec] = tn")
+        for line in copy_state:
+            w("    " + line)
+        w("nrec += 1")
+        return
     w("if nrec == TREC.shape[0]:")
     w("    TREC2 = np.empty(2 * nrec, DT)")
-    w(f"    UREC2 = np.empty((2 * nrec, {n}), DT)")
+    w(f"    UREC2 = np.empty((2 * nrec, {layout.n}), DT)")
     w("    TREC2[:nrec] = TREC")
     w("    UREC2[:nrec] = UREC")
     w("    TREC = TREC2")
@@ -489,6 +505,15 @@ def _write_record(w: _Writer, n: int, copy_state: list[str]) -> None:
     for line in copy_state:
         w(line)
     w("nrec += 1")
+
+
+def _write_record_end(w: _Writer, layout: KernelLayout) -> None:
+    """The end of a recording ``block``: the record returned (CPU), or its length written
+    to ``NRECS`` (CUDA)."""
+    if layout.record and layout.target == "cuda":
+        w("NRECS[j0] = nrec")
+    elif layout.record:
+        w("return TREC, UREC, nrec")
 
 
 def _write_outcome(w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int) -> None:
@@ -789,9 +814,13 @@ def _write_cuda_driver(w: _Writer, layout: KernelLayout) -> None:
 
 def _arrays(layout: KernelLayout) -> str:
     """The array arguments of ``block`` and the drivers (inputs, outputs, then the event
-    arrays when there are callbacks)."""
+    arrays when there are callbacks, then the record buffers of a recording CUDA block)."""
     names = "U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, NACC, NREJ, NF"
-    return names if layout.events is None else f"{names}, {events_codegen.BLOCK_ARGS}"
+    if layout.events is not None:
+        names = f"{names}, {events_codegen.BLOCK_ARGS}"
+    if layout.record and layout.target == "cuda":
+        names = f"{names}, TRECS, URECS, NRECS"
+    return names
 
 
 _PRIMITIVES = events_codegen.Primitives(alloc=_alloc, slot=_w, retire=_write_retire, const=_const)

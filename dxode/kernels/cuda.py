@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .batch import KernelBatch, KernelResult
 
 __all__ = ["run_cuda"]
@@ -17,26 +19,49 @@ __all__ = ["run_cuda"]
 THREADS_PER_BLOCK = 128
 
 
-def run_cuda(batch: KernelBatch, as_cupy: bool = False) -> KernelResult:
+def run_cuda(
+    batch: KernelBatch, as_cupy: bool = False, record_capacity: int | None = None
+) -> KernelResult:
     """Integrate every lane of ``batch`` on the GPU, one thread per lane.
 
     Inputs are copied to the device once; outputs come back as host NumPy arrays, except that
     with ``as_cupy`` the saved states stay on the device as a CuPy array (the per-lane return
     codes and statistics always come to the host, where the ensemble's bookkeeping reads them).
+    With ``record_capacity`` (at least 1) the recording kernel also writes each lane's
+    accepted steps into buffers of that many steps: ``steps`` is ``(times (L, capacity),
+    states (L, capacity, n), counts (L,))`` on the host, where a count above the capacity
+    means the lane took more steps than its buffer kept (those past it are not written).
     """
     cuda = require_gpu()
-    kernel = batch.prepare("cuda", 1)
+    record = record_capacity is not None
+    kernel = batch.prepare("cuda", 1, record)
     args = [cuda.to_device(a) for a in batch.arguments()]
     outs = [cuda.to_device(a) for a in batch.outputs()]
     events = [cuda.to_device(a) for a in batch.event_arrays()]
+    buffers = [cuda.to_device(a) for a in _record_buffers(batch, record_capacity)]
     lanes = batch.n_lanes
     grid = (lanes + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-    kernel.call(kernel.driver[grid, THREADS_PER_BLOCK], *args, *outs, *events)
+    kernel.call(kernel.driver[grid, THREADS_PER_BLOCK], *args, *outs, *events, *buffers)
     cuda.synchronize()
     log = tuple(a.copy_to_host() for a in events[2:]) or None  # host: read to build records
+    steps = tuple(a.copy_to_host() for a in buffers) or None
     saved, *per_lane = outs
     host = [_result_array(saved, as_cupy)] + [a.copy_to_host() for a in per_lane]
-    return KernelResult.from_outputs(host, None, log)
+    return KernelResult.from_outputs(host, steps, log)
+
+
+def _record_buffers(batch: KernelBatch, capacity: int | None) -> tuple[np.ndarray, ...]:
+    """``TRECS, URECS, NRECS`` of a recording kernel (``()`` without ``capacity``)."""
+    if capacity is None:
+        return ()
+    if capacity < 1:
+        raise ValueError(f"record_capacity must be at least 1 (the start), got {capacity}")
+    n, lanes = batch.u0.shape
+    return (
+        np.empty((lanes, capacity), dtype=batch.dtype),
+        np.empty((lanes, capacity, n), dtype=batch.dtype),
+        np.zeros(lanes, dtype=np.int64),
+    )
 
 
 def require_gpu() -> Any:

@@ -36,8 +36,8 @@ MAX_FORWARD_COMPONENTS = MAX_COMPONENTS
 # The default (``sensealg=None``) differentiates with forward sensitivities up to this many
 # differentiated inputs per trajectory (u0 components and parameter elements) and
 # ``MAX_FORWARD_COMPONENTS``, above either with the discrete adjoint (``adjoint``), on the CPU
-# through explicit methods (measured in ``asv_bench/kernel_gradient_scaling.py``; see the
-# gradients guide).
+# and on CUDA, through explicit methods (measured on the CPU in
+# ``asv_bench/kernel_gradient_scaling.py``; see the gradients guide).
 ADJOINT_ABOVE = 8
 
 
@@ -81,7 +81,7 @@ class KernelForwardSensitivity(ForwardSensitivity):
         if self._adjoint_instead(static, n, len(dirs)):
             from .adjoint import KernelDiscreteAdjoint
 
-            adjoint = KernelDiscreteAdjoint()
+            adjoint = KernelDiscreteAdjoint(device=self.device)
             return adjoint.forward_lanes(static, u0, leaves, t0, t1, save_grid, stops)
         offsets = np.cumsum([0, *layout.leaf_rows])
         rows = [None if pos is None else int(offsets[pos]) + j for pos, j in dirs]
@@ -121,15 +121,14 @@ class KernelForwardSensitivity(ForwardSensitivity):
 
     def _adjoint_instead(self, static: Any, n: int, inputs: int) -> bool:
         """Whether the default hands this batch to the discrete adjoint: more than
-        ``adjoint_above`` differentiated inputs or ``MAX_FORWARD_COMPONENTS``, on the CPU,
-        through an explicit method. Otherwise too many components raise, naming the fix."""
+        ``adjoint_above`` differentiated inputs or ``MAX_FORWARD_COMPONENTS``, through an
+        explicit method (on either device). Otherwise too many components raise, naming the
+        fix."""
         from .description import StepperDescription, describe
 
         components = n * (1 + inputs)
         many = components > MAX_FORWARD_COMPONENTS
-        adjoint_can = self.device == "cpu" and isinstance(
-            describe(static.options.alg), StepperDescription
-        )
+        adjoint_can = isinstance(describe(static.options.alg), StepperDescription)
         above = self.adjoint_above
         if above is not None and adjoint_can and (many or inputs > above):
             return True
@@ -138,7 +137,7 @@ class KernelForwardSensitivity(ForwardSensitivity):
                 f"forward sensitivities of {inputs} inputs integrate n (1 + {inputs}) = "
                 f"{components} components, the compiled kernels at most "
                 f"{MAX_FORWARD_COMPONENTS}; differentiate with sensealg=DiscreteAdjoint() "
-                f"(or None; CPU, explicit methods), or use {ARRAY_PATH}"
+                f"(or None; explicit methods), or use {ARRAY_PATH}"
             )
         return False
 
@@ -179,7 +178,7 @@ def _augmented(
 def kernel_sensealg(sensealg: Any, **device: Any) -> Any:
     """The kernel's sensitivity algorithm for the user's ``sensealg``: ``None`` (forward
     sensitivities up to ``ADJOINT_ABOVE`` differentiated inputs, the discrete adjoint above),
-    ``ForwardSensitivity()`` or ``DiscreteAdjoint()`` (CPU, explicit methods)."""
+    ``ForwardSensitivity()`` or ``DiscreteAdjoint()`` (explicit methods; CPU or CUDA)."""
     if sensealg is None:
         return KernelForwardSensitivity(adjoint_above=ADJOINT_ABOVE, **device)
     if type(sensealg) is ForwardSensitivity:
@@ -190,14 +189,9 @@ def kernel_sensealg(sensealg: Any, **device: Any) -> Any:
                 "the kernel discrete adjoint keeps every accepted step (no checkpoints): use "
                 f"DiscreteAdjoint() without checkpoint_every, or {ARRAY_PATH}"
             )
-        if device.get("device", "cpu") != "cpu":
-            raise KernelUnsupportedError(
-                "the kernel discrete adjoint runs on the CPU; on CUDA differentiate with "
-                "sensealg=None or ForwardSensitivity()"
-            )
         from .adjoint import KernelDiscreteAdjoint
 
-        return KernelDiscreteAdjoint()
+        return KernelDiscreteAdjoint(device=device.get("device", "cpu"))
     raise KernelUnsupportedError(
         f"the compiled kernels differentiate with forward sensitivities or the discrete "
         f"adjoint (sensealg=None, ForwardSensitivity() or DiscreteAdjoint()), not "

@@ -51,6 +51,7 @@ from .codegen import (
     _write_lane_starts,
     _write_outcome,
     _write_record,
+    _write_record_end,
     _write_retire,
     _write_rhs,
     _write_selects,
@@ -279,8 +280,7 @@ def _write_block(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout) 
     _write_outcome(w, desc, layout, n)  # type: ignore[arg-type]
     w.dedent()
     w.dedent()
-    if layout.record:
-        w("return TREC, UREC, nrec")
+    _write_record_end(w, layout)
     w.dedent()
     w()
 
@@ -305,7 +305,7 @@ def _write_accept(w: _Writer, desc: RosenbrockDescription, layout: KernelLayout)
     w.dedent()
     if layout.record:
         copy = [f"for m in range({n}):", f"    UREC[nrec, m] = {_row(layout, desc, 'u1')}"]
-        _write_record(w, n, copy)
+        _write_record(w, layout, copy)
     w(f"for m in range({n}):")
     w(f"    U[m, j] = {_row(layout, desc, 'u1')}")
     if desc.fsal:
