@@ -129,11 +129,21 @@ class TracedRHS:
             return lambda y, t, v, out=None: self.pullback(y, t, leaves)[1](v)
         p = _pytree.rebuild(self.p_template, leaves)
         wrt = self.diff_positions()
-        return lambda y, t, v, out=None: self._call_user_vjp(y, t, p, v, wrt, out)
+        checks = [(i, leaves[i], _shape(leaves[i]), self.lane_leaf[i]) for i in wrt]
+        return lambda y, t, v, out=None: self._call_user_vjp(y, t, p, v, checks, out)
 
     def _call_user_vjp(
-        self, y: Array, t: Array, p: Any, v: Array, wrt: list[int], out: Array | None = None
+        self,
+        y: Array,
+        t: Array,
+        p: Any,
+        v: Array,
+        checks: list[tuple[int, Any, tuple[int, ...], bool]],
+        out: Array | None = None,
     ) -> tuple[Array, list[Any]]:
+        """The user's ``vjp`` at ``(y, p, t)`` applied to ``v``, its results checked: ``checks``
+        holds, per differentiated leaf of ``p``, its position, value, shape and whether it is
+        per-lane (called once per stage and step: the common case costs no more than needed)."""
         backend = self.backend
         if self.single_lane:
             shape = y.shape[:-1]
@@ -143,13 +153,15 @@ class TracedRHS:
         else:
             u_bar, p_bar = _vjp_pair(self.vjp(y, p, t, v), y.shape)
             u_bar = _checked_u_bar(as_array(backend, u_bar, out=out), y.shape)
-        if not wrt:  # no parameter differentiated: p_bar is not looked at (None will do)
+        if not checks:  # no parameter differentiated: p_bar is not looked at (None will do)
             return u_bar, []
         p_leaves = _bar_leaves(p, p_bar)
-        leaves = _pytree.leaves(p)
-        bars = [as_array(backend, p_leaves[i]) for i in wrt]  # rows unbroadcast: sizes checked
-        for i, bar in zip(wrt, bars, strict=True):
-            _check_p_bar_leaf(i, leaves[i], bar, self.lane_leaf[i])
+        bars = []
+        for i, leaf, shape, lane in checks:
+            bar = as_array(backend, p_leaves[i])  # rows unbroadcast: sizes checked
+            if getattr(bar, "shape", None) != shape:
+                _check_p_bar_leaf(i, leaf, bar, lane)
+            bars.append(bar)
         return u_bar, bars
 
     def diff_positions(self) -> list[int]:
@@ -262,7 +274,8 @@ class TracedRHS:
         """``f`` evaluated plainly (nothing to trace) and the user's ``vjp`` as the pullback."""
         p = _pytree.rebuild(self.p_template, leaves)
         value = self._plain_value(y, t, p)
-        return value, lambda v: self._call_user_vjp(y, t, p, v, wrt)
+        checks = [(i, leaves[i], _shape(leaves[i]), self.lane_leaf[i]) for i in wrt]
+        return value, lambda v: self._call_user_vjp(y, t, p, v, checks)
 
 
 _VJP_RETURNS = (

@@ -100,6 +100,23 @@ def test_add_to_lanes_adds_at_the_named_lanes_only(xp):
     np.testing.assert_array_equal(to_numpy(out), expected)
 
 
+def test_stack_rows_into_out_copies_lane_rows_and_still_refuses_a_one_lane_row(xp):
+    # Rows that are arrays of the row shape take a shortcut into out=; a row of one lane
+    # beside rows of four (which would broadcast one lane's value to all) is still refused,
+    # and a constant row still fills its row.
+    from dxode.backends import backend_for
+
+    rows = [xp.asarray([1.0, 2.0, 3.0, 4.0]), xp.asarray([5.0, 6.0, 7.0, 8.0])]
+    backend = backend_for(rows[0])
+    out = xp.zeros((2, 4), dtype=xp.float64)
+    assert backend.stack_rows(rows, out=out) is out
+    np.testing.assert_array_equal(to_numpy(out), [[1, 2, 3, 4], [5, 6, 7, 8]])
+    backend.stack_rows([rows[0], 2.5], out=out)
+    np.testing.assert_array_equal(to_numpy(out), [[1, 2, 3, 4], [2.5] * 4])
+    with pytest.raises(ValueError, match=r"row 1 .* shape \(1,\)"):
+        backend.stack_rows([rows[0], xp.asarray([9.0])], out=out)
+
+
 def test_a_solution_pickles_with_its_backend_by_name():
     cloudpickle = pytest.importorskip("cloudpickle")
     xps = pytest.importorskip("array_api_strict")

@@ -169,3 +169,24 @@ def test_failing_lanes_get_nan_and_the_others_agree(monkeypatch):
     assert failed.any() and not failed.all()
     np.testing.assert_array_equal(np.isnan(g), np.isnan(reference))
     np.testing.assert_allclose(g[~failed][:, ~failed], reference[~failed][:, ~failed], rtol=1e-12)
+
+
+def test_the_carried_step_sizes_are_taken_trial_by_trial():
+    # fsal_carry gathers h at (iteration, position) pairs from each trial in turn: the same
+    # values, in the pairs' order, as from one array of every trial's steps.
+    from types import SimpleNamespace
+
+    from dxode.integrator.lanes import Trial
+
+    rng = np.random.default_rng(5)
+    widths = [5, 5, 3, 4]
+    trials = [Trial(np.arange(w), None, rng.random(w), None, None, (), None, None) for w in widths]
+    sweep = SimpleNamespace(
+        xp=np, trials=trials, _device_index=lambda host: np.asarray(host, dtype=np.int64)
+    )
+    iteration = np.array([2, 0, 3, 0, 2, 1, 3])
+    positions = np.array([1, 4, 0, 2, 2, 3, 3])
+    every = np.concatenate([tr.h for tr in trials])
+    offsets = np.concatenate([[0], np.cumsum(widths)])
+    expected = every[offsets[iteration] + positions]
+    np.testing.assert_array_equal(fsal_carry._steps_at(sweep, iteration, positions), expected)

@@ -315,3 +315,29 @@ def test_on_another_backend_the_default_refuses_with_dtmax_named():
 
     with pytest.raises(ValueError, match=r"NumPy only.*dtmax="):
         autograd.grad(loss)(np.array([1.0, 1000.0]))
+
+
+def _trial(lane, h, accept):
+    from dxode.integrator.lanes import Trial
+
+    t = np.zeros(len(h))
+    return Trial(np.asarray(lane), t, np.asarray(h), t, np.asarray(accept), (), None, None)
+
+
+@pytest.mark.parametrize("group", [1, 3, 8_192])
+def test_the_largest_accepted_step_is_that_of_all_steps_at_once(monkeypatch, group):
+    # Taken over groups of trials (no array of every step): the same number, rejected steps
+    # left out, a NaN kept, for groups of one trial, of several and of all.
+    from dxode.sensitivity import stability
+
+    monkeypatch.setattr(stability, "_STEP_GROUP", group)
+    rng = np.random.default_rng(3)
+    trials = [
+        _trial(np.arange(w), rng.uniform(-0.5, 0.5, w), rng.random(w) < 0.7) for w in (4, 2, 5, 1)
+    ]
+    trials.append(_trial([0, 1], [-9.0, 0.1], [False, True]))  # the largest step rejected
+    everything = np.concatenate([tr.h for tr in trials])
+    accepted = np.concatenate([tr.accept for tr in trials])
+    assert stability._largest_step(np, trials) == np.max(np.abs(everything[accepted]))
+    trials.append(_trial([0], [np.nan], [True]))
+    assert np.isnan(stability._largest_step(np, trials))

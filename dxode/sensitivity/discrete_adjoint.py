@@ -438,6 +438,14 @@ class _StageWeights:
 
         self.b = column(b[: self.last + 1])
         self.below = [column(a[i, :i]) for i in range(self.last + 1)]
+        # Per ``dense`` flag: the stages last to first as ``(i, scratch row, pulled, below)``.
+        self.backward_order = {
+            inside: [
+                (i, self.row[i], i in self.stages_pulled(inside), self.below[i])
+                for i in range(self.last if inside else q, -1, -1)
+            ]
+            for inside in (False, True)
+        }
         self._scratch: Array | None = None
 
     def stages_pulled(self, inside: bool) -> list[int]:
@@ -489,26 +497,24 @@ def _step_vjp(
     for idx, weights, g in inside:
         k_bars = backend.add_to_lanes(k_bars, idx, weights[: last + 1, ...] * g)
     leaf_bars: list[Any] = []
-    pulled = co.stages_pulled(dense)
-    for i in range(last, -1, -1):
-        r = co.row[i]
-        if i not in pulled:
+    for i, r, pulled, below in co.backward_order[dense]:
+        if not pulled:
             bars[r, ...] = 0.0
             continue
         row = bars[r, ...]
         v = k_bars[i, ...] * h
-        for idx, k_bar in carry if i == 0 else ():
-            v = backend.add_to_lanes(v, idx, k_bar)
+        if not i:
+            for idx, k_bar in carry:
+                v = backend.add_to_lanes(v, idx, k_bar)
         y_bar, stage_leaf_bars = vjp(inputs[i], stage_times[i, ...], v, out=row)
         if y_bar is not row:
             bars[r, ...] = y_bar
         if i:
-            k_bars[:i, ...] += co.below[i] * y_bar
-        leaf_bars = (
-            stage_leaf_bars
-            if not leaf_bars
-            else [a + c for a, c in zip(leaf_bars, stage_leaf_bars, strict=True)]
-        )
+            k_bars[:i, ...] += below * y_bar
+        if leaf_bars:
+            leaf_bars = [a + c for a, c in zip(leaf_bars, stage_leaf_bars, strict=True)]
+        else:
+            leaf_bars = stage_leaf_bars
     u_bar = ordered_sum(xp, bars[: last + 2, ...])
     for idx, _, g in inside:  # the dense output's u_n term
         u_bar = backend.add_to_lanes(u_bar, idx, g)

@@ -83,8 +83,7 @@ def plan(
         return weights, {}, in_place
     columns, groups = _grouped(np.nonzero(carried)[0], target, lanes)
     index = sweep._device_index(columns)
-    steps = xp.concat([trial.h for trial in sweep.trials])
-    h = xp.take(steps, sweep._device_index(sweep.offsets[iteration[columns]] + positions[columns]))
+    h = _steps_at(sweep, iteration[columns], positions[columns])
     w_d = xp.take(weights[d, ...], index, axis=-1)
     k_bar = h * w_d * xp.take(g, index, axis=-1)  # k̄_d of the carried columns, (*shape, C)
     at = sweep._device_index(where[columns])
@@ -95,6 +94,21 @@ def plan(
     keep[d, columns] = 0.0
     keep_w = xp.reshape(sweep.backend.asarray(keep, dtype=weights.dtype), tuple(weights.shape))
     return weights * keep_w, carries, in_place
+
+
+def _steps_at(sweep: Any, iteration: np.ndarray, positions: np.ndarray) -> Array:
+    """The step sizes ``h`` of trial ``iteration[k]`` at ``positions[k]`` of its working set,
+    per ``k``, taken trial by trial (one array of every trial's steps would take megabytes of
+    fresh memory, which the kernel pages in again on every gradient)."""
+    xp = sweep.xp
+    order = np.argsort(iteration, kind="stable")
+    ordered = iteration[order]
+    bounds = [0, *(np.nonzero(ordered[1:] != ordered[:-1])[0] + 1).tolist(), len(order)]
+    pieces = [
+        xp.take(sweep.trials[int(ordered[a])].h, sweep._device_index(positions[order[a:b]]))
+        for a, b in itertools.pairwise(bounds)
+    ]
+    return xp.take(xp.concat(pieces), sweep._device_index(np.argsort(order, kind="stable")))
 
 
 def _grouped(
