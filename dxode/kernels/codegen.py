@@ -21,9 +21,9 @@ NREJ, NF)``
     every accepted step ``(times, states, count)`` (one-lane blocks only). With callbacks it
     takes the event arrays ``EVTIMES, EVOFF, EVT, EVK, EVUB, EVUA, EVN`` last and runs the
     hooks of ``events_codegen``.
-``run_blocks`` (CPU) / ``run_lanes`` (CUDA)
-    The drivers: blocks over threads (``prange``), or one after another (``run_serial``, for
-    one thread), or one CUDA thread per lane.
+``run_blocks(b0, b1, ...)`` (CPU) / ``run_lanes`` (CUDA)
+    The drivers: blocks ``b0 .. b1 - 1`` one after another (``cpu.run_cpu`` gives each of its
+    threads a range), or one CUDA thread per lane.
 
 Every constant is cast to the state's dtype (``DT``), so float32 runs in float32 as the array
 path does. Sums over stages and state components run in the array path's order.
@@ -47,7 +47,7 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 21
+CODEGEN_VERSION = 22
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``) and those
 # compiled once and called (``CALLED``); the compiler reads both lists from the module.
@@ -170,8 +170,6 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
         w("from numba import cuda")
         w(f"from numba import {layout.dtype} as DTN")
         w(f"from numba import {layout.param_dtype} as PDTN")
-    else:
-        w("from numba import prange")
     w(f"DT = np.{layout.dtype}")
     w("user_f = None  # bound to the compiled user function before compiling")
     w(f"HELPERS = {HELPERS!r}")
@@ -767,16 +765,14 @@ def _write_saves(
 
 
 def _write_cpu_driver(w: _Writer, layout: KernelLayout, args: str | None = None) -> None:
-    """``run_blocks``, the blocks spread over numba's threads (``prange``), and
-    ``run_serial``, the same blocks one after another (for one thread: it compiles in a
-    fraction of the time of a parallel region). ``args``: the arrays, if not ``_arrays``'."""
+    """``run_blocks(b0, b1, ...)``: blocks ``b0 .. b1 - 1`` one after another, on the calling
+    thread (``cpu.run_cpu`` runs one range per thread: numba's ``prange`` region took seconds
+    to compile). ``args``: the arrays, if not ``_arrays``'."""
     args = _arrays(layout) if args is None else args
-    for name, loop in (("run_blocks", "prange"), ("run_serial", "range")):
-        w(f"def {name}({args}):")
-        w(f"    nblocks = (U0.shape[1] + {layout.block - 1}) // {layout.block}")
-        w(f"    for b in {loop}(nblocks):")
-        w(f"        block(b * {layout.block}, U0.shape[1], {args})")
-        w()
+    w(f"def run_blocks(b0, b1, {args}):")
+    w("    for b in range(b0, b1):")
+    w(f"        block(b * {layout.block}, U0.shape[1], {args})")
+    w()
 
 
 def _write_cuda_driver(w: _Writer, layout: KernelLayout) -> None:
