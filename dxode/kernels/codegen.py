@@ -47,10 +47,11 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 22
+CODEGEN_VERSION = 23
 
-# Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``) and those
-# compiled once and called (``CALLED``); the compiler reads both lists from the module.
+# Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``, which the CPU
+# compiles once and calls) and those compiled once and called (``CALLED``); the compiler
+# reads both lists from the module.
 HELPERS = ("rhs", "split_exponent", "pow2")
 CALLED = ("select", "maximum", "minimum")
 

@@ -233,6 +233,12 @@ def _build(
         # ZeroDivisionError branch in the lane loop (it would stop the vectorizer).
         inline = numba.njit(inline="always", error_model="numpy")
         module.user_f = inline(ready)
+        if "rhs" in names:
+            # f's wrapper (f inline in it) compiled once and called from each of its call
+            # sites (7 in a Tsit5 attempt): numba types and lowers f once, not at every site,
+            # and LLVM inlines the calls (the same vector loops, the same bits).
+            names.remove("rhs")
+            separate.append("rhs")
         for name, fn in derivatives:
             setattr(module, name, inline(numba_ready(fn)))
         if layout.events is not None:
