@@ -47,7 +47,7 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 23
+CODEGEN_VERSION = 24
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``, which the CPU
 # compiles once and calls) and those compiled once and called (``CALLED``); the compiler
@@ -768,11 +768,26 @@ def _write_saves(
 def _write_cpu_driver(w: _Writer, layout: KernelLayout, args: str | None = None) -> None:
     """``run_blocks(b0, b1, ...)``: blocks ``b0 .. b1 - 1`` one after another, on the calling
     thread (``cpu.run_cpu`` runs one range per thread: numba's ``prange`` region took seconds
-    to compile). ``args``: the arrays, if not ``_arrays``'."""
+    to compile). Its loop runs a copy of ``block``'s body (written above), not a call: called,
+    ``block`` was compiled on its own as well, and LLVM optimized and emitted its code twice.
+    A recording block (one lane, never run through a driver) returns, so it is called.
+    ``args``: the arrays, if not ``_arrays``'."""
     args = _arrays(layout) if args is None else args
+    start = w.lines.index(f"def block(j0, L, {args}):") + 1
+    end = next((i for i in range(start, len(w.lines)) if w.lines[i][:1] not in ("", " ")), None)
+    body = w.lines[start:end]
+    while body and not body[-1]:
+        body.pop()
     w(f"def run_blocks(b0, b1, {args}):")
-    w("    for b in range(b0, b1):")
-    w(f"        block(b * {layout.block}, U0.shape[1], {args})")
+    if any(re.search(r"\breturn\b", line) for line in body):
+        w("    for b in range(b0, b1):")
+        w(f"        block(b * {layout.block}, U0.shape[1], {args})")
+    else:
+        w("    L = U0.shape[1]")
+        w("    for block_index in range(b0, b1):")
+        w(f"        j0 = block_index * {layout.block}")
+        for line in body:
+            w(f"    {line}" if line else "")
     w()
 
 
