@@ -24,9 +24,9 @@ NREJ, NF)``
     capacity without writing (the caller reruns such lanes). With callbacks it
     takes the event arrays ``EVTIMES, EVOFF, EVT, EVK, EVUB, EVUA, EVN`` last and runs the
     hooks of ``events_codegen``.
-``run_blocks`` (CPU) / ``run_lanes`` (CUDA)
-    The drivers: blocks over threads (``prange``), or one after another (``run_serial``, for
-    one thread), or one CUDA thread per lane.
+``run_blocks(b0, b1, ...)`` (CPU) / ``run_lanes`` (CUDA)
+    The drivers: blocks ``b0 .. b1 - 1`` one after another (``cpu.run_cpu`` gives each of its
+    threads a range), or one CUDA thread per lane.
 
 Every constant is cast to the state's dtype (``DT``), so float32 runs in float32 as the array
 path does. Sums over stages and state components run in the array path's order.
@@ -50,10 +50,11 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 22
+CODEGEN_VERSION = 25
 
-# Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``) and those
-# compiled once and called (``CALLED``); the compiler reads both lists from the module.
+# Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``, which the CPU
+# compiles once and calls) and those compiled once and called (``CALLED``); the compiler
+# reads both lists from the module.
 HELPERS = ("rhs", "split_exponent", "pow2")
 CALLED = ("select", "maximum", "minimum")
 
@@ -174,8 +175,6 @@ def generate(desc: StepperDescription, layout: KernelLayout) -> str:
         w("from numba import cuda")
         w(f"from numba import {layout.dtype} as DTN")
         w(f"from numba import {layout.param_dtype} as PDTN")
-    else:
-        w("from numba import prange")
     w(f"DT = np.{layout.dtype}")
     w("user_f = None  # bound to the compiled user function before compiling")
     w(f"HELPERS = {HELPERS!r}")
@@ -792,16 +791,29 @@ def _write_saves(
 
 
 def _write_cpu_driver(w: _Writer, layout: KernelLayout, args: str | None = None) -> None:
-    """``run_blocks``, the blocks spread over numba's threads (``prange``), and
-    ``run_serial``, the same blocks one after another (for one thread: it compiles in a
-    fraction of the time of a parallel region). ``args``: the arrays, if not ``_arrays``'."""
+    """``run_blocks(b0, b1, ...)``: blocks ``b0 .. b1 - 1`` one after another, on the calling
+    thread (``cpu.run_cpu`` runs one range per thread: numba's ``prange`` region took seconds
+    to compile). Its loop runs a copy of ``block``'s body (written above), not a call: called,
+    ``block`` was compiled on its own as well, and LLVM optimized and emitted its code twice.
+    A recording block (one lane, never run through a driver) returns, so it is called.
+    ``args``: the arrays, if not ``_arrays``'."""
     args = _arrays(layout) if args is None else args
-    for name, loop in (("run_blocks", "prange"), ("run_serial", "range")):
-        w(f"def {name}({args}):")
-        w(f"    nblocks = (U0.shape[1] + {layout.block - 1}) // {layout.block}")
-        w(f"    for b in {loop}(nblocks):")
+    start = w.lines.index(f"def block(j0, L, {args}):") + 1
+    end = next((i for i in range(start, len(w.lines)) if w.lines[i][:1] not in ("", " ")), None)
+    body = w.lines[start:end]
+    while body and not body[-1]:
+        body.pop()
+    w(f"def run_blocks(b0, b1, {args}):")
+    if any(re.search(r"\breturn\b", line) for line in body):
+        w("    for b in range(b0, b1):")
         w(f"        block(b * {layout.block}, U0.shape[1], {args})")
-        w()
+    else:
+        w("    L = U0.shape[1]")
+        w("    for block_index in range(b0, b1):")
+        w(f"        j0 = block_index * {layout.block}")
+        for line in body:
+            w(f"    {line}" if line else "")
+    w()
 
 
 def _write_cuda_driver(w: _Writer, layout: KernelLayout) -> None:

@@ -41,9 +41,9 @@ class CompiledKernel:
     """A compiled kernel: the one-block integrator and the batch driver.
 
     ``block`` integrates one block (a numba dispatcher: for CUDA a device function);
-    ``driver`` runs a whole batch (``run_blocks`` over threads, or the CUDA kernel ``run_lanes``),
-    ``serial`` (CPU) the same blocks on one thread (``run_serial``: no parallel region, which
-    takes numba a few seconds to compile).
+    ``driver`` runs a batch: on the CPU a range of its blocks one after another
+    (``run_blocks(b0, b1, ...)``, without the GIL: ``cpu.run_cpu`` runs one range per
+    thread), on CUDA the whole batch (the kernel ``run_lanes``).
     ``source_path`` is the generated source, kept for inspection; ``module`` the imported
     generated module (its compiled ``attempt``, ``rhs``, ... for inspection and reuse).
     """
@@ -55,7 +55,6 @@ class CompiledKernel:
     source_path: Path
     f: Callable[..., Any]
     module: Any = None
-    serial: Any = None
 
     def call(self, function: Any, *args: Any) -> Any:
         """Call ``function`` (``block``/``driver``), turning numba's typing errors about ``f``
@@ -229,12 +228,17 @@ def _build(
             setattr(module, name, cuda.jit(device=True)(getattr(module, name)))
         module.block = cuda.jit(device=True)(module.block)
         driver = cuda.jit(module.run_lanes)
-        serial = None
     else:
         # NumPy's error model: x / 0 is inf or nan as on the array path, and no
         # ZeroDivisionError branch in the lane loop (it would stop the vectorizer).
         inline = numba.njit(inline="always", error_model="numpy")
         module.user_f = inline(ready)
+        if "rhs" in names:
+            # f's wrapper (f inline in it) compiled once and called from each of its call
+            # sites (7 in a Tsit5 attempt): numba types and lowers f once, not at every site,
+            # and LLVM inlines the calls (the same vector loops, the same bits).
+            names.remove("rhs")
+            separate.append("rhs")
         for name, fn in derivatives:
             setattr(module, name, inline(numba_ready(fn)))
         if layout.events is not None:
@@ -256,11 +260,8 @@ def _build(
         for name in separate:
             setattr(module, name, compiled(getattr(module, name)))
         module.block = compiled(module.block)
-        driver = numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")(
-            module.run_blocks
-        )
-        serial = compiled(module.run_serial)
-    return CompiledKernel(description, layout, module.block, driver, path, f, module, serial)
+        driver = compiled(module.run_blocks)
+    return CompiledKernel(description, layout, module.block, driver, path, f, module)
 
 
 def _write_source(source: str, name: str) -> Path:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .batch import DEFAULT_BLOCK, KernelBatch, KernelResult
@@ -11,29 +10,14 @@ from .batch import DEFAULT_BLOCK, KernelBatch, KernelResult
 __all__ = ["run_cpu"]
 
 
-@contextlib.contextmanager
-def _threads(threads: int | None) -> Iterator[None]:
-    """Run with ``threads`` numba threads (``None``: numba's default, ``NUMBA_NUM_THREADS``)."""
-    if threads is None:
-        yield
-        return
+def _thread_count(threads: int | None) -> int:
+    """``threads``, or numba's thread count (``NUMBA_NUM_THREADS``, or what
+    ``numba.set_num_threads`` set); raises, before anything is compiled, if ``threads``
+    exceeds ``NUMBA_NUM_THREADS`` (the limit the kernels keep to, named with its fix)."""
     import numba
 
-    before = numba.get_num_threads()
-    numba.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(before)
-
-
-def _check_threads(threads: int | None) -> None:
-    """Raise, before anything is compiled, if ``threads`` exceeds numba's thread count (numba's
-    own message names neither the argument nor the fix)."""
     if threads is None:
-        return
-    import numba
-
+        return numba.get_num_threads()
     most = numba.config.NUMBA_NUM_THREADS
     if threads > most:
         raise ValueError(
@@ -41,14 +25,23 @@ def _check_threads(threads: int | None) -> None:
             f"NUMBA_NUM_THREADS={most} (by default the CPU count); give threads <= {most} or "
             f"None, or set NUMBA_NUM_THREADS before numba is imported"
         )
+    return threads
 
 
-def _driver(kernel: Any) -> Any:
-    """The kernel's batch driver for numba's current thread count: blocks over threads, or
-    on one thread one after another (the same bits either way)."""
-    import numba
-
-    return kernel.serial if numba.get_num_threads() == 1 else kernel.driver
+def _spread(driver: Any, blocks: int, threads: int, *arrays: Any) -> None:
+    """Run ``driver`` (``run_blocks``, which releases the GIL) over ``blocks`` blocks in
+    ``threads`` contiguous ranges of (nearly) equal size, the first on this thread: a
+    static schedule like that of numba's ``prange``, whose parallel region took numba
+    seconds to compile."""
+    bounds = [blocks * i // threads for i in range(threads + 1)]
+    if threads == 1:
+        driver(0, blocks, *arrays)
+        return
+    with ThreadPoolExecutor(threads - 1) as pool:
+        others = [pool.submit(driver, bounds[i], bounds[i + 1], *arrays) for i in range(1, threads)]
+        driver(bounds[0], bounds[1], *arrays)
+        for other in others:
+            other.result()
 
 
 def run_cpu(
@@ -60,7 +53,7 @@ def run_cpu(
     are bitwise the same for every block size and thread count. ``record`` (one lane only)
     also returns every accepted step.
     """
-    _check_threads(threads)
+    threads = _thread_count(threads)
     if record:
         block = 1
     kernel = batch.prepare("cpu", block, record)
@@ -68,12 +61,12 @@ def run_cpu(
     outs = batch.outputs()
     events = batch.event_arrays()
     steps = None
-    with _threads(threads):
-        if record:
-            t_rec, u_rec, count = kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
-            steps = (t_rec[:count].copy(), u_rec[:count].copy())
-        elif batch.n_lanes <= block:  # one block: skip the thread pool's start-up
-            kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
-        else:
-            kernel.call(_driver(kernel), *args, *outs, *events)
+    if record:
+        t_rec, u_rec, count = kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
+        steps = (t_rec[:count].copy(), u_rec[:count].copy())
+    elif batch.n_lanes <= block:  # one block: no driver
+        kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
+    else:
+        blocks = -(-batch.n_lanes // block)
+        kernel.call(_spread, kernel.driver, blocks, min(threads, blocks), *args, *outs, *events)
     return KernelResult.from_outputs(outs, steps, events[2:] or None)

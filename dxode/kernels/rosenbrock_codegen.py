@@ -107,8 +107,6 @@ def write_module_head(
         w("from numba import cuda")
         w(f"from numba import {layout.dtype} as DTN")
         w(f"from numba import {layout.param_dtype} as PDTN")
-    else:
-        w("from numba import prange")
     w(f"DT = np.{layout.dtype}")
     w("user_f = None  # bound to the compiled user functions before compiling")
     w("user_jac = None")
