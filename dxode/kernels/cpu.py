@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .batch import DEFAULT_BLOCK, KernelBatch, KernelResult
+from .vectorize import needs_compile, vectorized_compiles
 
 __all__ = ["run_cpu"]
 
@@ -68,12 +69,15 @@ def run_cpu(
     outs = batch.outputs()
     events = batch.event_arrays()
     steps = None
-    with _threads(threads):
-        if record:
-            t_rec, u_rec, count = kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
-            steps = (t_rec[:count].copy(), u_rec[:count].copy())
-        elif batch.n_lanes <= block:  # one block: skip the thread pool's start-up
-            kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
+    one_block = record or batch.n_lanes <= block  # one block: skip the thread pool's start-up
+    function = kernel.block if one_block else _driver(kernel)
+    compiling = vectorized_compiles() if needs_compile(function) else contextlib.nullcontext()
+    with _threads(threads), compiling:
+        if one_block:
+            out = kernel.call(function, 0, batch.n_lanes, *args, *outs, *events)
         else:
-            kernel.call(_driver(kernel), *args, *outs, *events)
+            kernel.call(function, *args, *outs, *events)
+    if record:
+        t_rec, u_rec, count = out
+        steps = (t_rec[:count].copy(), u_rec[:count].copy())
     return KernelResult.from_outputs(outs, steps, events[2:] or None)
