@@ -71,7 +71,9 @@ def run_cpu(
     steps = None
     one_block = record or batch.n_lanes <= block  # one block: skip the thread pool's start-up
     function = kernel.block if one_block else _driver(kernel)
-    compiling = vectorized_compiles() if needs_compile(function) else contextlib.nullcontext()
+    # (a block of one lane, as recording runs, has no lane loop to vectorize)
+    vectorize = block > 1 and needs_compile(function)
+    compiling = vectorized_compiles() if vectorize else contextlib.nullcontext()
     with _threads(threads), compiling:
         if one_block:
             out = kernel.call(function, 0, batch.n_lanes, *args, *outs, *events)
