@@ -411,3 +411,38 @@ def test_diffeqflux_data_parallel_training_matches_the_array_path():
     kernel, array = history(dxode.EnsembleKernel()), history(dxode.EnsembleArray())
     np.testing.assert_allclose(kernel, array, rtol=1e-13)
     assert kernel[-1] < kernel[0]
+
+
+def _decay_with_rate(rate):
+    def decay(u, p, t):
+        (x,) = u
+        (scale,) = p
+        return [-rate * scale * x]
+
+    return decay
+
+
+def test_the_augmented_rhs_is_built_once_per_f_and_again_when_its_closure_changes(monkeypatch):
+    """``u(T) = u0 exp(-rate s T)``: ``d/ds Σ u(T)² = -2 rate T u(T)²``; the second gradient
+    reuses the augmented RHS, one of a closure with another ``rate`` builds its own."""
+    from dxode.kernels import gradients
+
+    built = []
+    build = gradients._build_augmented
+    monkeypatch.setattr(
+        gradients, "_build_augmented", lambda *args: built.append(args[0].f) or build(*args)
+    )
+    T, s = 0.8, 1.3
+
+    def grad(f):
+        def loss(theta):
+            prob = dxode.ODEProblem(f, [2.0], (0.0, T), (theta[0],))
+            sol = dxode.solve(prob, "tsit5", saveat=[T], rtol=1e-11, atol=1e-11, kernel=True)
+            return anp.sum(sol.u**2)
+
+        return autograd.grad(loss)(np.array([s]))[0]
+
+    for rate in (0.5, 0.5, 0.25):
+        expected = -2 * rate * T * 4.0 * np.exp(-2 * rate * s * T)
+        np.testing.assert_allclose(grad(_decay_with_rate(rate)), expected, rtol=1e-8)
+    assert len(built) == 2  # rate 0.5 once (two closures, one source and value), 0.25 once

@@ -28,6 +28,9 @@ Modules, one job each:
     The kernel cache directory, and the remembered answers of the probe compilations.
 ``cpu`` / ``cuda``
     Run a batch of lanes on a device.
+``vectorize``
+    numba's first optimization round with the loop vectorizer while a CPU kernel compiles,
+    so that the compiling process runs the vectorized code numba caches.
 ``ensemble`` / ``single``
     ``EnsembleKernel`` and ``solve(prob, alg, kernel=True)``.
 ``complex_step`` / ``sensitivity_rhs`` / ``gradients``

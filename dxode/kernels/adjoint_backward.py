@@ -94,8 +94,11 @@ def backward(
     )
     stages["lane"] = np.repeat(np.arange(n_lanes), (counts - 1) * (s + e))
     # Failed lanes get NaN rows anyway (_finish): their stages (maybe inf) stay out.
-    keep = np.isin(retcode, _OK)[stages["lane"]]
-    stages = {key: value[keep] for key, value in stages.items()}
+    # (copied only then: on 1,000 Lorenz trajectories the stages are 2.3 M rows, 135 ms)
+    ok = np.isin(retcode, _OK)
+    if not ok.all():
+        keep = ok[stages["lane"]]
+        stages = {key: value[keep] for key, value in stages.items()}
     leaf_bars = _leaf_cotangents(static, leaves, stages, params64, layout, n, as_array, n_lanes)
     return _finish(static, u0_bar.T.copy(), leaf_bars, leaves, retcode, g.dtype)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .batch import DEFAULT_BLOCK, KernelBatch, KernelResult
+from .vectorize import needs_compile, vectorized_compiles
 
 __all__ = ["run_cpu"]
 
@@ -61,12 +63,18 @@ def run_cpu(
     outs = batch.outputs()
     events = batch.event_arrays()
     steps = None
+    one_block = record or batch.n_lanes <= block  # one block: no driver
+    function = kernel.block if one_block else kernel.driver
+    # (a block of one lane, as recording runs, has no lane loop to vectorize)
+    vectorize = block > 1 and needs_compile(function)
+    compiling = vectorized_compiles() if vectorize else contextlib.nullcontext()
+    with compiling:
+        if one_block:
+            out = kernel.call(function, 0, batch.n_lanes, *args, *outs, *events)
+        else:
+            blocks = -(-batch.n_lanes // block)
+            kernel.call(_spread, function, blocks, min(threads, blocks), *args, *outs, *events)
     if record:
-        t_rec, u_rec, count = kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
+        t_rec, u_rec, count = out
         steps = (t_rec[:count].copy(), u_rec[:count].copy())
-    elif batch.n_lanes <= block:  # one block: no driver
-        kernel.call(kernel.block, 0, batch.n_lanes, *args, *outs, *events)
-    else:
-        blocks = -(-batch.n_lanes // block)
-        kernel.call(_spread, kernel.driver, blocks, min(threads, blocks), *args, *outs, *events)
     return KernelResult.from_outputs(outs, steps, events[2:] or None)
