@@ -493,3 +493,41 @@ def test_changed_module_constants_compile_a_new_kernel(monkeypatch, tmp_path):
         np.testing.assert_allclose(final_state(), np.exp([-1.0, -3.0]), rtol=1e-8)
     finally:
         DECAY_WEIGHTS[1] = 2.0
+
+
+def _rate_half(x):
+    return 0.5 * x
+
+
+def _rate_one(x):
+    return RATE_SCALE * x
+
+
+RATE_SCALE = 1.0
+RATE = None  # set by the test to a numba.njit helper
+
+
+def _decay_with_a_helper(u, p, t):
+    return [-RATE(u[0])]
+
+
+def test_a_changed_numba_helper_compiles_a_new_kernel(monkeypatch, tmp_path):
+    # f calls a numba.njit helper it reads from its module: numba compiles the helper's code
+    # and the values it reads into the kernel, so a redefined helper (a notebook cell run
+    # again, another run of a script) must not reuse the kernel compiled with the old one
+    # (it did: the helper's fingerprint was its type's name, and the old decay came back).
+    numba = pytest.importorskip("numba")
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    module = __import__(__name__)
+    prob = dxode.ODEProblem(_decay_with_a_helper, np.array([1.0]), (0.0, 1.0))
+
+    def final_state():
+        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
+
+    monkeypatch.setattr(module, "RATE", numba.njit(_rate_half))
+    np.testing.assert_allclose(final_state(), np.exp([-0.5]), rtol=1e-8)
+    monkeypatch.setattr(module, "RATE", numba.njit(_rate_one))
+    np.testing.assert_allclose(final_state(), np.exp([-1.0]), rtol=1e-8)
+    monkeypatch.setattr(module, "RATE_SCALE", 2.0)  # a value the helper reads
+    monkeypatch.setattr(module, "RATE", numba.njit(_rate_one))
+    np.testing.assert_allclose(final_state(), np.exp([-2.0]), rtol=1e-8)

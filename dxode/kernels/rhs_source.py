@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+import marshal
 import textwrap
 import types
 import weakref
@@ -64,18 +65,20 @@ def function_key(f: Callable[..., Any]) -> str:
 _KEYS: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
 
 
-def _frozen_values(f: Callable[..., Any]) -> tuple[str, ...]:
+def _frozen_values(f: Callable[..., Any], seen: frozenset[int] = frozenset()) -> tuple[str, ...]:
     """Fingerprints of what numba compiles into ``f`` as constants: its closure cells and
     the module-level values its code (and nested code) names, by value, not identity (an
-    array changed in place changes its fingerprint)."""
+    array changed in place changes its fingerprint). ``seen``: the ids of the functions
+    being fingerprinted around this one (a helper that calls itself)."""
     code = getattr(f, "__code__", None)
     if code is None:
         return ()
+    seen = seen | {id(f)}
     cells = [_cell_value(c) for c in getattr(f, "__closure__", None) or ()]
     module = getattr(f, "__globals__", {})
     names = sorted({name for c in _code_objects(code) for name in c.co_names if name in module})
-    return tuple(_fingerprint(value) for value in cells) + tuple(
-        f"{name}={_fingerprint(module[name])}" for name in names
+    return tuple(_fingerprint(value, seen) for value in cells) + tuple(
+        f"{name}={_fingerprint(module[name], seen)}" for name in names
     )
 
 
@@ -84,12 +87,17 @@ def _code_objects(code: types.CodeType) -> list[types.CodeType]:
     return [code, *(inner for c in nested for inner in _code_objects(c))]
 
 
-def _fingerprint(value: Any) -> str:
+def _fingerprint(value: Any, seen: frozenset[int] = frozenset()) -> str:
     if isinstance(value, np.ndarray):
         digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
         return f"array({value.dtype.str}, {value.shape}, {digest})"
     if isinstance(value, (bool, int, float, complex, str, bytes, np.generic, tuple)):
         return repr(value)
+    helper = getattr(value, "py_func", None)  # a numba.njit helper f calls
+    if isinstance(helper, types.FunctionType) and id(helper) not in seen:
+        # numba compiles its code and the values it reads into the kernel, as f's own
+        code = hashlib.sha256(marshal.dumps(helper.__code__)).hexdigest()[:16]
+        return f"{helper.__qualname__}({code}, {_frozen_values(helper, seen)})"
     return type(value).__qualname__  # modules, functions, classes: their identity is the name
 
 
