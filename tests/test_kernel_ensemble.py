@@ -331,6 +331,21 @@ def test_an_f_reading_an_untypeable_global_is_told_to_pass_it_in_p(f, kind):
         dxode.solve(prob, "tsit5", kernel=True)
 
 
+def _plain_helper(x):
+    return 2.0 * x
+
+
+def _calls_a_plain_helper(u, p, t):
+    return [-_plain_helper(u[0])]
+
+
+def test_an_f_calling_a_plain_python_helper_is_told_to_njit_it():
+    # was told to "pass the values f needs in p", which a function cannot be
+    prob = dxode.ODEProblem(_calls_a_plain_helper, np.array([1.0]), (0.0, 1.0))
+    with pytest.raises(KernelCompileError, match=r"`_plain_helper` \(a function\).*@numba\.njit"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
 _Rates = collections.namedtuple("_Rates", ["k", "c"])
 
 

@@ -321,6 +321,12 @@ def _untyped_global_hint(reason: str) -> str:
     else:
         return ""
     what = f"`{name}` (a {kind})" if kind else f"`{name}`"
+    if kind == "function":  # a plain Python helper: numba calls only what it compiles
+        return (
+            f"f calls {what} from its closure or its module, and numba calls only functions "
+            f"it compiles: decorate it with @numba.njit (its body follows the same rules as "
+            f"f's), or write its body into f.\n"
+        )
     return (
         f"f reads {what} from its closure or its module, and numba compiles only numbers, "
         f"tuples of numbers and NumPy arrays read so (a list: make it a tuple): pass the "
