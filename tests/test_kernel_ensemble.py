@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import re
+import types
 
 import numpy as np
 import pytest
@@ -545,4 +546,27 @@ def test_a_changed_numba_helper_compiles_a_new_kernel(monkeypatch, tmp_path):
     np.testing.assert_allclose(final_state(), np.exp([-1.0]), rtol=1e-8)
     monkeypatch.setattr(module, "RATE_SCALE", 2.0)  # a value the helper reads
     monkeypatch.setattr(module, "RATE", numba.njit(_rate_one))
+    np.testing.assert_allclose(final_state(), np.exp([-2.0]), rtol=1e-8)
+
+
+SETTINGS = types.ModuleType("settings")  # a module of constants, as `import settings`
+SETTINGS.RATE = 0.5
+
+
+def _decay_with_a_module_attribute(u, p, t):
+    return [-SETTINGS.RATE * u[0]]
+
+
+def test_a_changed_attribute_of_a_module_compiles_a_new_kernel(monkeypatch, tmp_path):
+    # f reads settings.RATE: numba freezes the attribute's value as it freezes a global's,
+    # and the kernel compiled with the old value was reused (the module's fingerprint was
+    # its name alone)
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    prob = dxode.ODEProblem(_decay_with_a_module_attribute, np.array([1.0]), (0.0, 1.0))
+
+    def final_state():
+        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
+
+    np.testing.assert_allclose(final_state(), np.exp([-0.5]), rtol=1e-8)
+    monkeypatch.setattr(SETTINGS, "RATE", 2.0)
     np.testing.assert_allclose(final_state(), np.exp([-2.0]), rtol=1e-8)

@@ -76,9 +76,10 @@ def _frozen_values(f: Callable[..., Any], seen: frozenset[int] = frozenset()) ->
     seen = seen | {id(f)}
     cells = [_cell_value(c) for c in getattr(f, "__closure__", None) or ()]
     module = getattr(f, "__globals__", {})
-    names = sorted({name for c in _code_objects(code) for name in c.co_names if name in module})
-    return tuple(_fingerprint(value, seen) for value in cells) + tuple(
-        f"{name}={_fingerprint(module[name], seen)}" for name in names
+    read = {name for c in _code_objects(code) for name in c.co_names}  # attributes too
+    names = sorted(read & module.keys())
+    return tuple(_fingerprint(value, seen, read) for value in cells) + tuple(
+        f"{name}={_fingerprint(module[name], seen, read)}" for name in names
     )
 
 
@@ -87,7 +88,9 @@ def _code_objects(code: types.CodeType) -> list[types.CodeType]:
     return [code, *(inner for c in nested for inner in _code_objects(c))]
 
 
-def _fingerprint(value: Any, seen: frozenset[int] = frozenset()) -> str:
+def _fingerprint(value: Any, seen: frozenset[int], read: set[str]) -> str:
+    """``value`` as numba compiles it into a function that reads it; ``read``: the names
+    that function's code reads (a module's attributes among them)."""
     if isinstance(value, np.ndarray):
         digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
         return f"array({value.dtype.str}, {value.shape}, {digest})"
@@ -98,7 +101,17 @@ def _fingerprint(value: Any, seen: frozenset[int] = frozenset()) -> str:
         # numba compiles its code and the values it reads into the kernel, as f's own
         code = hashlib.sha256(marshal.dumps(helper.__code__)).hexdigest()[:16]
         return f"{helper.__qualname__}({code}, {_frozen_values(helper, seen)})"
-    return type(value).__qualname__  # modules, functions, classes: their identity is the name
+    if isinstance(value, types.ModuleType) and id(value) not in seen:
+        # ``cfg.K`` of a module of the user's: numba freezes the attribute's value too (its
+        # namespace read directly: no lazy imports, no deprecation warnings of a getattr)
+        namespace = vars(value)
+        inner = seen | {id(value)}
+        return f"{value.__name__}" + "".join(
+            f" {name}={_fingerprint(namespace[name], inner, read)}"
+            for name in sorted(read & namespace.keys())
+            if not name.startswith("__")
+        )
+    return type(value).__qualname__  # functions, classes: their identity is the name
 
 
 def _function_digest(f: Callable[..., Any], frozen: tuple[str, ...]) -> str:
