@@ -549,6 +549,17 @@ def test_a_changed_numba_helper_compiles_a_new_kernel(monkeypatch, tmp_path):
     np.testing.assert_allclose(final_state(), np.exp([-2.0]), rtol=1e-8)
 
 
+def test_two_lambdas_on_one_line_get_kernels_of_their_own(monkeypatch, tmp_path):
+    # the key was the source line, where both are defined: the second solve reused the
+    # first's kernel and returned exp(-1) for u' = u
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    decay, growth = lambda u, p, t: [-u[0]], lambda u, p, t: [u[0]]
+    for f, rate in ((decay, -1.0), (growth, 1.0)):
+        prob = dxode.ODEProblem(f, np.array([1.0]), (0.0, 1.0))
+        sol = dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(sol.u[-1], np.exp([rate]), rtol=1e-8)
+
+
 SETTINGS = types.ModuleType("settings")  # a module of constants, as `import settings`
 SETTINGS.RATE = 0.5
 

@@ -23,7 +23,6 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
-import marshal
 import textwrap
 import types
 import weakref
@@ -99,8 +98,8 @@ def _fingerprint(value: Any, seen: frozenset[int], read: set[str]) -> str:
     helper = getattr(value, "py_func", None)  # a numba.njit helper f calls
     if isinstance(helper, types.FunctionType) and id(helper) not in seen:
         # numba compiles its code and the values it reads into the kernel, as f's own
-        code = hashlib.sha256(marshal.dumps(helper.__code__)).hexdigest()[:16]
-        return f"{helper.__qualname__}({code}, {_frozen_values(helper, seen)})"
+        code = _code_text(helper.__code__)
+        return f"{helper.__qualname__}({_digest(code)}, {_frozen_values(helper, seen)})"
     if isinstance(value, types.ModuleType) and id(value) not in seen:
         # ``cfg.K`` of a module of the user's: numba freezes the attribute's value too (its
         # namespace read directly: no lazy imports, no deprecation warnings of a getattr)
@@ -119,8 +118,20 @@ def _function_digest(f: Callable[..., Any], frozen: tuple[str, ...]) -> str:
         text = inspect.getsource(f)
     except (OSError, TypeError):
         text = repr(getattr(f, "__code__", f))
-    digest = hashlib.sha256(f"{where_defined(f)}\n{text}\n{frozen}".encode())
-    return digest.hexdigest()[:16]
+    code = getattr(f, "__code__", None)  # two lambdas on one line share their source line
+    compiled = _code_text(code) if isinstance(code, types.CodeType) else ""
+    return _digest(f"{where_defined(f)}\n{text}\n{compiled}\n{frozen}")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _code_text(code: types.CodeType) -> str:
+    """A code object's instructions, constants and names (nested code too) as text, the
+    same in every process (``marshal``'s bytes depend on reference counts)."""
+    consts = [_code_text(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
+    return repr((code.co_code, consts, code.co_names, code.co_varnames, code.co_freevars))
 
 
 def _cell_value(cell: Any) -> Any:
