@@ -347,6 +347,21 @@ def test_an_f_calling_a_plain_python_helper_is_told_to_njit_it():
         dxode.solve(prob, "tsit5", kernel=True)
 
 
+def _star_unpacks_p(u, p, t):
+    k, *rest = p
+    return [-k * u[0] - rest[0]]
+
+
+def test_an_f_with_starred_unpacking_gets_a_kernel_compile_error():
+    # numba's UnsupportedBytecodeError is no NumbaError: it escaped the probe's handler as
+    # numba's own exception, without f's location or the fix
+    prob = dxode.ODEProblem(_star_unpacks_p, np.array([1.0]), (0.0, 1.0), (1.0, 0.0))
+    assert dxode.solve(prob, "tsit5", saveat=[1.0]).retcode == dxode.ReturnCode.Success
+    with pytest.raises(KernelCompileError, match=r"starred name.*name every item") as info:
+        dxode.solve(prob, "tsit5", kernel=True)
+    assert re.search(r"test_kernel_ensemble\.py:\d+", str(info.value))
+
+
 _Rates = collections.namedtuple("_Rates", ["k", "c"])
 
 

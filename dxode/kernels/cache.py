@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .errors import numba_refusals
 from .rhs_source import numba_ready
 
 __all__ = ["cache_dir", "probed_mode", "remembered_mode", "returned_shape", "write_atomically"]
@@ -62,7 +63,7 @@ def probed_mode(
             dispatcher = numba.njit(ready)
             try:
                 dispatcher.compile((u_type, *rest))
-            except numba.core.errors.NumbaError as err:
+            except numba_refusals() as err:
                 first_error = first_error or err
                 continue
             if check is not None:

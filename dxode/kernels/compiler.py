@@ -24,7 +24,7 @@ import numpy as np
 from .cache import cache_dir, probed_mode, returned_shape, write_atomically
 from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
-from .errors import ARRAY_PATH, KernelCompileError
+from .errors import ARRAY_PATH, KernelCompileError, numba_refusals
 from .events import bind_callbacks
 from .events_codegen import locate_copies, separate_functions
 from .rhs_source import check_plain_function, function_key, numba_ready, where_defined
@@ -116,7 +116,7 @@ def _compiles_with_array_p(f: Callable[..., Any], p_example: tuple[Any, ...]) ->
     u_type = numba.typeof(np.ones(2, p.dtype))
     try:
         numba.njit(numba_ready(f)).compile((u_type, numba.typeof(p), numba.typeof(p[0])))
-    except numba.core.errors.NumbaError:
+    except numba_refusals():
         return False
     return True
 
@@ -297,6 +297,11 @@ def _hint(reason: str) -> str:
         return (
             "f returns complex numbers for a real state: keep du/dt real (complex parameters "
             "or constants such as 1j make it complex), as the array path requires too.\n"
+        )
+    if "(UNPACK_EX)" in reason:
+        return (
+            "f unpacks with a starred name (a, *rest = p), which numba does not compile: "
+            "name every item (a, b, c = p) or index (p[0], p[1]).\n"
         )
     field = re.search(r"Unknown attribute '(\w+)' of type (?:Uni)?Tuple", reason)
     if field is not None:  # p.k of a namedtuple, passed to f as a plain tuple
