@@ -575,6 +575,30 @@ def test_two_lambdas_on_one_line_get_kernels_of_their_own(monkeypatch, tmp_path)
         np.testing.assert_allclose(sol.u[-1], np.exp([rate]), rtol=1e-8)
 
 
+DECAY_TABLE = (np.ones(2000), 0.5)  # a tuple holding a long array
+
+
+def _decay_with_a_table(u, p, t):
+    return [-DECAY_TABLE[0][1000] * DECAY_TABLE[1] * u[0]]
+
+
+def test_an_array_changed_inside_a_global_tuple_compiles_a_new_kernel(monkeypatch, tmp_path):
+    # a tuple was fingerprinted by its repr, which elides the middle of an array of more
+    # than 1000 numbers: the kernel with the old value was reused
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    prob = dxode.ODEProblem(_decay_with_a_table, np.array([1.0]), (0.0, 1.0))
+
+    def final_state():
+        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
+
+    np.testing.assert_allclose(final_state(), np.exp([-0.5]), rtol=1e-8)
+    DECAY_TABLE[0][1000] = 4.0  # changed in place
+    try:
+        np.testing.assert_allclose(final_state(), np.exp([-2.0]), rtol=1e-8)
+    finally:
+        DECAY_TABLE[0][1000] = 1.0
+
+
 SETTINGS = types.ModuleType("settings")  # a module of constants, as `import settings`
 SETTINGS.RATE = 0.5
 

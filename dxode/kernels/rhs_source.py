@@ -93,7 +93,9 @@ def _fingerprint(value: Any, seen: frozenset[int], read: set[str]) -> str:
     if isinstance(value, np.ndarray):
         digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
         return f"array({value.dtype.str}, {value.shape}, {digest})"
-    if isinstance(value, (bool, int, float, complex, str, bytes, np.generic, tuple)):
+    if isinstance(value, tuple):  # item by item: repr elides the middle of a long array
+        return "(" + ", ".join(_fingerprint(item, seen, read) for item in value) + ")"
+    if isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
         return repr(value)
     helper = getattr(value, "py_func", None)  # a numba.njit helper f calls
     if isinstance(helper, types.FunctionType) and id(helper) not in seen:
