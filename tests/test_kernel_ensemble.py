@@ -362,6 +362,21 @@ def test_an_f_with_starred_unpacking_gets_a_kernel_compile_error():
     assert re.search(r"test_kernel_ensemble\.py:\d+", str(info.value))
 
 
+def _reads_past_the_state(u, p, t):
+    return [u[1], -u[9]]
+
+
+def test_an_f_reading_past_the_end_of_u_is_refused():
+    # u[9] of 2 components does not compile with u a tuple, and with u an array the kernel
+    # read past its end unchecked: it returned Success and numbers from beyond the state,
+    # where the array path raises an IndexError
+    prob = dxode.ODEProblem(_reads_past_the_state, np.array([1.0, 0.0]), (0.0, 1.0))
+    with pytest.raises(IndexError):
+        dxode.solve(prob, "tsit5")
+    with pytest.raises(KernelCompileError, match=r"test_kernel_ensemble\.py:\d+ indexes u"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
 _Rates = collections.namedtuple("_Rates", ["k", "c"])
 
 

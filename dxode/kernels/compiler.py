@@ -84,9 +84,9 @@ def user_function_mode(
 
     check_plain_function(f, "each of f, jac and tgrad", "u, p, t")
     p_type = numba.typeof(p_example)
-    # "rows, numbers": answers remembered before _check_rows ran (or before it refused a
-    # number) are not reused
-    key = ("f", function_key(f), n, dtype, str(p_type), target, "rows, numbers")
+    # "rows, numbers, in range": answers remembered before _check_rows ran (or before it
+    # refused a number, or before u[9] of 2 components was refused) are not reused
+    key = ("f", function_key(f), n, dtype, str(p_type), target, "rows, numbers, in range")
     rest = (p_type, getattr(types, dtype))
     check = lambda dispatcher: _check_rows(f, dispatcher, n, dtype, p_example)
     return probed_mode(key, f, n, dtype, rest, lambda err: _refusal(f, err, p_example), check)
@@ -95,7 +95,9 @@ def user_function_mode(
 def _refusal(f: Callable[..., Any], err: Exception, p_example: Any) -> KernelCompileError:
     """The error for an ``f`` numba cannot compile; the fix named where ``f`` would compile
     with ``p`` an array (arithmetic on a whole 1-D ``p``, which the kernels pass as a tuple)."""
-    if isinstance(p_example, tuple) and p_example and _compiles_with_array_p(f, p_example):
+    past_end = "tuple index out of range" in str(err)  # compiles as an array, read past it
+    as_tuple = isinstance(p_example, tuple) and p_example
+    if as_tuple and not past_end and _compiles_with_array_p(f, p_example):
         return KernelCompileError(
             f"the right-hand side f defined at {where_defined(f)} uses p as an array "
             f"(-p * u, say), and the compiled kernels pass a 1-D p as a tuple of numbers; "
@@ -297,6 +299,12 @@ def _hint(reason: str) -> str:
         return (
             "f returns complex numbers for a real state: keep du/dt real (complex parameters "
             "or constants such as 1j make it complex), as the array path requires too.\n"
+        )
+    if "tuple index out of range" in reason:
+        return (
+            "f indexes u or p past its end (u[2] of a state of 2 components, say; the array "
+            "path raises an IndexError there): the kernels pass u and p as tuples of their "
+            "items.\n"
         )
     if "(UNPACK_EX)" in reason:
         return (
