@@ -22,6 +22,7 @@ it is compacted with the lanes.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -170,16 +171,18 @@ class Saving(Observer):
     def accepted(self, lanes: WorkingSet, attempt: Attempt) -> None:
         """Fill the save points each accepted lane stepped over; keep them in ``attempt.saves``
         as rounds ``(idx, save_idx, theta)``: the saving lanes' positions in the working set,
-        their save point numbers and where in the step they are."""
+        their save point numbers and where in the step they are (round ``k`` holds each lane's
+        ``k``-th save point in the step)."""
         xp, direction = self._xp, self._direction
         next_save = lanes["next_save"]
         due = attempt.accept & (direction * (next_save - attempt.t_end) <= 0)
         if not bool(xp.any(due)):
             return
-        save_idx = lanes["save_idx"]
+        first = save_idx = lanes["save_idx"]
         rounds = []
         while True:
-            rounds.append(self._save_round(lanes, attempt.step, due, next_save, save_idx))
+            idx = xp.nonzero(due)[0]
+            rounds.append((idx, xp.take(save_idx, idx), xp.take(next_save, idx)))
             save_idx = save_idx + xp.astype(due, xp.int64)
             grid = lanes["ts"] if self._grid is None else self._grid
             next_save = xp.where(due, _save_time(xp, grid, save_idx), next_save)
@@ -187,14 +190,23 @@ class Saving(Observer):
             if not bool(xp.any(due)):
                 break
         lanes.put(save_idx=save_idx, next_save=next_save)
-        attempt.saves = tuple(rounds)
+        attempt.saves = self._save(lanes, attempt.step, rounds, save_idx - first)
 
-    def _save_round(
-        self, lanes: WorkingSet, step: Step, due: Array, next_save: Array, save_idx: Array
-    ) -> tuple[Array, Array, Array]:
-        """Save the next save point of the lanes where ``due`` holds."""
+    def _save(
+        self,
+        lanes: WorkingSet,
+        step: Step,
+        rounds: list[tuple[Array, Array, Array]],
+        counts: Array,
+    ) -> tuple[tuple[Array, Array, Array], ...]:
+        """Save the points of all ``rounds`` (positions, save point numbers, save times) with
+        one interpolation (a dense grid puts hundreds in one step: one round each cost the
+        array calls of a step); ``counts``: each lane's number of save points in the step."""
         xp, extra_evals = self._xp, step.stepper.interpolation_rhs_evals
-        idx = xp.nonzero(due)[0]
+        idx = xp.concat([r[0] for r in rounds]) if len(rounds) > 1 else rounds[0][0]
+
+        def joined(k: int) -> Array:
+            return xp.concat([r[k] for r in rounds]) if len(rounds) > 1 else rounds[0][k]
 
         def sub(x: Array) -> Array:
             return xp.take(x, idx, axis=-1)
@@ -202,11 +214,16 @@ class Saving(Observer):
         # Only interpolants with extra stages evaluate the RHS (on the saving lanes alone).
         rhs = self._rhs_for(tuple(sub(p) for p in lanes.group("p"))) if extra_evals else None
         saving = step.take(idx, rhs)
-        theta = (sub(next_save) - saving.t) / saving.h
-        self._records.save(sub(lanes["lane"]), sub(save_idx), saving.interpolate(theta), None)
+        save_idx = joined(1)
+        theta = (joined(2) - saving.t) / saving.h
+        self._records.save(sub(lanes["lane"]), save_idx, saving.interpolate(theta), None)
         if extra_evals:
-            lanes.put(nf_extra=lanes["nf_extra"] + extra_evals * xp.astype(due, xp.int64))
-        return idx, sub(save_idx), theta
+            lanes.put(nf_extra=lanes["nf_extra"] + extra_evals * counts)
+        bounds = itertools.accumulate((int(r[0].shape[0]) for r in rounds), initial=0)
+        return tuple(
+            (r[0], r[1], theta[a:b])
+            for r, (a, b) in zip(rounds, itertools.pairwise(bounds), strict=True)
+        )
 
 
 class StepRecorder(Observer):
