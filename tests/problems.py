@@ -84,6 +84,40 @@ ARENSTORF = Reference(
 )
 
 
+# ---- Pleiades: seven stars in the plane (Hairer, Norsett & Wanner I, II.10; Bari test set) ---
+
+
+def pleiades(u, p, t):
+    # u = (x1..x7, y1..y7, x1'..x7', y1'..y7'); star j has mass j.
+    x, y = [u[i] for i in range(7)], [u[7 + i] for i in range(7)]
+    ax, ay = [], []
+    for i in range(7):
+        sx, sy = 0.0 * x[i], 0.0 * y[i]
+        for j in range(7):
+            if j != i:
+                dx, dy = x[j] - x[i], y[j] - y[i]
+                r3 = (dx * dx + dy * dy) ** 1.5
+                sx, sy = sx + (j + 1) * dx / r3, sy + (j + 1) * dy / r3
+        ax.append(sx)
+        ay.append(sy)
+    return [u[14 + i] for i in range(14)] + ax + ay
+
+
+PLEIADES_U0 = (3.0, 3.0, -1.0, -3.0, 2.0, -2.0, 2.0, 3.0, -3.0, 2.0, 0.0, 0.0, -4.0, 4.0)
+PLEIADES_U0 += (0.0, 0.0, 0.0, 0.0, 0.0, 1.75, -1.5, 0.0, 0.0, 0.0, -1.25, 1.0, 0.0, 0.0)
+# The Bari test set's reference solution at t = 3 (pleiades.pdf).
+PLEIADES_AT_3 = np.array([
+    0.3706139143970502, 0.3237284092057233e1, -0.3222559032418324e1, 0.6597091455775310,
+    0.3425581707156584, 0.1562172101400631e1, -0.7003092922212495, -0.3943437585517392e1,
+    -0.3271380973972550e1, 0.5225081843456543e1, -0.2590612434977470e1, 0.1198213693392275e1,
+    -0.2429682344935824, 0.1091449240428980e1, 0.3417003806314313e1, 0.1354584501625501e1,
+    -0.2590065597810775e1, 0.2025053734714242e1, -0.1155815100160448e1, -0.8072988170223021,
+    0.5952396354208710, -0.3741244961234010e1, 0.3773459685750630, 0.9386858869551073,
+    0.3667922227200571, -0.3474046353808490, 0.2344915448180937e1, -0.1947020434263292e1,
+])  # fmt: skip
+PLEIADES = Reference("Pleiades", pleiades, PLEIADES_U0, (0.0, 3.0), exact=lambda t: PLEIADES_AT_3)
+
+
 # ---- DETEST nonstiff problems (Hull, Enright, Fellen & Sedgwick, SIAM J. Numer. Anal. 1972) --
 
 
@@ -149,6 +183,25 @@ def _orbit(eps):
     return d, u0
 
 
+def c2(u, p, t):
+    # A 10-component chain with growing rates: y1' = -y1, yi' = (i-1) y(i-1) - i yi,
+    # y10' = 9 y9.
+    xp = array_api_compat.array_namespace(u)
+    i = xp.reshape(xp.arange(2, 10, dtype=u.dtype), (8,) + (1,) * (u.ndim - 1))
+    return xp.concat([-u[:1], (i - 1) * u[:-2] - i * u[1:-1], 9 * u[-2:-1]])
+
+
+def e1(u, p, t):
+    # Bessel's equation of order 1/2 in the variable t + 1.
+    y1, y2 = u
+    return [y2, -(y2 / (t + 1) + (1 - 0.25 / (t + 1) ** 2) * y1)]
+
+
+def e4(u, p, t):
+    _, y2 = u
+    return [y2, 0.032 - 0.4 * y2**2]
+
+
 def e2(u, p, t):
     # Van der Pol with mu = 1.
     y1, y2 = u
@@ -162,6 +215,7 @@ def e3(u, p, t):
 
 
 D1, D1_U0 = _orbit(0.1)
+D3, D3_U0 = _orbit(0.5)
 D5, D5_U0 = _orbit(0.9)
 
 DETEST = [
@@ -176,10 +230,14 @@ DETEST = [
     Reference("B4", b4, (3.0, 0.0, 0.0), (0.0, 20.0)),
     Reference("B5", b5, (0.0, 1.0, 1.0), (0.0, 20.0)),
     Reference("C1", c1, (1.0,) + (0.0,) * 9, (0.0, 20.0)),
+    Reference("C2", c2, (1.0,) + (0.0,) * 9, (0.0, 20.0)),
     Reference("D1", D1, D1_U0, (0.0, 20.0)),
+    Reference("D3", D3, D3_U0, (0.0, 20.0)),
     Reference("D5", D5, D5_U0, (0.0, 20.0)),
+    Reference("E1", e1, (0.6713967071418030, 0.09540051444747446), (0.0, 20.0)),
     Reference("E2", e2, (2.0, 0.0), (0.0, 20.0)),
     Reference("E3", e3, (0.0, 0.0), (0.0, 20.0)),
+    Reference("E4", e4, (30.0, 0.0), (0.0, 20.0)),
 ]
 
 

@@ -11,7 +11,15 @@ import pytest
 import dxode
 
 from matrix import ADAPTIVE
-from problems import ARENSTORF, DECAY, DETEST, OSCILLATOR, scipy_reference, scipy_rk45
+from problems import (
+    ARENSTORF,
+    DECAY,
+    DETEST,
+    OSCILLATOR,
+    PLEIADES,
+    scipy_reference,
+    scipy_rk45,
+)
 
 HIGH_ORDER = ADAPTIVE[1:]  # fifth order and up: DP5, Tsit5, Vern7
 
@@ -65,6 +73,17 @@ def test_arenstorf_orbit_closes(alg):
     # Published property of the orbit: it returns to its start after one period. The orbit
     # passes close to the moon, so the global error is many tolerances; bound it absolutely.
     np.testing.assert_allclose(end, ARENSTORF.exact(ARENSTORF.tspan[1]), atol=2e-5)
+
+
+@pytest.mark.parametrize("alg", [dxode.DP5, dxode.Vern7])
+def test_pleiades_reaches_the_bari_reference(alg):
+    # 28 components, close encounters of the stars near t = 1.2 and 2.8
+    prob = dxode.ODEProblem(PLEIADES.f, PLEIADES.u0, PLEIADES.tspan)
+    sol = dxode.solve(prob, alg(), rtol=1e-10, atol=1e-10, saveat=[3.0])
+    assert sol.retcode == dxode.ReturnCode.Success
+    ref = PLEIADES.exact(3.0)
+    # 1e-9 to 3e-9 relative to 1 + |ref| at rtol = 1e-10 (DP5, Tsit5, Vern7)
+    assert np.max(np.abs(sol.u[-1] - ref) / (1 + np.abs(ref))) < 2e-8
 
 
 def test_tight_tolerance_agrees_with_scipy_on_lorenz():

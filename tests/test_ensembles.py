@@ -409,6 +409,29 @@ def test_float32_ensembles_stay_float32(xp):
     assert single.u.dtype == xp.float32
 
 
+_U0_ROWS = np.array([[1.0, 0.0, 0.0], [0.5, 0.2, 0.1], [0.1, 1.0, 2.0]])
+
+
+@pytest.mark.parametrize("how", ["arrays", "batch_func", "prob_func"])
+@pytest.mark.parametrize(("state", "rows"), [("float32", "float64"), ("float64", "float32")])
+def test_every_algorithm_computes_in_the_ensembles_state_dtype(how, state, rows):
+    # EnsembleSerial solved each trajectory in its own u0's dtype (float64 rows of a float32
+    # ensemble in float64, and the reverse), where EnsembleArray casts them to prob.u0's
+    u0s = _U0_ROWS.astype(rows)
+    given = {
+        "arrays": {"u0": u0s},
+        "batch_func": {"batch_func": lambda prob, ctx: {"u0": u0s[ctx.indices]}},
+        "prob_func": {"prob_func": lambda prob, i, repeat: prob.remake(u0=u0s[i])},
+    }[how]
+    eprob = EnsembleProblem(_prob(np, state), **given)
+    sims = [
+        dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=3, **SOLVE)
+        for alg in (EnsembleArray(), EnsembleSerial())
+    ]
+    assert [sim.u.dtype for sim in sims] == [np.dtype(state)] * 2
+    np.testing.assert_array_equal(sims[0].u, sims[1].u)
+
+
 def test_diffeqgpu_lorenz_example():
     # DiffEqGPU docs: Lorenz with 10,000 random parameter sets p = rand(3) .* p, saveat 1.0.
     rng = np.random.default_rng(1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import re
+import types
 
 import numpy as np
 import pytest
@@ -354,6 +355,51 @@ def test_an_f_reading_an_untypeable_global_is_told_to_pass_it_in_p(f, kind):
         dxode.solve(prob, "tsit5", kernel=True)
 
 
+def _plain_helper(x):
+    return 2.0 * x
+
+
+def _calls_a_plain_helper(u, p, t):
+    return [-_plain_helper(u[0])]
+
+
+def test_an_f_calling_a_plain_python_helper_is_told_to_njit_it():
+    # was told to "pass the values f needs in p", which a function cannot be
+    prob = dxode.ODEProblem(_calls_a_plain_helper, np.array([1.0]), (0.0, 1.0))
+    with pytest.raises(KernelCompileError, match=r"`_plain_helper` \(a function\).*@numba\.njit"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
+def _star_unpacks_p(u, p, t):
+    k, *rest = p
+    return [-k * u[0] - rest[0]]
+
+
+def test_an_f_with_starred_unpacking_gets_a_kernel_compile_error():
+    # numba's UnsupportedBytecodeError is no NumbaError: it escaped the probe's handler as
+    # numba's own exception, without f's location or the fix
+    prob = dxode.ODEProblem(_star_unpacks_p, np.array([1.0]), (0.0, 1.0), (1.0, 0.0))
+    assert dxode.solve(prob, "tsit5", saveat=[1.0]).retcode == dxode.ReturnCode.Success
+    with pytest.raises(KernelCompileError, match=r"starred name.*name every item") as info:
+        dxode.solve(prob, "tsit5", kernel=True)
+    assert re.search(r"test_kernel_ensemble\.py:\d+", str(info.value))
+
+
+def _reads_past_the_state(u, p, t):
+    return [u[1], -u[9]]
+
+
+def test_an_f_reading_past_the_end_of_u_is_refused():
+    # u[9] of 2 components does not compile with u a tuple, and with u an array the kernel
+    # read past its end unchecked: it returned Success and numbers from beyond the state,
+    # where the array path raises an IndexError
+    prob = dxode.ODEProblem(_reads_past_the_state, np.array([1.0, 0.0]), (0.0, 1.0))
+    with pytest.raises(IndexError):
+        dxode.solve(prob, "tsit5")
+    with pytest.raises(KernelCompileError, match=r"test_kernel_ensemble\.py:\d+ indexes u"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
 _Rates = collections.namedtuple("_Rates", ["k", "c"])
 
 
@@ -516,3 +562,99 @@ def test_changed_module_constants_compile_a_new_kernel(monkeypatch, tmp_path):
         np.testing.assert_allclose(final_state(), np.exp([-1.0, -3.0]), rtol=1e-8)
     finally:
         DECAY_WEIGHTS[1] = 2.0
+
+
+def _rate_half(x):
+    return 0.5 * x
+
+
+def _rate_one(x):
+    return RATE_SCALE * x
+
+
+RATE_SCALE = 1.0
+RATE = None  # set by the test to a numba.njit helper
+
+
+def _decay_with_a_helper(u, p, t):
+    return [-RATE(u[0])]
+
+
+def test_a_changed_numba_helper_compiles_a_new_kernel(monkeypatch, tmp_path):
+    # f calls a numba.njit helper it reads from its module: numba compiles the helper's code
+    # and the values it reads into the kernel, so a redefined helper (a notebook cell run
+    # again, another run of a script) must not reuse the kernel compiled with the old one
+    # (it did: the helper's fingerprint was its type's name, and the old decay came back).
+    numba = pytest.importorskip("numba")
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    module = __import__(__name__)
+    prob = dxode.ODEProblem(_decay_with_a_helper, np.array([1.0]), (0.0, 1.0))
+
+    def final_state():
+        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
+
+    monkeypatch.setattr(module, "RATE", numba.njit(_rate_half))
+    np.testing.assert_allclose(final_state(), np.exp([-0.5]), rtol=1e-8)
+    monkeypatch.setattr(module, "RATE", numba.njit(_rate_one))
+    np.testing.assert_allclose(final_state(), np.exp([-1.0]), rtol=1e-8)
+    monkeypatch.setattr(module, "RATE_SCALE", 2.0)  # a value the helper reads
+    monkeypatch.setattr(module, "RATE", numba.njit(_rate_one))
+    np.testing.assert_allclose(final_state(), np.exp([-2.0]), rtol=1e-8)
+
+
+def test_two_lambdas_on_one_line_get_kernels_of_their_own(monkeypatch, tmp_path):
+    # the key was the source line, where both are defined: the second solve reused the
+    # first's kernel and returned exp(-1) for u' = u
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    decay, growth = lambda u, p, t: [-u[0]], lambda u, p, t: [u[0]]
+    for f, rate in ((decay, -1.0), (growth, 1.0)):
+        prob = dxode.ODEProblem(f, np.array([1.0]), (0.0, 1.0))
+        sol = dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(sol.u[-1], np.exp([rate]), rtol=1e-8)
+
+
+DECAY_TABLE = (np.ones(2000), 0.5)  # a tuple holding a long array
+
+
+def _decay_with_a_table(u, p, t):
+    return [-DECAY_TABLE[0][1000] * DECAY_TABLE[1] * u[0]]
+
+
+def test_an_array_changed_inside_a_global_tuple_compiles_a_new_kernel(monkeypatch, tmp_path):
+    # a tuple was fingerprinted by its repr, which elides the middle of an array of more
+    # than 1000 numbers: the kernel with the old value was reused
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    prob = dxode.ODEProblem(_decay_with_a_table, np.array([1.0]), (0.0, 1.0))
+
+    def final_state():
+        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
+
+    np.testing.assert_allclose(final_state(), np.exp([-0.5]), rtol=1e-8)
+    DECAY_TABLE[0][1000] = 4.0  # changed in place
+    try:
+        np.testing.assert_allclose(final_state(), np.exp([-2.0]), rtol=1e-8)
+    finally:
+        DECAY_TABLE[0][1000] = 1.0
+
+
+SETTINGS = types.ModuleType("settings")  # a module of constants, as `import settings`
+SETTINGS.RATE = 0.5
+
+
+def _decay_with_a_module_attribute(u, p, t):
+    return [-SETTINGS.RATE * u[0]]
+
+
+def test_a_changed_attribute_of_a_module_compiles_a_new_kernel(monkeypatch, tmp_path):
+    # f reads settings.RATE: numba freezes the attribute's value as it freezes a global's,
+    # and the kernel compiled with the old value was reused (the module's fingerprint was
+    # its name alone)
+    monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
+    prob = dxode.ODEProblem(_decay_with_a_module_attribute, np.array([1.0]), (0.0, 1.0))
+
+    def final_state():
+        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
+
+    np.testing.assert_allclose(final_state(), np.exp([-0.5]), rtol=1e-8)
+    monkeypatch.setattr(SETTINGS, "RATE", 2.0)
+    np.testing.assert_allclose(final_state(), np.exp([-2.0]), rtol=1e-8)

@@ -422,6 +422,17 @@ def test_uncompilable_condition_names_it_and_the_array_path():
         _solve_with(dxode.ContinuousCallback(opaque))
 
 
+def _past_the_state(u, p, t):
+    return u[3] - 0.5
+
+
+def test_a_condition_reading_past_the_end_of_u_is_refused():
+    # it compiled with u as an array, and the kernel read past the 1-component state
+    # unchecked (a condition's trial call now checks its indexing)
+    with pytest.raises(KernelCompileError, match=r"test_kernel_events\.py:\d+ indexes u"):
+        _solve_with(dxode.ContinuousCallback(_past_the_state))
+
+
 def test_condition_returning_a_bool_is_refused():
     with pytest.raises(KernelCompileError, match="use DiscreteCallback"):
         _solve_with(dxode.ContinuousCallback(high))

@@ -287,15 +287,18 @@ def trajectory_problems(
     ODEProblem, refused where an ``EnsembleArray`` batch of them would be (the same checks,
     the same messages).
 
-    Their per-trajectory parameters (from ``prob_func``, ``batch_func`` or arrays) take the
-    state's dtype where they are floating, as in an ``EnsembleArray`` batch.
+    Their initial states take the ensemble's state dtype (``prob.u0``'s), and their
+    per-trajectory parameters (from ``prob_func``, ``batch_func`` or arrays) too where they
+    are floating, as in an ``EnsembleArray`` batch.
     """
     prob = eprob.prob
+    dtype = prob.u0.dtype
     if eprob.prob_func is not None:
         problems = []
         for i, r in zip(indices, repeat, strict=True):
             traj = eprob.trajectory(int(i), int(r), spec.seed)  # checked as it is built
-            problems.append(traj.remake(p=_in_state_dtype(traj.p, traj.u0.dtype)))
+            u0 = _in_state_dtype(traj.u0, dtype)
+            problems.append(traj.remake(u0=u0, p=_in_state_dtype(traj.p, dtype)))
         check_direction(*np.array([traj.tspan for traj in problems]).T)
         return problems
     if not (eprob.arrays or eprob.batch_func):
@@ -310,12 +313,12 @@ def trajectory_problems(
     for row in rows:
         changes = {}
         if "u0" in data:
-            changes["u0"] = data["u0"][row, ...]
+            changes["u0"] = _in_state_dtype(data["u0"][row, ...], dtype)
         if "tspan" in data:
             changes["tspan"] = tuple(float(x) for x in np.asarray(data["tspan"][row]))
         if "p" in data:
             p_row = _pytree.map_leaves(lambda leaf, row=row: leaf[row, ...], data["p"])
-            changes["p"] = _in_state_dtype(p_row, prob.u0.dtype)
+            changes["p"] = _in_state_dtype(p_row, dtype)
         problems.append(prob.remake(**changes))
     return problems
 

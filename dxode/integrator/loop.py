@@ -193,9 +193,11 @@ class _Loop:
         problem, backend, direction = self.problem, self.backend, self.direction
         observers: list[Observer] = []
         if problem.save_times is not None:
-            observers.append(
-                Saving(backend, self.records, problem.save_times, problem.rhs_for, direction)
+            trials = problem.record_steps == "trials"  # the discrete adjoint's replay
+            saving = Saving(
+                backend, self.records, problem.save_times, problem.rhs_for, direction, trials
             )
+            observers.append(saving)
         if problem.record_steps == "trials":
             observers.append(TrialRecorder(self.records, problem.checkpoint_every))
         elif problem.record_steps:

@@ -145,11 +145,17 @@ class Saving(Observer):
     """
 
     def __init__(
-        self, backend: Any, records: LaneRecords, save_times: Array, rhs_for: Any, direction: float
+        self,
+        backend: Any,
+        records: LaneRecords,
+        save_times: Array,
+        rhs_for: Any,
+        direction: float,
+        keep_rounds: bool = False,
     ) -> None:
         self._backend, self._xp, self._records = backend, backend.xp, records
         self._rhs_for, self._direction = rhs_for, direction
-        self._save_times = save_times
+        self._save_times, self._keep_rounds = save_times, keep_rounds
         self._grid: Array | None = None
 
     def start(self, lanes: WorkingSet, rhs: Any) -> None:
@@ -168,33 +174,79 @@ class Saving(Observer):
         lanes.put(save_idx=save_idx, next_save=next_save)
 
     def accepted(self, lanes: WorkingSet, attempt: Attempt) -> None:
-        """Fill the save points each accepted lane stepped over; keep them in ``attempt.saves``
-        as rounds ``(idx, save_idx, theta)``: the saving lanes' positions in the working set,
-        their save point numbers and where in the step they are."""
+        """Fill the save points each accepted lane stepped over, all with one interpolation (a
+        dense grid puts hundreds in one step). With ``keep_rounds`` (the discrete adjoint's
+        recording) keep them in ``attempt.saves`` as rounds ``(idx, save_idx, theta)``: the
+        saving lanes' positions in the working set, their save point numbers and where in the
+        step they are (round ``k`` holds each lane's ``k``-th save point in the step)."""
         xp, direction = self._xp, self._direction
         next_save = lanes["next_save"]
         due = attempt.accept & (direction * (next_save - attempt.t_end) <= 0)
         if not bool(xp.any(due)):
             return
-        save_idx = lanes["save_idx"]
+        first = lanes["save_idx"]
+        if self._grid is None:
+            pairs, save_idx, next_save = self._pairs_by_rounds(lanes, attempt, due)
+        else:
+            pairs, save_idx, next_save = self._pairs_on_grid(attempt, due, first)
+        lanes.put(save_idx=save_idx, next_save=next_save)
+        theta = self._save(lanes, attempt.step, pairs, save_idx - first)
+        if self._keep_rounds:
+            positions, numbers, _, offsets = pairs
+            rounds = []
+            for k in range(int(xp.max(offsets)) + 1):
+                sel = xp.nonzero(offsets == k)[0]
+                rounds.append(tuple(xp.take(a, sel) for a in (positions, numbers, theta)))
+            attempt.saves = tuple(rounds)
+
+    def _pairs_by_rounds(
+        self, lanes: WorkingSet, attempt: Attempt, due: Array
+    ) -> tuple[tuple[Array, ...], Array, Array]:
+        """The save points due, as ``(positions, save numbers, save times, k)`` (``k``: which
+        of its lane's points in the step), found one point per lane at a time (per-lane
+        grids); with the lanes' new save numbers and next save times."""
+        xp, direction = self._xp, self._direction
+        next_save, save_idx = lanes["next_save"], lanes["save_idx"]
         rounds = []
         while True:
-            rounds.append(self._save_round(lanes, attempt.step, due, next_save, save_idx))
+            idx = xp.nonzero(due)[0]
+            k = xp.full(idx.shape, len(rounds), dtype=xp.int64)
+            rounds.append((idx, xp.take(save_idx, idx), xp.take(next_save, idx), k))
             save_idx = save_idx + xp.astype(due, xp.int64)
-            grid = lanes["ts"] if self._grid is None else self._grid
-            next_save = xp.where(due, _save_time(xp, grid, save_idx), next_save)
+            next_save = xp.where(due, _save_time(xp, lanes["ts"], save_idx), next_save)
             due = due & (direction * (next_save - attempt.t_end) <= 0)
             if not bool(xp.any(due)):
                 break
-        lanes.put(save_idx=save_idx, next_save=next_save)
-        attempt.saves = tuple(rounds)
+        pairs = tuple(xp.concat([r[i] for r in rounds]) for i in range(4))
+        return pairs, save_idx, next_save
 
-    def _save_round(
-        self, lanes: WorkingSet, step: Step, due: Array, next_save: Array, save_idx: Array
-    ) -> tuple[Array, Array, Array]:
-        """Save the next save point of the lanes where ``due`` holds."""
-        xp, extra_evals = self._xp, step.stepper.interpolation_rhs_evals
+    def _pairs_on_grid(
+        self, attempt: Attempt, due: Array, save_idx: Array
+    ) -> tuple[tuple[Array, ...], Array, Array]:
+        """As ``_pairs_by_rounds`` for one grid shared by all lanes: each lane's points in the
+        step are the grid's from its save number to the first past the step's end."""
+        xp, direction, grid = self._xp, self._direction, self._grid
+        assert grid is not None
+        # direction * grid is increasing (a sentinel +inf last); d t <= d t_end, as in ``due``
+        past = xp.searchsorted(direction * grid, direction * attempt.t_end, side="right")
+        new_idx = xp.where(due, xp.astype(past, xp.int64), save_idx)
         idx = xp.nonzero(due)[0]
+        counts = xp.take(new_idx - save_idx, idx)
+        ends = xp.cumulative_sum(counts)
+        j = xp.arange(int(ends[-1]), dtype=xp.int64)
+        owner = xp.searchsorted(ends, j, side="right")  # which due lane pair j belongs to
+        k = j - xp.take(ends - counts, owner)
+        numbers = xp.take(xp.take(save_idx, idx), owner) + k
+        pairs = (xp.take(idx, owner), numbers, xp.take(grid, numbers), k)
+        return pairs, new_idx, _save_time(xp, grid, new_idx)
+
+    def _save(
+        self, lanes: WorkingSet, step: Step, pairs: tuple[Array, ...], counts: Array
+    ) -> Array:
+        """Save the points ``pairs`` (positions, save numbers, save times, ...) with one
+        interpolation; ``counts``: each lane's number of them. Returns their ``theta``."""
+        xp, extra_evals = self._xp, step.stepper.interpolation_rhs_evals
+        idx, save_idx, t_save = pairs[0], pairs[1], pairs[2]
 
         def sub(x: Array) -> Array:
             return xp.take(x, idx, axis=-1)
@@ -202,11 +254,11 @@ class Saving(Observer):
         # Only interpolants with extra stages evaluate the RHS (on the saving lanes alone).
         rhs = self._rhs_for(tuple(sub(p) for p in lanes.group("p"))) if extra_evals else None
         saving = step.take(idx, rhs)
-        theta = (sub(next_save) - saving.t) / saving.h
-        self._records.save(sub(lanes["lane"]), sub(save_idx), saving.interpolate(theta), None)
+        theta = (t_save - saving.t) / saving.h
+        self._records.save(sub(lanes["lane"]), save_idx, saving.interpolate(theta), None)
         if extra_evals:
-            lanes.put(nf_extra=lanes["nf_extra"] + extra_evals * xp.astype(due, xp.int64))
-        return idx, sub(save_idx), theta
+            lanes.put(nf_extra=lanes["nf_extra"] + extra_evals * counts)
+        return theta
 
 
 class StepRecorder(Observer):

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .rhs_source import numba_ready
+from .errors import KernelCompileError, numba_refusals
+from .rhs_source import numba_ready, where_defined
 
 __all__ = ["cache_dir", "probed_mode", "remembered_mode", "returned_shape", "write_atomically"]
 
@@ -59,10 +60,12 @@ def probed_mode(
         first_error = None
         for as_array in (False, True):
             u_type = types.Array(dt, 1, "C") if as_array else types.UniTuple(dt, n)
-            dispatcher = numba.njit(ready)
+            # bounds checked (the probe only; a kernel does not check): the trial call of
+            # ``check`` raises for u[9] of 2 components, which a tuple refuses to compile
+            dispatcher = numba.njit(ready, boundscheck=as_array)
             try:
                 dispatcher.compile((u_type, *rest))
-            except numba.core.errors.NumbaError as err:
+            except numba_refusals() as err:
                 first_error = first_error or err
                 continue
             if check is not None:
@@ -74,24 +77,40 @@ def probed_mode(
     return remembered_mode(key, probe)
 
 
+_FAILED = object()  # what a trial call that raised returned
+
+
 def returned_shape(dispatcher: Any, n: int, dtype: str, *rest: Any) -> tuple[int, ...] | None:
     """The shape of what a probed user function returns (the generated code reads rows
     ``0 .. n-1`` of it, and of each row for a ``jac``, unchecked): that of one call at
     ``u = (1, ..., 1)``, ``t = 0`` with the other arguments ``rest`` after ``t``'s place
     (``rest[0]`` is ``p``); ragged rows give ``-1`` as their length. Where that call raises
-    (left to the kernel), a tuple's length from its type; ``None`` for a number."""
+    (left to the kernel), a tuple's length from its type; ``None`` for a number.
+
+    Raises ``KernelCompileError`` where the call reads past the end of an array ``u`` (the
+    probe checks bounds: ``u[9]`` of 2 components, which a kernel would read unchecked).
+    """
     import numpy as np
     from numba.core import types
 
     signature = dispatcher.nopython_signatures[-1]
     returned = signature.return_type
-    if isinstance(returned, (types.Number, types.Boolean)):
-        return None
     ones = np.ones(n, dtype=dtype)
     u = ones if isinstance(signature.args[0], types.Array) else tuple(ones)
     try:
         value = dispatcher(u, rest[0], ones[0] * 0, *rest[1:])
+    except IndexError as err:
+        raise KernelCompileError(
+            f"the function defined at {where_defined(dispatcher.py_func)} indexes u or p past "
+            f"its end at u = (1, ..., 1), t = 0 ({err}; u[2] of a state of 2 components, "
+            f"say), which the array path refuses with an IndexError too; the compiled "
+            f"kernels pass u and p as tuples of their items"
+        ) from None
     except Exception:  # an f failing at this trial point is left to the kernel
+        value = _FAILED
+    if isinstance(returned, (types.Number, types.Boolean)):
+        return None
+    if value is _FAILED:
         return (len(returned),) if isinstance(returned, types.BaseTuple) else None
     try:
         return tuple(np.shape(value))

@@ -24,7 +24,7 @@ import numpy as np
 from .cache import cache_dir, probed_mode, returned_shape, write_atomically
 from .codegen import CODEGEN_VERSION, KernelLayout, generate
 from .description import StepperDescription
-from .errors import ARRAY_PATH, KernelCompileError
+from .errors import ARRAY_PATH, KernelCompileError, numba_refusals
 from .events import bind_callbacks
 from .events_codegen import locate_copies, separate_functions
 from .rhs_source import check_plain_function, function_key, numba_ready, where_defined
@@ -83,9 +83,9 @@ def user_function_mode(
 
     check_plain_function(f, "each of f, jac and tgrad", "u, p, t")
     p_type = numba.typeof(p_example)
-    # "rows, numbers": answers remembered before _check_rows ran (or before it refused a
-    # number) are not reused
-    key = ("f", function_key(f), n, dtype, str(p_type), target, "rows, numbers")
+    # "rows, numbers, in range": answers remembered before _check_rows ran (or before it
+    # refused a number, or before u[9] of 2 components was refused) are not reused
+    key = ("f", function_key(f), n, dtype, str(p_type), target, "rows, numbers, in range")
     rest = (p_type, getattr(types, dtype))
     check = lambda dispatcher: _check_rows(f, dispatcher, n, dtype, p_example)
     return probed_mode(key, f, n, dtype, rest, lambda err: _refusal(f, err, p_example), check)
@@ -94,7 +94,9 @@ def user_function_mode(
 def _refusal(f: Callable[..., Any], err: Exception, p_example: Any) -> KernelCompileError:
     """The error for an ``f`` numba cannot compile; the fix named where ``f`` would compile
     with ``p`` an array (arithmetic on a whole 1-D ``p``, which the kernels pass as a tuple)."""
-    if isinstance(p_example, tuple) and p_example and _compiles_with_array_p(f, p_example):
+    past_end = "tuple index out of range" in str(err)  # compiles as an array, read past it
+    as_tuple = isinstance(p_example, tuple) and p_example
+    if as_tuple and not past_end and _compiles_with_array_p(f, p_example):
         return KernelCompileError(
             f"the right-hand side f defined at {where_defined(f)} uses p as an array "
             f"(-p * u, say), and the compiled kernels pass a 1-D p as a tuple of numbers; "
@@ -115,7 +117,7 @@ def _compiles_with_array_p(f: Callable[..., Any], p_example: tuple[Any, ...]) ->
     u_type = numba.typeof(np.ones(2, p.dtype))
     try:
         numba.njit(numba_ready(f)).compile((u_type, numba.typeof(p), numba.typeof(p[0])))
-    except numba.core.errors.NumbaError:
+    except numba_refusals():
         return False
     return True
 
@@ -299,6 +301,17 @@ def _hint(reason: str) -> str:
             "f returns complex numbers for a real state: keep du/dt real (complex parameters "
             "or constants such as 1j make it complex), as the array path requires too.\n"
         )
+    if "tuple index out of range" in reason:
+        return (
+            "f indexes u or p past its end (u[2] of a state of 2 components, say; the array "
+            "path raises an IndexError there): the kernels pass u and p as tuples of their "
+            "items.\n"
+        )
+    if "(UNPACK_EX)" in reason:
+        return (
+            "f unpacks with a starred name (a, *rest = p), which numba does not compile: "
+            "name every item (a, b, c = p) or index (p[0], p[1]).\n"
+        )
     field = re.search(r"Unknown attribute '(\w+)' of type (?:Uni)?Tuple", reason)
     if field is not None:  # p.k of a namedtuple, passed to f as a plain tuple
         return (
@@ -322,6 +335,12 @@ def _untyped_global_hint(reason: str) -> str:
     else:
         return ""
     what = f"`{name}` (a {kind})" if kind else f"`{name}`"
+    if kind == "function":  # a plain Python helper: numba calls only what it compiles
+        return (
+            f"f calls {what} from its closure or its module, and numba calls only functions "
+            f"it compiles: decorate it with @numba.njit (its body follows the same rules as "
+            f"f's), or write its body into f.\n"
+        )
     return (
         f"f reads {what} from its closure or its module, and numba compiles only numbers, "
         f"tuples of numbers and NumPy arrays read so (a list: make it a tuple): pass the "

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ARRAY_PATH, KernelUnsupportedError
+from .errors import ARRAY_PATH, KernelUnsupportedError, numba_refusals
 from .rhs_source import numba_ready, numpy_twin, where_defined
 
 __all__ = ["NOT_ANALYTIC_HINT", "STEP", "complex_copy"]
@@ -181,7 +181,7 @@ def check_compiles(
     try:
         for p in (p_example, as_complex):
             numba.njit(copy).compile((u_type, numba.typeof(p), types.float64))
-    except numba.core.errors.NumbaError as err:
+    except numba_refusals() as err:
         reason = str(err).split("During: ")[0].strip()
         raise KernelUnsupportedError(
             f"the complex-step copy of f defined at {where_defined(f)} does not compile for "

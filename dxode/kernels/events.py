@@ -102,15 +102,26 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
 
     def check(dispatcher: Any) -> None:
         _check_returns(k, cb, role, fn, dispatcher.nopython_signatures[0].return_type, n)
-        shape = returned_shape(dispatcher, n, dtype, p_example, True) if role == 1 else None
-        if shape is not None and shape != (n,):  # an array: the kernel would read n numbers
+        fired = (True,) if role == 1 else ()  # a condition's call checks its indexing only
+        shape = returned_shape(dispatcher, n, dtype, p_example, *fired)
+        if role == 1 and shape is not None and shape != (n,):  # the kernel reads n numbers
             raise KernelCompileError(
                 f"{_name(k, cb, role)} defined at {where_defined(fn)} returns shape {shape}; "
                 f"it must return the new state: {n} numbers"
             )
 
-    # "rows": answers remembered before the affect's rows were checked are not reused
-    key = ("callback", function_key(fn), type(cb).__name__, role, n, dtype, str(p_type), "rows")
+    # "rows, in range": answers remembered before the affect's rows were checked (or before
+    # u[9] of 2 components was refused) are not reused
+    key = (
+        "callback",
+        function_key(fn),
+        type(cb).__name__,
+        role,
+        n,
+        dtype,
+        str(p_type),
+        "rows, in range",
+    )
     error = lambda err: _uncompilable(k, cb, role, fn, err)
     return probed_mode(key, fn, n, dtype, rest, error, check)  # remembered on disk too
 

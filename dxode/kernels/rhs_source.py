@@ -64,18 +64,21 @@ def function_key(f: Callable[..., Any]) -> str:
 _KEYS: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
 
 
-def _frozen_values(f: Callable[..., Any]) -> tuple[str, ...]:
+def _frozen_values(f: Callable[..., Any], seen: frozenset[int] = frozenset()) -> tuple[str, ...]:
     """Fingerprints of what numba compiles into ``f`` as constants: its closure cells and
     the module-level values its code (and nested code) names, by value, not identity (an
-    array changed in place changes its fingerprint)."""
+    array changed in place changes its fingerprint). ``seen``: the ids of the functions
+    being fingerprinted around this one (a helper that calls itself)."""
     code = getattr(f, "__code__", None)
     if code is None:
         return ()
+    seen = seen | {id(f)}
     cells = [_cell_value(c) for c in getattr(f, "__closure__", None) or ()]
     module = getattr(f, "__globals__", {})
-    names = sorted({name for c in _code_objects(code) for name in c.co_names if name in module})
-    return tuple(_fingerprint(value) for value in cells) + tuple(
-        f"{name}={_fingerprint(module[name])}" for name in names
+    read = {name for c in _code_objects(code) for name in c.co_names}  # attributes too
+    names = sorted(read & module.keys())
+    return tuple(_fingerprint(value, seen, read) for value in cells) + tuple(
+        f"{name}={_fingerprint(module[name], seen, read)}" for name in names
     )
 
 
@@ -84,13 +87,32 @@ def _code_objects(code: types.CodeType) -> list[types.CodeType]:
     return [code, *(inner for c in nested for inner in _code_objects(c))]
 
 
-def _fingerprint(value: Any) -> str:
+def _fingerprint(value: Any, seen: frozenset[int], read: set[str]) -> str:
+    """``value`` as numba compiles it into a function that reads it; ``read``: the names
+    that function's code reads (a module's attributes among them)."""
     if isinstance(value, np.ndarray):
         digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
         return f"array({value.dtype.str}, {value.shape}, {digest})"
-    if isinstance(value, (bool, int, float, complex, str, bytes, np.generic, tuple)):
+    if isinstance(value, tuple):  # item by item: repr elides the middle of a long array
+        return "(" + ", ".join(_fingerprint(item, seen, read) for item in value) + ")"
+    if isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
         return repr(value)
-    return type(value).__qualname__  # modules, functions, classes: their identity is the name
+    helper = getattr(value, "py_func", None)  # a numba.njit helper f calls
+    if isinstance(helper, types.FunctionType) and id(helper) not in seen:
+        # numba compiles its code and the values it reads into the kernel, as f's own
+        code = _code_text(helper.__code__)
+        return f"{helper.__qualname__}({_digest(code)}, {_frozen_values(helper, seen)})"
+    if isinstance(value, types.ModuleType) and id(value) not in seen:
+        # ``cfg.K`` of a module of the user's: numba freezes the attribute's value too (its
+        # namespace read directly: no lazy imports, no deprecation warnings of a getattr)
+        namespace = vars(value)
+        inner = seen | {id(value)}
+        return f"{value.__name__}" + "".join(
+            f" {name}={_fingerprint(namespace[name], inner, read)}"
+            for name in sorted(read & namespace.keys())
+            if not name.startswith("__")
+        )
+    return type(value).__qualname__  # functions, classes: their identity is the name
 
 
 def _function_digest(f: Callable[..., Any], frozen: tuple[str, ...]) -> str:
@@ -98,8 +120,20 @@ def _function_digest(f: Callable[..., Any], frozen: tuple[str, ...]) -> str:
         text = inspect.getsource(f)
     except (OSError, TypeError):
         text = repr(getattr(f, "__code__", f))
-    digest = hashlib.sha256(f"{where_defined(f)}\n{text}\n{frozen}".encode())
-    return digest.hexdigest()[:16]
+    code = getattr(f, "__code__", None)  # two lambdas on one line share their source line
+    compiled = _code_text(code) if isinstance(code, types.CodeType) else ""
+    return _digest(f"{where_defined(f)}\n{text}\n{compiled}\n{frozen}")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _code_text(code: types.CodeType) -> str:
+    """A code object's instructions, constants and names (nested code too) as text, the
+    same in every process (``marshal``'s bytes depend on reference counts)."""
+    consts = [_code_text(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
+    return repr((code.co_code, consts, code.co_names, code.co_varnames, code.co_freevars))
 
 
 def _cell_value(cell: Any) -> Any:
