@@ -194,9 +194,7 @@ def number_densities(u, p, t):
 
 @pytest.mark.parametrize("scale", [1e12, 1e16])
 @pytest.mark.parametrize("kernel", [False, True], ids=["array", "kernel"])
-def test_a_difference_jacobian_of_large_components_takes_the_steps_of_an_exact_one(
-    scale, kernel
-):
+def test_a_difference_jacobian_of_large_components_takes_the_steps_of_an_exact_one(scale, kernel):
     # RADAU5's increment sqrt(eps |u_j|) alone is sqrt(eps / |u_j|) relative: a few ulps of
     # a component of 1e12 (Rodas5P 968 steps at rtol=1e-8 against 270 with autograd's
     # Jacobian), below one ulp at 1e16 (13048 steps).

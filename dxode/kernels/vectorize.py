@@ -2,9 +2,9 @@
 
 numba optimizes each compiled function's LLVM module in two rounds: a "cheap" round (at
 ``-O0`` with the loop vectorizer off, unless ``NUMBA_OPT=max``) then the full ``-O3``
-round. A kernel's ``attempt`` and ``block`` are compiled on their own and linked into
-``block`` (by ``attempt``) or ``run_blocks``, whose modules go through both rounds again, so the copies
-numba writes to its on-disk cache have been optimized twice, and there the lane loop of
+round. A kernel's ``attempt`` is compiled on its own and linked into ``block`` and
+``run_blocks``, whose modules go through both rounds again, so the copies numba writes to
+its on-disk cache have been optimized twice, and there the lane loop of
 a large ``attempt`` (the 12 components ``[u, S]`` of forward sensitivities, say) vectorizes.
 The process that compiled the kernel runs the copies optimized once (the first definition of
 a symbol wins when numba's JIT links the driver), whose lane loop stayed scalar: on the
