@@ -485,6 +485,16 @@ def test_bad_callbacks_are_named():
         dxode.solve(ball(np), callback=shrink)
 
 
+def test_an_affect_returning_too_few_rows_is_named_not_taken_for_f():
+    # A list of rows of the wrong length was reported as "the right-hand side returned 1 rows".
+    one_row = dxode.ContinuousCallback(height, lambda u, p, t, fired: [u[0]])
+    with pytest.raises(ValueError, match=r"callback 0: affect's rows .* shape \(2,\)"):
+        dxode.solve(ball(np), callback=one_row)
+    eprob, _ = ball_ensemble(3)
+    with pytest.raises(ValueError, match=r"callback 0: affect's rows .* shape \(2, 3\)"):
+        dxode.solve(eprob, trajectories=3, callback=one_row)
+
+
 _RERUNS: dict[int, int] = {}
 
 

@@ -483,7 +483,12 @@ class EventHandler:
                     f"change in the state u, and return its new value from affect"
                 )
         _refuse_traced_result(k, "affect", raw)
-        out = as_array(self._backend, raw, shape=shape)
+        try:
+            out = as_array(self._backend, raw, shape=shape)
+        except (ValueError, TypeError) as exc:  # the stacking's message names f's result
+            raise type(exc)(
+                f"callback {k}: affect's rows do not make the new state of shape {shape}: {exc}"
+            ) from None
         if not hasattr(out, "shape") or tuple(out.shape) != shape:
             got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
             raise ValueError(
