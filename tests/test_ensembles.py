@@ -59,6 +59,31 @@ def test_array_batches_equal_serial_solves_bitwise(xp):
     np.testing.assert_allclose(to_numpy(array.t), [0, 1, 2, 3])
 
 
+def test_serial_equals_array_bitwise_only_where_f_rounds_alike_on_a_scalar():
+    # The ensembles guide's caveat: EnsembleSerial evaluates f on one state, where u[0] is a
+    # NumPy scalar and u[0]**2 calls pow (an array squares): the same steps, not the same bits.
+    def vdp(square):
+        def f(u, p, t):
+            x2 = u[0] ** 2 if square else u[0] * u[0]
+            return [u[1], p[0] * (1 - x2) * u[1] - u[0]]
+
+        return f
+
+    mus = np.linspace(0.5, 50.0, 9)[:, None]
+    kwargs = {"trajectories": 9, "saveat": [5.0, 20.0], "rtol": 1e-6, "atol": 1e-8}
+    for square in (False, True):
+        eprob = EnsembleProblem(
+            dxode.ODEProblem(vdp(square), [2.0, 0.0], (0.0, 20.0), [1.0]), p=mus
+        )
+        array = dxode.solve(eprob, dxode.Tsit5(), EnsembleArray(), batch_size=4, **kwargs)
+        serial = dxode.solve(eprob, dxode.Tsit5(), EnsembleSerial(), **kwargs)
+        np.testing.assert_array_equal(serial.stats.naccept, array.stats.naccept)
+        if square:
+            np.testing.assert_allclose(serial.u, array.u, rtol=1e-12, atol=1e-13)
+        else:
+            np.testing.assert_array_equal(serial.u, array.u)
+
+
 @pytest.mark.parametrize("batch_size", [1, 7, 64])
 def test_results_do_not_depend_on_batch_size(batch_size):
     eprob = EnsembleProblem(_prob(), prob_func=context_prob_func)
