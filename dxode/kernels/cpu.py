@@ -40,10 +40,11 @@ def _spread(driver: Any, blocks: int, threads: int, *arrays: Any) -> None:
         driver(0, blocks, *arrays)
         return
     with ThreadPoolExecutor(threads - 1) as pool:
-        others = [pool.submit(driver, bounds[i], bounds[i + 1], *arrays) for i in range(1, threads)]
+        # map submits every range at once; reading its results re-raises a range's error
+        others = pool.map(lambda i: driver(bounds[i], bounds[i + 1], *arrays), range(1, threads))
         driver(bounds[0], bounds[1], *arrays)
-        for other in others:
-            other.result()
+        for _ in others:
+            pass
 
 
 def run_cpu(
