@@ -32,7 +32,7 @@ import numpy as np
 
 from .compiler import _import, _write_source
 from .complex_step import STEP, check_compiles, complex_copy
-from .errors import ARRAY_PATH, KernelUnsupportedError
+from .errors import CUDA_GRADIENT_U, KernelUnsupportedError
 from .rhs_source import function_key, numba_ready, where_defined
 from .sensitivity_rhs import _RowsToTuples
 
@@ -221,10 +221,7 @@ def lane_sweep(
     ``J[i][k]``) replaces complex step when given; ``p_example`` is one lane's ``p`` (for
     type checks)."""
     if as_array and target == "cuda":
-        raise KernelUnsupportedError(
-            "gradients on CUDA take an f that reads u as a tuple of numbers (x, y = u), not "
-            f"as an array; rewrite f, or use device='cpu' or {ARRAY_PATH}"
-        )
+        raise KernelUnsupportedError(CUDA_GRADIENT_U)
     keys = f"f={function_key(f)}@{where_defined(f)}" + (
         f" jac={function_key(jac)}" if jac is not None else ""
     )

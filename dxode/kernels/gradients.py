@@ -27,7 +27,7 @@ from ..sensitivity.algorithms import DiscreteAdjoint, ForwardSensitivity
 from .batch import KernelBatch, check_callback_method, lane_params
 from .compiler import dtype_name, user_function_mode
 from .ensemble_batch import MAX_COMPONENTS, check_state
-from .errors import ARRAY_PATH, KernelUnsupportedError
+from .errors import ARRAY_PATH, CUDA_GRADIENT_U, KernelUnsupportedError
 from .rhs_source import function_key
 
 __all__ = ["ADJOINT_ABOVE", "MAX_FORWARD_COMPONENTS", "KernelForwardSensitivity", "kernel_sensealg"]
@@ -192,10 +192,7 @@ def _build_augmented(
     example = eval(layout.expression("COL").replace("COL", "0"), {"P": params[:, :1]})
     as_array = user_function_mode(static.f, n, dtype, example, target)
     if as_array and target == "cuda":
-        raise KernelUnsupportedError(
-            f"gradients on CUDA take an f that reads u as a tuple of numbers (x, y = u), not "
-            f"as an array; rewrite f, or use device='cpu' or {ARRAY_PATH}"
-        )
+        raise KernelUnsupportedError(CUDA_GRADIENT_U)
     return augmented_rhs(
         static.f, n, layout, rows, as_array, dtype, example, static.jac, static.paramjac
     )
