@@ -12,6 +12,7 @@ the solve; the first call (compile, or numba's cache load) is reported apart.
     python asv_bench/diffeqgpu_kernel.py --device cpu [--sizes 1000 100000]
     python asv_bench/diffeqgpu_kernel.py --device cuda [--sizes 1000000 8388608]
     NUMBA_ENABLE_CUDASIM=1 python asv_bench/diffeqgpu_kernel.py --device cuda --sizes 8
+    python asv_bench/diffeqgpu_kernel.py --device cuda --peers   # + array path, Diffrax
 
 ``--device cpu`` runs the CPU kernel on one and on two threads. ``--device cuda`` runs
 ``EnsembleKernel(device="cuda")``, with CuPy arrays in and out on a real GPU (NumPy under
@@ -21,6 +22,11 @@ numba-cuda leaves libNVVM's FMA contraction on (``a * b + c`` is rounded once, n
 the last bits differ and an adaptive trajectory may take other steps. There the check is
 accuracy: against a float64 solve at ``rtol = atol = 1e-12``, on up to ``CHECKED`` evenly spaced
 trajectories, the GPU's error must be at most twice the CPU kernel's (plus a float32 ulp).
+
+``--peers`` (with ``--device cuda`` on a GPU) adds, in the same process and on the same GPU,
+dxode's array path on CuPy (``EnsembleArray(backend="cupy")``, end to end like the kernel)
+and Diffrax's ``jit(vmap)`` Tsit5 (compiled first; its timed call starts from parameters
+already on the GPU), each with its largest difference from the kernel's final states.
 """
 
 from __future__ import annotations
@@ -36,25 +42,13 @@ from typing import Any
 
 import numpy as np
 from bench_timing import best_of
+from diffeqgpu_problem import ADAPTIVE_RTOL, ADAPTIVE_TOL, DTYPE, FIXED_DT, diffrax_solver, lorenz
 
 import dxode
 
-DTYPE = np.float32
-FIXED_DT = 0.001
-ADAPTIVE_TOL = 1e-8
-# The paper's rtol = 1e-8 is below float32's machine epsilon, which dxode rejects (the error
-# estimate cannot resolve it); the adaptive rows use the smallest rtol float32 resolves and the
-# paper's atol.
-ADAPTIVE_RTOL = float(np.finfo(DTYPE).eps)
 PAPER_N = 8_388_608
 PAPER_V100_S = {"adaptive": 0.0695, "fixed": 0.145}  # DiffEqGPU EnsembleGPUKernel, V100
 CHECKED = 100_000  # trajectories checked against the CPU kernel and the float64 reference
-
-
-def lorenz(u: Any, p: Any, t: Any) -> list[Any]:
-    x, y, z = u
-    sigma, rho, beta = p
-    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
 
 
 def on_simulator() -> bool:
@@ -143,6 +137,36 @@ def check_against_cpu(final: np.ndarray, n: int, mode: str) -> tuple[bool, str]:
     return passed, cell
 
 
+def peer_rows(sizes: list[int], repeats: int) -> None:
+    """Print the array path's and Diffrax's rows on the GPU (see ``--peers``)."""
+    import cupy
+
+    array = dxode.EnsembleArray(backend="cupy")
+    kernel = dxode.EnsembleKernel(device="cuda")
+    for mode in ("adaptive", "fixed"):
+        solve_end_to_end(2, mode, array, cupy)  # CuPy's kernels compile on first use
+        for n in sizes:
+            reference = host(solve_end_to_end(n, mode, kernel, cupy))
+            seconds, final = best_of(
+                functools.partial(solve_end_to_end, n, mode, array, cupy), repeats
+            )
+            diff = float(np.max(np.abs(host(final) - reference)))
+            print(
+                f"| {n:,} | {describe(mode)} | array path (CuPy) | - | {seconds:.4f} | "
+                f"{seconds / n * 1e6:.2f} | {PAPER_V100_S[mode]:.4f} | differ {diff:.1e} |",
+                flush=True,
+            )
+            run, compile_s = diffrax_solver(n, mode == "adaptive")
+            seconds, ys = best_of(run, repeats, warm_up=True)
+            diff = float(np.max(np.abs(np.asarray(ys)[:, -1, :] - reference)))
+            print(
+                f"| {n:,} | {describe(mode)} | Diffrax jit(vmap), GPU | {compile_s:.2f} | "
+                f"{seconds:.4f} | {seconds / n * 1e6:.2f} | {PAPER_V100_S[mode]:.4f} | "
+                f"differ {diff:.1e} |",
+                flush=True,
+            )
+
+
 def configurations(device: str) -> list[tuple[str, dxode.EnsembleKernel]]:
     if device == "cuda":
         return [("cuda", dxode.EnsembleKernel(device="cuda"))]
@@ -154,7 +178,10 @@ def main() -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--peers", action="store_true", help="add the array path and Diffrax")
     args = parser.parse_args()
+    if args.peers and (args.device != "cuda" or on_simulator()):
+        parser.error("--peers compares on a GPU: it needs --device cuda and no simulator")
     xp = array_module(args.device)
     where = "numba-cuda simulator" if args.device == "cuda" and on_simulator() else args.device
     print(
@@ -185,9 +212,7 @@ def main() -> int:
                     all_passed &= passed
                 cells = [
                     f"{n:,}",
-                    f"adaptive {ADAPTIVE_RTOL:.3g}/{ADAPTIVE_TOL:g}"
-                    if mode == "adaptive"
-                    else f"fixed dt {FIXED_DT:g}",
+                    describe(mode),
                     name,
                     f"{first_call:.2f}",
                     f"{seconds:.4f}",
@@ -196,6 +221,8 @@ def main() -> int:
                     check,
                 ]
                 print("| " + " | ".join(cells) + " |", flush=True)
+    if args.peers:
+        peer_rows(args.sizes, args.repeats)
     if args.device == "cuda":
         print("cuda kernel vs CPU kernel:", "passed" if all_passed else "FAILED")
     return 0 if all_passed else 1

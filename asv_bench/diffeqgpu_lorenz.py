@@ -25,31 +25,22 @@ os.environ["OMP_NUM_THREADS"] = "1"
 import argparse
 import datetime
 import platform
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from bench_timing import best_of
+from diffeqgpu_problem import (
+    ADAPTIVE_RTOL,
+    ADAPTIVE_TOL,
+    DTYPE,
+    FIXED_DT,
+    diffrax_solver,
+    lorenz,
+    parameters,
+)
 
 import dxode
-
-DTYPE = np.float32
-FIXED_DT = 0.001
-ADAPTIVE_TOL = 1e-8
-ADAPTIVE_RTOL = float(np.finfo(DTYPE).eps)
-
-
-def lorenz(u: Any, p: Any, t: Any) -> list[Any]:
-    x, y, z = u
-    sigma, rho, beta = p
-    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
-
-
-def parameters(n: int) -> np.ndarray:
-    """(N, 3): sigma = 10, rho = linspace(0, 21, N), beta = 8/3, float32."""
-    rho = np.linspace(0.0, 21.0, n)
-    return np.column_stack([np.full(n, 10.0), rho, np.full(n, 8 / 3)]).astype(DTYPE)
 
 
 def dxode_solver(n: int, adaptive: bool) -> Callable[[], Any]:
@@ -65,41 +56,6 @@ def dxode_solver(n: int, adaptive: bool) -> Callable[[], Any]:
     return lambda: (
         dxode.solve(eprob, dxode.Tsit5(), trajectories=n, batch_size=n, saveat=[1.0], **options).u
     )
-
-
-def diffrax_solver(n: int, adaptive: bool) -> tuple[Callable[[], Any], float]:
-    """A compiled ``jit(vmap)`` Diffrax solve and its compile time."""
-    import diffrax
-    import jax
-    import jax.numpy as jnp
-
-    term = diffrax.ODETerm(lambda t, u, p: jnp.stack(lorenz(u, p, t)))
-    y0 = jnp.asarray([1.0, 0.0, 0.0], dtype=jnp.float32)
-    controller = (
-        diffrax.PIDController(rtol=ADAPTIVE_RTOL, atol=ADAPTIVE_TOL)
-        if adaptive
-        else diffrax.ConstantStepSize()
-    )
-
-    def solve_one(p):
-        return diffrax.diffeqsolve(
-            term,
-            diffrax.Tsit5(),
-            t0=0.0,
-            t1=1.0,
-            dt0=None if adaptive else FIXED_DT,
-            y0=y0,
-            args=p,
-            saveat=diffrax.SaveAt(t1=True),
-            stepsize_controller=controller,
-            max_steps=100_000,
-        ).ys
-
-    p = jnp.asarray(parameters(n))
-    start = time.perf_counter()
-    compiled = jax.jit(jax.vmap(solve_one)).lower(p).compile()
-    compile_s = time.perf_counter() - start
-    return (lambda: jax.block_until_ready(compiled(p))), compile_s
 
 
 def main() -> None:

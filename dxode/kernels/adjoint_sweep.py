@@ -279,13 +279,12 @@ _WRITTEN = (13, 14, 15, 16, 17)
 def _on_device(kernel: Any, *arrays: Any) -> None:
     """Run the CUDA ``lanes`` on host arrays: inputs copied to the device, one thread per
     lane, the written arrays copied back into theirs."""
-    from .cuda import THREADS_PER_BLOCK, require_gpu
+    from .cuda import launch, require_gpu
 
     cuda = require_gpu()
     on_device = [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in arrays]
     lanes = arrays[2].shape[0] - 1
-    grid = max(1, (lanes + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK)
-    kernel[grid, THREADS_PER_BLOCK](*on_device)
+    launch(kernel, lanes)(*on_device)
     cuda.synchronize()
     for i in _WRITTEN:
         arrays[i][...] = on_device[i].copy_to_host()

@@ -8,13 +8,14 @@ CPU, which is how the tests check it without a GPU.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
 from .batch import KernelBatch, KernelResult
 
-__all__ = ["run_cuda"]
+__all__ = ["launch", "run_cuda"]
 
 THREADS_PER_BLOCK = 128
 
@@ -39,15 +40,26 @@ def run_cuda(
     outs = [cuda.to_device(a) for a in batch.outputs()]
     events = [cuda.to_device(a) for a in batch.event_arrays()]
     buffers = [cuda.to_device(a) for a in _record_buffers(batch, record_capacity)]
-    lanes = batch.n_lanes
-    grid = (lanes + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-    kernel.call(kernel.driver[grid, THREADS_PER_BLOCK], *args, *outs, *events, *buffers)
+    kernel.call(launch(kernel.driver, batch.n_lanes), *args, *outs, *events, *buffers)
     cuda.synchronize()
     log = tuple(a.copy_to_host() for a in events[2:]) or None  # host: read to build records
     steps = tuple(a.copy_to_host() for a in buffers) or None
     saved, *per_lane = outs
     host = [_result_array(saved, as_cupy)] + [a.copy_to_host() for a in per_lane]
     return KernelResult.from_outputs(host, steps, log)
+
+
+def launch(kernel: Any, lanes: int) -> Any:
+    """``kernel`` configured for one thread per lane, in blocks of ``THREADS_PER_BLOCK``.
+
+    numba-cuda warns (``NumbaPerformanceWarning``) at every launch of fewer than 128 blocks,
+    i.e. below 16,384 lanes here; a small ensemble is the user's problem size, not a mistake
+    they can fix, so that warning is not passed on.
+    """
+    grid = max(1, (lanes + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Grid size .* low occupancy")
+        return kernel[grid, THREADS_PER_BLOCK]
 
 
 def _record_buffers(batch: KernelBatch, capacity: int | None) -> tuple[np.ndarray, ...]:

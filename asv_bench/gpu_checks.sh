@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU checks, in one run on a machine with an NVIDIA GPU, CuPy, numba-cuda and the test
+# extra installed: the environment, DiffEqGPU's benchmark through the CUDA kernel with its peers
+# on the same GPU, a profile of the largest solve, and the tests that need a GPU (CuPy backend,
+# CUDA kernels, dask-cuda). Each step has its own time limit, so one failure does not hide the
+# others; logs go to $OUT (default ./gpu-results). Wheels in ./.whl (for a machine that cannot
+# reach a package index) are installed into /tmp/site first.
+#
+#     bash asv_bench/gpu_checks.sh [SIZES...]     # default sizes: 1000000 8388608
+set -u
+OUT=${OUT:-gpu-results}
+mkdir -p "$OUT"
+SIZES=${*:-1000000 8388608}
+export PYTHONUNBUFFERED=1 DXODE_KERNEL_CACHE=${DXODE_KERNEL_CACHE:-/tmp/dxode-kernels}
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # JAX (Diffrax) shares the GPU with CuPy and numba
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+
+step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (limit ${limit} s)"
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 40 "$OUT/$name.log"
+  echo "=== $name: rc=$rc, $((SECONDS - start)) s"
+}
+
+step env 60 bash -c 'nvidia-smi; python3 -c "
+import importlib, platform
+print(platform.python_version())
+for m in (\"numpy\", \"numba\", \"numba.cuda\", \"cupy\", \"llvmlite\", \"dask\", \"distributed\",
+          \"dask_cuda\", \"autograd\", \"array_api_compat\", \"jax\", \"diffrax\", \"scipy\"):
+    try:
+        mod = importlib.import_module(m)
+        print(m, getattr(mod, \"__version__\", \"?\"), getattr(mod, \"__file__\", \"\"))
+    except Exception as exc:
+        print(m, \"MISSING\", exc)
+from numba import cuda
+print(\"numba.cuda available:\", cuda.is_available())
+cuda.detect()
+"'
+step diffeqgpu 200 python3 asv_bench/diffeqgpu_kernel.py --device cuda --peers --repeats 2 --sizes $SIZES
+step profile 60 python3 - <<'EOF'
+import cProfile, pstats, sys, time
+sys.path.insert(0, "asv_bench")
+import cupy
+import dxode
+from diffeqgpu_kernel import solve_end_to_end
+kernel = dxode.EnsembleKernel(device="cuda")
+n = 8_388_608
+for mode in ("adaptive", "fixed"):
+    solve_end_to_end(n, mode, kernel, cupy)
+    profile = cProfile.Profile()
+    start = time.perf_counter()
+    profile.runcall(solve_end_to_end, n, mode, kernel, cupy)
+    print(f"{mode}: {time.perf_counter() - start:.4f} s under the profiler")
+    pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+EOF
+# the GPU-marked tests (collected from the modules that have them, so that a module needing
+# something this machine lacks cannot stop the collection); a failure is rerun with warnings
+# shown, not raised, to tell a warning from a wrong result
+GPU_TESTS="tests/test_kernel_gpu.py tests/test_kernel_gpu_features.py tests/test_dask_cuda.py
+  tests/test_backends.py tests/test_ensembles.py tests/test_events.py tests/test_inputs.py
+  tests/test_gradients_backends.py tests/test_lanes.py tests/test_stiff.py
+  tests/test_stiff_problems.py tests/test_trbdf2.py"
+step pytest 240 python3 -m pytest -m gpu -n 8 --durations=15 $GPU_TESTS
+grep -q " failed\| error" "$OUT/pytest.log" &&
+  step pytest-rerun 90 python3 -m pytest -m gpu -n 8 --lf -W default $GPU_TESTS
