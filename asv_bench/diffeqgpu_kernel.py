@@ -137,34 +137,37 @@ def check_against_cpu(final: np.ndarray, n: int, mode: str) -> tuple[bool, str]:
     return passed, cell
 
 
-def peer_rows(sizes: list[int], repeats: int) -> None:
-    """Print the array path's and Diffrax's rows on the GPU (see ``--peers``)."""
+def peer_rows(sizes: list[int], repeats: int, peers: list[str]) -> None:
+    """Print the rows of ``peers`` (``"array"``: the array path on CuPy, ``"diffrax"``) on the
+    GPU (see ``--peers``)."""
     import cupy
 
-    array = dxode.EnsembleArray(backend="cupy")
     kernel = dxode.EnsembleKernel(device="cuda")
     for mode in ("adaptive", "fixed"):
-        solve_end_to_end(2, mode, array, cupy)  # CuPy's kernels compile on first use
         for n in sizes:
             reference = host(solve_end_to_end(n, mode, kernel, cupy))
-            seconds, final = best_of(
-                functools.partial(solve_end_to_end, n, mode, array, cupy), repeats
-            )
-            diff = float(np.max(np.abs(host(final) - reference)))
-            print(
-                f"| {n:,} | {describe(mode)} | array path (CuPy) | - | {seconds:.4f} | "
-                f"{seconds / n * 1e6:.2f} | {PAPER_V100_S[mode]:.4f} | differ {diff:.1e} |",
-                flush=True,
-            )
-            run, compile_s = diffrax_solver(n, mode == "adaptive")
-            seconds, ys = best_of(run, repeats, warm_up=True)
-            diff = float(np.max(np.abs(np.asarray(ys)[:, -1, :] - reference)))
-            print(
-                f"| {n:,} | {describe(mode)} | Diffrax jit(vmap), GPU | {compile_s:.2f} | "
-                f"{seconds:.4f} | {seconds / n * 1e6:.2f} | {PAPER_V100_S[mode]:.4f} | "
-                f"differ {diff:.1e} |",
-                flush=True,
-            )
+            if "array" in peers:
+                array = dxode.EnsembleArray(backend="cupy")
+                solve_end_to_end(2, mode, array, cupy)  # CuPy's kernels compile on first use
+                run = functools.partial(solve_end_to_end, n, mode, array, cupy)
+                seconds, final = best_of(run, repeats)
+                cells = ["array path (CuPy)", "-", seconds, host(final)[:, None, :]]
+                _print_peer(n, mode, *cells, reference)
+            if "diffrax" in peers:
+                run, compile_s = diffrax_solver(n, mode == "adaptive")
+                seconds, ys = best_of(run, repeats, warm_up=True)
+                cells = ["Diffrax jit(vmap), GPU", f"{compile_s:.2f}", seconds, np.asarray(ys)]
+                _print_peer(n, mode, *cells, reference)
+
+
+def _print_peer(
+    n: int, mode: str, name: str, first: str, seconds: float, ys: np.ndarray, ref: np.ndarray
+) -> None:
+    """One peer's row: its final states ``ys`` ``(n, 1, 3)`` against the kernel's ``ref``."""
+    diff = float(np.max(np.abs(ys[:, -1, :] - ref)))
+    cells = [f"{n:,}", describe(mode), name, first, f"{seconds:.4f}", f"{seconds / n * 1e6:.2f}"]
+    cells += [f"{PAPER_V100_S[mode]:.4f}", f"differ {diff:.1e}"]
+    print("| " + " | ".join(cells) + " |", flush=True)
 
 
 def configurations(device: str) -> list[tuple[str, dxode.EnsembleKernel]]:
@@ -178,9 +181,14 @@ def main() -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--peers", action="store_true", help="add the array path and Diffrax")
+    parser.add_argument(
+        "--peers",
+        nargs="*",
+        choices=["array", "diffrax"],
+        help="add these peers on the GPU (no names: both)",
+    )
     args = parser.parse_args()
-    if args.peers and (args.device != "cuda" or on_simulator()):
+    if args.peers is not None and (args.device != "cuda" or on_simulator()):
         parser.error("--peers compares on a GPU: it needs --device cuda and no simulator")
     xp = array_module(args.device)
     where = "numba-cuda simulator" if args.device == "cuda" and on_simulator() else args.device
@@ -221,8 +229,8 @@ def main() -> int:
                     check,
                 ]
                 print("| " + " | ".join(cells) + " |", flush=True)
-    if args.peers:
-        peer_rows(args.sizes, args.repeats)
+    if args.peers is not None:
+        peer_rows(args.sizes, args.repeats, args.peers or ["array", "diffrax"])
     if args.device == "cuda":
         print("cuda kernel vs CPU kernel:", "passed" if all_passed else "FAILED")
     return 0 if all_passed else 1

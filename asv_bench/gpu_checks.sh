@@ -46,13 +46,17 @@ from numba import cuda
 print(\"numba.cuda available:\", cuda.is_available())
 cuda.detect()
 "'
-step diffeqgpu 200 python3 asv_bench/diffeqgpu_kernel.py --device cuda --peers --repeats 2 --sizes $SIZES
-step profile 60 python3 - <<'EOF'
+step diffeqgpu 200 python3 asv_bench/diffeqgpu_kernel.py --device cuda --repeats 2 \
+  --sizes $SIZES --peers ${PEERS:-array diffrax}
+# where the largest solve's time goes (host work, transfers, the kernel), and the kernel in
+# float32 against float64
+step profile 90 python3 - <<'EOF'
 import cProfile, pstats, sys, time
 sys.path.insert(0, "asv_bench")
 import cupy
+import numpy as np
 import dxode
-from diffeqgpu_kernel import solve_end_to_end
+from diffeqgpu_kernel import options, paper_inputs, solve_end_to_end, solve_lanes
 kernel = dxode.EnsembleKernel(device="cuda")
 n = 8_388_608
 for mode in ("adaptive", "fixed"):
@@ -61,7 +65,17 @@ for mode in ("adaptive", "fixed"):
     start = time.perf_counter()
     profile.runcall(solve_end_to_end, n, mode, kernel, cupy)
     print(f"{mode}: {time.perf_counter() - start:.4f} s under the profiler")
-    pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+    stats = pstats.Stats(profile)
+    stats.sort_stats("cumulative").print_stats(30)
+    stats.sort_stats("tottime").print_stats(15)
+for dtype in (np.float32, np.float64):
+    u0, p = (cupy.asarray(a.astype(dtype)) for a in paper_inputs(n))
+    for mode in ("adaptive", "fixed"):
+        solve_lanes(u0, p, kernel, **options(mode))
+        start = time.perf_counter()
+        solve_lanes(u0, p, kernel, **options(mode))
+        seconds = time.perf_counter() - start
+        print(f"{np.dtype(dtype).name} {mode}: {seconds:.4f} s from inputs on the GPU")
 EOF
 # the GPU-marked tests (collected from the modules that have them, so that a module needing
 # something this machine lacks cannot stop the collection); a failure is rerun with warnings
@@ -70,6 +84,6 @@ GPU_TESTS="tests/test_kernel_gpu.py tests/test_kernel_gpu_features.py tests/test
   tests/test_backends.py tests/test_ensembles.py tests/test_events.py tests/test_inputs.py
   tests/test_gradients_backends.py tests/test_lanes.py tests/test_stiff.py
   tests/test_stiff_problems.py tests/test_trbdf2.py"
-step pytest 240 python3 -m pytest -m gpu -n 8 --durations=15 $GPU_TESTS
+step pytest 240 python3 -m pytest -p no:benchmark -m gpu -n 8 --durations=15 $GPU_TESTS
 grep -q " failed\| error" "$OUT/pytest.log" &&
-  step pytest-rerun 90 python3 -m pytest -m gpu -n 8 --lf -W default $GPU_TESTS
+  step pytest-rerun 90 python3 -m pytest -p no:benchmark -m gpu -n 8 --lf -W default $GPU_TESTS

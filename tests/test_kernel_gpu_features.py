@@ -45,7 +45,8 @@ def test_callbacks_on_the_gpu_give_the_cpu_kernels_events():
 
     prob = dxode.ODEProblem(rate, np.array([0.0]), (0.0, 4.0), (1.0,))
     eprob = dxode.EnsembleProblem(prob, u0=STARTS, p=RATES)
-    opts = {"callback": mixed_callbacks(), "saveat": 0.5, "rtol": 1e-8, "atol": 1e-10}
+    callbacks = mixed_callbacks()
+    opts = {"callback": callbacks, "saveat": 0.5, "rtol": 1e-8, "atol": 1e-10}
     gpu = dxode.solve(eprob, "tsit5", GPU, **opts)
     cpu = dxode.solve(eprob, "tsit5", CPU, **opts)
     np.testing.assert_array_equal(gpu.retcodes, cpu.retcodes)
@@ -53,9 +54,17 @@ def test_callbacks_on_the_gpu_give_the_cpu_kernels_events():
     assert len(gpu.events) == len(cpu.events) > 5
     for name in ("callback", "trajectory"):
         np.testing.assert_array_equal(getattr(gpu.events, name), getattr(cpu.events, name))
+    # A DiscreteCallback fires at the end of a step, and FMA contraction moves the GPU's
+    # steps: its events are where each device's steps ended (seen: 1e-6 apart, relative, in
+    # u = 1.88 growing at rate 1.2), while located crossings and preset times are the
+    # problem's own and agree to the solves' tolerance.
+    discrete = np.asarray(cpu.events.callback) == len(callbacks.callbacks) - 1
+    assert isinstance(callbacks.callbacks[-1], dxode.DiscreteCallback) and discrete.any()
     for name in ("t", "u_before", "u_after"):
         a, b = (_host(getattr(sim.events, name)) for sim in (gpu, cpu))
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8, equal_nan=True, err_msg=name)
+        near = {"equal_nan": True, "err_msg": name}
+        np.testing.assert_allclose(a[~discrete], b[~discrete], rtol=1e-6, atol=1e-8, **near)
+        np.testing.assert_allclose(a[discrete], b[discrete], rtol=1e-4, **near)
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,14 @@ from .._validation import check_backend_name, check_flag
 from ..backends import backend_for, get_backend
 from ..events.callbacks import check_preset_times
 from ..events.record import concat_records, replace_trajectories
-from .batch import BatchResult, BatchSpec, check_arrays, check_direction, solve_batch
+from .batch import (
+    BatchResult,
+    BatchSpec,
+    check_arrays,
+    check_direction,
+    index_array,
+    solve_batch,
+)
 from .problem import EnsembleProblem
 from .scheduling import map_batches_here
 
@@ -121,7 +128,7 @@ def finish_batch(
 ) -> BatchResult:
     """Solve a batch (trajectory indices, or a range of them), then apply ``output_func``
     with its reruns."""
-    indices = np.asarray(indices, dtype=np.int64)
+    indices = index_array(indices)
     result = alg.run_batch(eprob, indices, spec, np.zeros_like(indices))
     if eprob.output_func is None:
         return result

@@ -91,11 +91,19 @@ class _Lanes:
     lane_leaf: list[bool]  # which leaves of p are per-lane
 
 
+def index_array(indices: Any) -> np.ndarray:
+    """Trajectory ``indices`` (a ``range``, sequence or array) as an int64 array; a range
+    without iterating it in Python (``np.asarray(range(8_000_000))`` takes 0.4 s)."""
+    if isinstance(indices, range):
+        return np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
+    return np.asarray(indices, dtype=np.int64)
+
+
 def solve_batch(
     eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray | None = None
 ) -> BatchResult:
     """Solve trajectories ``indices`` as one vectorized batch of lanes."""
-    indices = np.asarray(indices, dtype=np.int64)
+    indices = index_array(indices)
     repeat = np.zeros_like(indices) if repeat is None else np.asarray(repeat, dtype=np.int64)
     backend = get_backend(spec.backend) if spec.backend else backend_for(eprob.prob.u0)
     lanes = build_lanes(eprob, indices, repeat, spec.seed, backend)

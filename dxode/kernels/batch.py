@@ -27,6 +27,10 @@ from .rosenbrock_description import RosenbrockDescription, stiff_derivatives
 __all__ = ["KernelBatch", "KernelResult", "check_callback_method", "lane_params"]
 
 DEFAULT_BLOCK = 32
+# The outputs (``KernelBatch.outputs``) every lane's retirement writes in full: UEND, TEND, RET,
+# NACC, NREJ, NF. A device needs only to allocate them; SAVED (NaN where a lane never got) and
+# NSW (counters) start from their values.
+WRITTEN_IN_FULL = range(1, 7)
 
 
 @dataclasses.dataclass
@@ -273,7 +277,7 @@ def lane_params(p: Any, lane_leaf: list[bool], lanes: int, dtype: Any) -> tuple[
         for leaf in _pytree.leaves(p)
     }
     row_dtype = np.dtype(dtype) if kinds == {np.dtype(dtype)} else np.float64
-    return layout, np.ascontiguousarray(np.concatenate(rows).astype(row_dtype))
+    return layout, np.ascontiguousarray(np.concatenate(rows).astype(row_dtype, copy=False))
 
 
 def check_parameter_dtypes(p: Any, lane_leaf: list[bool], dtype: Any) -> None:

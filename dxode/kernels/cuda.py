@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .batch import KernelBatch, KernelResult
+from .batch import WRITTEN_IN_FULL, KernelBatch, KernelResult
 
 __all__ = ["launch", "run_cuda"]
 
@@ -37,7 +37,10 @@ def run_cuda(
     record = record_capacity is not None
     kernel = batch.prepare("cuda", 1, record)
     args = [cuda.to_device(a) for a in batch.arguments()]
-    outs = [cuda.to_device(a) for a in batch.outputs()]
+    outs = [
+        cuda.device_array(a.shape, a.dtype) if k in WRITTEN_IN_FULL else cuda.to_device(a)
+        for k, a in enumerate(batch.outputs())
+    ]
     events = [cuda.to_device(a) for a in batch.event_arrays()]
     buffers = [cuda.to_device(a) for a in _record_buffers(batch, record_capacity)]
     kernel.call(launch(kernel.driver, batch.n_lanes), *args, *outs, *events, *buffers)
@@ -58,7 +61,7 @@ def launch(kernel: Any, lanes: int) -> Any:
     """
     grid = max(1, (lanes + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Grid size .* low occupancy")
+        warnings.filterwarnings("ignore", message=r"(\x1b\[\d+m)*Grid size \d+ will likely")
         return kernel[grid, THREADS_PER_BLOCK]
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._timegrid import lane_save_grid, lane_stop_times, trajectory_times
 from ..backends import get_backend
-from ..ensemble.batch import BatchResult, BatchSpec, build_lanes
+from ..ensemble.batch import BatchResult, BatchSpec, build_lanes, index_array
 from ..ensemble.problem import EnsembleProblem
 from ..events.record import EventRecord
 from .batch import KernelBatch, check_parameter_dtypes, lane_params
@@ -30,7 +30,7 @@ def solve_kernel_batch(
     alg: Any, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
 ) -> BatchResult:
     """Solve trajectories ``indices`` (attempt ``repeat``) with ``alg``'s kernel."""
-    indices = np.asarray(indices, dtype=np.int64)
+    indices = index_array(indices)
     backend = get_backend("numpy")
     lanes = build_lanes(eprob, indices, np.asarray(repeat, dtype=np.int64), spec.seed, backend)
     u0 = np.asarray(lanes.u0)
