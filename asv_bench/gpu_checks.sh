@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, in one run on a machine with an NVIDIA GPU, CuPy, numba-cuda and the test
-# extra installed: the environment, DiffEqGPU's benchmark through the CUDA kernel with its peers
-# on the same GPU, a profile of the largest solve, and the tests that need a GPU (CuPy backend,
-# CUDA kernels, dask-cuda). Each step has its own time limit, so one failure does not hide the
+# extra installed: the environment, the tests that need a GPU (CuPy backend, CUDA kernels,
+# dask-cuda), DiffEqGPU's benchmark through the CUDA kernel with its peers on the same GPU
+# (PEERS: "array diffrax" by default) and a profile of the largest solve. Each step has its own time limit, so one failure does not hide the
 # others; logs go to $OUT (default ./gpu-results). Wheels in ./.whl (for a machine that cannot
 # reach a package index) are installed into /tmp/site first.
 #
@@ -46,6 +46,16 @@ from numba import cuda
 print(\"numba.cuda available:\", cuda.is_available())
 cuda.detect()
 "'
+# the GPU-marked tests (collected from the modules that have them, so that a module needing
+# something this machine lacks cannot stop the collection); a failure is rerun with warnings
+# shown, not raised, to tell a warning from a wrong result
+GPU_TESTS="tests/test_kernel_gpu.py tests/test_kernel_gpu_features.py tests/test_dask_cuda.py
+  tests/test_backends.py tests/test_ensembles.py tests/test_events.py tests/test_inputs.py
+  tests/test_gradients_backends.py tests/test_lanes.py tests/test_stiff.py
+  tests/test_stiff_problems.py tests/test_trbdf2.py"
+step pytest 240 python3 -m pytest -p no:benchmark -m gpu -n 8 --durations=15 $GPU_TESTS
+grep -q " failed\| error" "$OUT/pytest.log" &&
+  step pytest-rerun 90 python3 -m pytest -p no:benchmark -m gpu -n 8 --lf -W default $GPU_TESTS
 step diffeqgpu 200 python3 asv_bench/diffeqgpu_kernel.py --device cuda --repeats 2 \
   --sizes $SIZES --peers ${PEERS:-array diffrax}
 # where the largest solve's time goes (host work, transfers, the kernel), and the kernel in
@@ -77,13 +87,3 @@ for dtype in (np.float32, np.float64):
         seconds = time.perf_counter() - start
         print(f"{np.dtype(dtype).name} {mode}: {seconds:.4f} s from inputs on the GPU")
 EOF
-# the GPU-marked tests (collected from the modules that have them, so that a module needing
-# something this machine lacks cannot stop the collection); a failure is rerun with warnings
-# shown, not raised, to tell a warning from a wrong result
-GPU_TESTS="tests/test_kernel_gpu.py tests/test_kernel_gpu_features.py tests/test_dask_cuda.py
-  tests/test_backends.py tests/test_ensembles.py tests/test_events.py tests/test_inputs.py
-  tests/test_gradients_backends.py tests/test_lanes.py tests/test_stiff.py
-  tests/test_stiff_problems.py tests/test_trbdf2.py"
-step pytest 240 python3 -m pytest -p no:benchmark -m gpu -n 8 --durations=15 $GPU_TESTS
-grep -q " failed\| error" "$OUT/pytest.log" &&
-  step pytest-rerun 90 python3 -m pytest -p no:benchmark -m gpu -n 8 --lf -W default $GPU_TESTS
