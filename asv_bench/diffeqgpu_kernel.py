@@ -6,8 +6,9 @@ solving of differential equations on multiple GPU platforms"): Lorenz with ``sig
 Tsit5 adaptive with ``rtol = atol = 1e-8`` (here ``rtol`` = float32's machine epsilon,
 1.19e-7, the smallest that dxode accepts in float32, and ``atol = 1e-8``) and with a fixed
 step ``dt = 0.001`` (1,000 steps), only the final state kept. Each timed run is end to end
-from Python: the per-trajectory ``u0`` and ``p`` arrays (no ``prob_func``), the problems and
-the solve; the first call (compile, or numba's cache load) is reported apart.
+from Python: the per-trajectory ``u0`` and ``p`` arrays (no ``prob_func``; built with CuPy on
+the GPU for ``--device cuda``, as a CuPy user would), the problems and the solve; the first
+call (compile, or numba's cache load) is reported apart.
 
     python asv_bench/diffeqgpu_kernel.py --device cpu [--sizes 1000 100000]
     python asv_bench/diffeqgpu_kernel.py --device cuda [--sizes 1000000 8388608]
@@ -82,11 +83,12 @@ def describe(mode: str) -> str:
     return f"fixed dt {FIXED_DT:g}"
 
 
-def paper_inputs(n: int, dtype: Any = DTYPE) -> tuple[np.ndarray, np.ndarray]:
-    """The paper's initial states ``(n, 3)`` and parameters ``(n, 3)``, built on the host."""
-    rho = np.linspace(0.0, 21.0, n, dtype=dtype)
-    p = np.stack([np.full(n, 10.0, dtype=dtype), rho, np.full(n, 8 / 3, dtype=dtype)], axis=1)
-    u0 = np.zeros((n, 3), dtype=dtype)
+def paper_inputs(n: int, dtype: Any = DTYPE, xp: Any = np) -> tuple[Any, Any]:
+    """The paper's initial states ``(n, 3)`` and parameters ``(n, 3)``, built with ``xp``
+    (NumPy on the host, CuPy on the GPU)."""
+    rho = xp.linspace(0.0, 21.0, n, dtype=dtype)
+    p = xp.stack([xp.full(n, 10.0, dtype=dtype), rho, xp.full(n, 8 / 3, dtype=dtype)], axis=1)
+    u0 = xp.zeros((n, 3), dtype=dtype)
     u0[:, 0] = 1.0
     return u0, p
 
@@ -101,9 +103,10 @@ def solve_lanes(u0: Any, p: Any, alg: dxode.EnsembleKernel, **opts: Any) -> Any:
 
 
 def solve_end_to_end(n: int, mode: str, alg: dxode.EnsembleKernel, xp: Any) -> Any:
-    """Build the N problems' arrays, move them to ``xp``'s device and solve; the final states."""
-    u0, p = paper_inputs(n)
-    return solve_lanes(xp.asarray(u0), xp.asarray(p), alg, **options(mode))
+    """Build the N problems' arrays with ``xp`` (on the GPU for CuPy) and solve; the final
+    states."""
+    u0, p = paper_inputs(n, xp=xp)
+    return solve_lanes(u0, p, alg, **options(mode))
 
 
 def host(x: Any) -> np.ndarray:

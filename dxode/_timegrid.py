@@ -62,7 +62,8 @@ def lane_save_grid(
     saveat: Any, t0: np.ndarray, t1: np.ndarray, trajectories: np.ndarray | None = None
 ) -> np.ndarray:
     """Save times ``(nsave, L)`` (float64, host) of lanes on spans ``t0``, ``t1`` (``(L,)``):
-    ``saveat``'s (see ``save_times``), shared by the lanes, or each lane's end points.
+    ``saveat``'s (see ``save_times``), shared by the lanes (a read-only view of one column),
+    or each lane's end points.
     ``trajectories`` (``(L,)``, the lanes' trajectory indices) name the trajectory whose span
     a save time lies outside of."""
     n = t0.shape[0]
@@ -72,7 +73,7 @@ def lane_save_grid(
     if shared and (trajectories is None or np.ndim(saveat) == 0):
         grid = save_times(saveat, float(t0[0]), float(t1[0]))
         assert grid is not None
-        return np.repeat(grid[:, None], n, axis=1)
+        return np.broadcast_to(grid[:, None], (grid.shape[0], n))
     if np.ndim(saveat) == 0:
         raise ValueError(
             "saveat as an interval needs one shared tspan; with per-trajectory tspans give the "
@@ -92,7 +93,7 @@ def lane_save_grid(
             f"{float(t1[lane])}) of {who}; a shared saveat must lie inside every trajectory's "
             f"tspan (or pass saveat=None to save each trajectory's ends)"
         )
-    return np.repeat(grid[:, None], n, axis=1)
+    return np.broadcast_to(grid[:, None], (grid.shape[0], n))
 
 
 def trajectory_times(grid: np.ndarray) -> np.ndarray:

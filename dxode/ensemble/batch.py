@@ -228,7 +228,8 @@ def _lanes_from_arrays(
             )
         t0, t1 = spans[:, 0].copy(), spans[:, 1].copy()
     else:
-        t0, t1 = np.full(n, prob.tspan[0]), np.full(n, prob.tspan[1])
+        # the shared span as read-only views of one number each (not two (B,) arrays)
+        t0, t1 = (np.broadcast_to(np.float64(t), (n,)) for t in prob.tspan)
     check_direction(t0, t1)
     if "p" in data:
         check_p_rows(data["p"], prob.p)

@@ -8,6 +8,7 @@ compiles (or reuses) the kernel for it. ``run`` dispatches to a device module.
 from __future__ import annotations
 
 import dataclasses
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_
 from .description import StepperDescription, describe
 from .errors import ARRAY_PATH, KernelUnsupportedError
 from .events import EVENT_CAPACITY, event_arrays, event_layout, merged_tstops
+from .lane_arrays import array_module, is_cupy
 from .rhs_source import ParamLayout
 from .rosenbrock_description import RosenbrockDescription, stiff_derivatives
 
@@ -137,7 +139,8 @@ class KernelBatch:
             ) from None
         dtype = dtype_name(self.dtype)
         example = eval(
-            self.param_layout.expression("COL").replace("COL", "0"), {"P": self.params[:, :1]}
+            self.param_layout.expression("COL").replace("COL", "0"),
+            {"P": np.asarray(_host(self.params[:, :1]))},
         )
         n = int(self.u0.shape[0])
         derivatives: tuple[tuple[str, Any], ...] = ()
@@ -173,16 +176,16 @@ class KernelBatch:
         return compile_kernel(self.f, desc, layout, derivatives, self.callbacks)
 
     def arguments(self) -> tuple[np.ndarray, ...]:
-        """The generated ``block``'s array arguments before the outputs (host arrays)."""
+        """The generated ``block``'s array arguments before the outputs (host arrays; the
+        states and parameters of a batch on the GPU stay CuPy arrays)."""
         opts = self.options
         dt = self.dtype.type
         n, lanes = self.u0.shape
         direction = 1.0 if self.t1[0] > self.t0[0] else -1.0
-        if self.save_times is None:
-            ts = np.full((1, lanes), direction * np.inf, dtype=self.dtype)
-        else:
-            sentinel = np.full((1, lanes), direction * np.inf, dtype=self.dtype)
-            ts = np.concatenate([self.save_times.astype(self.dtype), sentinel])
+        xp = array_module(self.u0)
+        ts = xp.full((1, lanes), direction * np.inf, dtype=self.dtype)  # the sentinel row
+        if self.save_times is not None:
+            ts = xp.concatenate([_lane_rows(xp, self.save_times, self.dtype), ts])
         stops = merged_tstops(self.tstops, self.callbacks, self.dtype, direction)
         tstops = (
             np.zeros(0, dtype=self.dtype) if stops is None else np.asarray(stops, dtype=self.dtype)
@@ -202,11 +205,11 @@ class KernelBatch:
         )
         del dt
         return (
-            np.ascontiguousarray(self.u0),
-            np.ascontiguousarray(self.params),
-            np.ascontiguousarray(self.t0, dtype=np.float64),
-            np.ascontiguousarray(self.t1, dtype=np.float64),
-            np.ascontiguousarray(ts),
+            xp.ascontiguousarray(self.u0),
+            xp.ascontiguousarray(self.params),
+            _lane_rows(xp, self.t0[None, :], np.float64)[0],
+            _lane_rows(xp, self.t1[None, :], np.float64)[0],
+            xp.ascontiguousarray(ts),
             tstops,
             atol,
             scal,
@@ -214,15 +217,16 @@ class KernelBatch:
         )
 
     def outputs(self) -> tuple[np.ndarray, ...]:
-        """Freshly allocated outputs ``SAVED, UEND, TEND, RET, NACC, NREJ, NF`` (host), and
-        ``NSW`` ``(L, 2)`` for ``AutoSwitch`` (see ``KernelResult.switches``)."""
+        """Freshly allocated outputs ``SAVED, UEND, TEND, RET, NACC, NREJ, NF`` (host; ``SAVED``
+        on the GPU for a batch there), and ``NSW`` ``(L, 2)`` for ``AutoSwitch`` (see
+        ``KernelResult.switches``)."""
         n, lanes = self.u0.shape
         nsave = 0 if self.save_times is None else self.save_times.shape[0]
         from ..solvers import AutoSwitch
 
         switches = isinstance(self.options.alg, AutoSwitch)
         return (
-            np.full((lanes, nsave, n), np.nan, dtype=self.dtype),
+            array_module(self.u0).full((lanes, nsave, n), np.nan, dtype=self.dtype),
             np.empty((lanes, n), dtype=self.dtype),
             np.empty(lanes, dtype=self.dtype),
             np.empty(lanes, dtype=np.int64),
@@ -252,32 +256,52 @@ class KernelBatch:
         )
 
 
-def lane_params(p: Any, lane_leaf: list[bool], lanes: int, dtype: Any) -> tuple[Any, Any]:
+def lane_params(
+    p: Any, lane_leaf: list[bool], lanes: int, dtype: Any, xp: ModuleType = np
+) -> tuple[Any, Any]:
     """``(ParamLayout, (rows, L) array)`` from a batch's ``p`` (per-lane leaves lanes last).
 
     Rows take the state's dtype when every leaf has it (or is a Python number), else float64.
+    ``xp`` (``numpy``, or ``cupy`` for a batch on the GPU, whose per-lane leaves are CuPy
+    arrays) is the rows' module.
     """
     layout = ParamLayout.of(p, lane_leaf)
+    leaves = _pytree.leaves(p)
     if layout.is_none:
-        return layout, np.zeros((0, lanes), dtype=dtype)
+        return layout, xp.zeros((0, lanes), dtype=dtype)
     rows = []
-    for leaf, per_lane in zip(_pytree.leaves(p), lane_leaf, strict=True):
-        value = np.asarray(_host(leaf))
+    for leaf, lane in zip(leaves, lane_leaf, strict=True):
+        value = leaf if is_cupy(leaf) and xp is not np else np.asarray(_host(leaf))
         if value.dtype.kind not in "fiub":
             raise KernelUnsupportedError(
                 f"the compiled kernels take numeric parameters, got {value.dtype}; use {ARRAY_PATH}"
             )
-        if not per_lane:
-            value = np.broadcast_to(value[..., None], (*value.shape, lanes))
+        value = xp.asarray(value)
+        if not lane:
+            value = xp.broadcast_to(value[..., None], (*value.shape, lanes))
         rows.append(value.reshape(-1, lanes))
     if not rows:  # an empty tuple or list
-        return layout, np.zeros((0, lanes), dtype=dtype)
-    kinds = {
-        np.dtype(dtype) if isinstance(leaf, (int, float)) else np.asarray(_host(leaf)).dtype
-        for leaf in _pytree.leaves(p)
-    }
+        return layout, xp.zeros((0, lanes), dtype=dtype)
+    kinds = {np.dtype(dtype) if isinstance(leaf, (int, float)) else _dtype(leaf) for leaf in leaves}
     row_dtype = np.dtype(dtype) if kinds == {np.dtype(dtype)} else np.float64
-    return layout, np.ascontiguousarray(np.concatenate(rows).astype(row_dtype, copy=False))
+    stacked = xp.concatenate(rows).astype(row_dtype, copy=False)
+    return layout, xp.ascontiguousarray(stacked)
+
+
+def _lane_rows(xp: ModuleType, rows: np.ndarray, dtype: Any) -> Any:
+    """Host ``rows`` ``(k, L)`` as a C-contiguous ``xp`` array of ``dtype``; rows shared by the
+    lanes (a broadcast column: ``lane_save_grid``'s shared save times, a shared span) are
+    filled in there, not copied over."""
+    if xp is not np and rows.strides[-1] == 0:
+        return xp.ascontiguousarray(
+            xp.broadcast_to(xp.asarray(rows[:, :1], dtype=dtype), rows.shape)
+        )
+    return xp.ascontiguousarray(xp.asarray(rows, dtype=dtype))
+
+
+def _dtype(x: Any) -> np.dtype:
+    """``x``'s dtype, without copying a device array to the host."""
+    return x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
 def check_parameter_dtypes(p: Any, lane_leaf: list[bool], dtype: Any) -> None:
@@ -294,7 +318,7 @@ def check_parameter_dtypes(p: Any, lane_leaf: list[bool], dtype: Any) -> None:
     for (path, leaf), per_lane in zip(leaf_paths("p", p), lane_leaf, strict=True):
         if type(leaf) in (bool, int, float):  # np.float64 is a float subclass
             continue
-        kind = np.asarray(_host(leaf)).dtype
+        kind = _dtype(leaf)
         if kind.kind in "iu" or (kind == np.float64 and not per_lane):
             raise TypeError(
                 f"{path} has dtype {kind} for a float32 state: f(u, p, t) would compute in "
@@ -316,6 +340,8 @@ def check_callback_method(callbacks: Any, alg: Any) -> None:
 def _host(x: Any) -> Any:
     from ..backends import to_host
 
+    if is_cupy(x):
+        return x.get()
     if hasattr(x, "__array_namespace__") and not isinstance(x, np.ndarray):
         return to_host(x)
     return x

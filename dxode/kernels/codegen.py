@@ -50,7 +50,7 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 26
+CODEGEN_VERSION = 27
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``, which the CPU
 # compiles once and calls) and those compiled once and called (``CALLED``); the compiler
@@ -336,7 +336,11 @@ def _write_block_setup(
         w(f"UREC = np.empty((64, {n}), DT)")
         w("nrec = 0")
     w("nact = 0")
-    w(f"nlive = min({B}, L - j0)")
+    # A one-lane block (a CUDA thread's) is never partial: with a constant count the compiler
+    # resolves every lane index to 0, so libNVVM keeps the block's arrays in registers (with
+    # min(1, L - j0) they lived in local memory: 33 local loads and stores per attempt, which
+    # made the GPU kernel memory-bound).
+    w("nlive = 1" if B == 1 else f"nlive = min({B}, L - j0)")
 
 
 def _write_lane_starts(w: _Writer, desc: StepperDescription, layout: KernelLayout, n: int) -> None:

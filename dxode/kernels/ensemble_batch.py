@@ -16,6 +16,7 @@ from ..events.record import EventRecord
 from .batch import KernelBatch, check_parameter_dtypes, lane_params
 from .errors import ARRAY_PATH, KernelUnsupportedError
 from .events import run_events
+from .lane_arrays import array_module, is_cupy
 
 __all__ = ["MAX_COMPONENTS", "solve_kernel_batch"]
 
@@ -31,15 +32,18 @@ def solve_kernel_batch(
 ) -> BatchResult:
     """Solve trajectories ``indices`` (attempt ``repeat``) with ``alg``'s kernel."""
     indices = index_array(indices)
-    backend = get_backend("numpy")
+    as_cupy = is_cupy(eprob.prob.u0)
+    # a CuPy ensemble's lanes stay on the GPU for the CUDA kernel (the CPU's come to the host)
+    backend = get_backend("cupy" if as_cupy and alg.device == "cuda" else "numpy")
     lanes = build_lanes(eprob, indices, np.asarray(repeat, dtype=np.int64), spec.seed, backend)
-    u0 = np.asarray(lanes.u0)
+    u0 = lanes.u0
     check_state(u0[..., 0])
     t0, t1 = lanes.t0, lanes.t1
     grid = lane_save_grid(spec.saveat, t0, t1, indices)
     tstops = lane_stop_times(spec.tstops, t0, t1)
     check_parameter_dtypes(lanes.p, lanes.lane_leaf, u0.dtype)
-    layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype)
+    xp = array_module(u0)
+    layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype, xp)
     prob = eprob.prob
     batch = KernelBatch(
         prob.f,
@@ -55,7 +59,6 @@ def solve_kernel_batch(
         tgrad=prob.tgrad,
         callbacks=spec.callback,
     )
-    as_cupy = _is_cupy(prob.u0)
     result, events = run_events(_runner(alg, as_cupy), batch)
     dtype = u0.dtype
     t_out = np.asarray(trajectory_times(grid), dtype=dtype)
@@ -99,11 +102,6 @@ def _for_trajectories(events: EventRecord, indices: np.ndarray, as_cupy: bool) -
     )
 
 
-def _is_cupy(x: Any) -> bool:
-    """Whether ``x`` is a CuPy array (without importing CuPy)."""
-    return type(x).__module__.split(".")[0] == "cupy"
-
-
 def check_state(u0: Any) -> None:
     """Kernels take 1-D float32/float64 states of at most ``MAX_COMPONENTS`` components."""
     if np.ndim(u0) != 1:
@@ -116,8 +114,8 @@ def check_state(u0: Any) -> None:
             f"the compiled kernels take states of at most {MAX_COMPONENTS} components, u0 has "
             f"{np.size(u0)}; use {ARRAY_PATH}, which serves large systems"
         )
-    if np.asarray(u0).dtype not in (np.float32, np.float64):
+    dtype = u0.dtype if hasattr(u0, "dtype") else np.asarray(u0).dtype
+    if dtype not in (np.float32, np.float64):
         raise KernelUnsupportedError(
-            f"the compiled kernels run float32 or float64 states, got {np.asarray(u0).dtype}; "
-            f"use {ARRAY_PATH}"
+            f"the compiled kernels run float32 or float64 states, got {dtype}; use {ARRAY_PATH}"
         )

@@ -1,0 +1,27 @@
+"""Where a kernel batch's per-lane arrays live: NumPy on the host, or CuPy on the GPU that runs
+the CUDA kernel (a CuPy ensemble's lanes are built, laid out and read there, without a trip
+through the host: at millions of trajectories each host pass costs tens of milliseconds)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = ["array_module", "is_cupy"]
+
+
+def is_cupy(x: Any) -> bool:
+    """Whether ``x`` is a CuPy array (without importing CuPy)."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def array_module(x: Any) -> ModuleType:
+    """The module of ``x``'s kind of array, ``numpy`` or ``cupy`` (with ``ascontiguousarray``,
+    ``full``, ``concatenate`` and ``broadcast_to`` as NumPy has them)."""
+    if is_cupy(x):
+        import cupy
+
+        return cupy
+    return np
