@@ -69,7 +69,7 @@ def lane_save_grid(
     n = t0.shape[0]
     if saveat is None:
         return np.stack([t0, t1])
-    shared = bool(np.all(t0 == t0[0]) and np.all(t1 == t1[0]))
+    shared = _all_equal(t0) and _all_equal(t1)
     if shared and (trajectories is None or np.ndim(saveat) == 0):
         grid = save_times(saveat, float(t0[0]), float(t1[0]))
         assert grid is not None
@@ -79,7 +79,8 @@ def lane_save_grid(
             "saveat as an interval needs one shared tspan; with per-trajectory tspans give the "
             "save times as an array inside every trajectory's span (or saveat=None for the ends)"
         )
-    lo, hi = np.minimum(t0, t1), np.maximum(t0, t1)
+    ends = (t0[:1], t1[:1]) if shared else (t0, t1)  # one span: check it once
+    lo, hi = np.minimum(*ends), np.maximum(*ends)
     direction = 1.0 if t1[0] > t0[0] else -1.0
     grid = save_times(saveat, -direction * math.inf, direction * math.inf)  # ordered, finite
     assert grid is not None
@@ -96,11 +97,17 @@ def lane_save_grid(
     return np.broadcast_to(grid[:, None], (grid.shape[0], n))
 
 
+def _all_equal(values: np.ndarray) -> bool:
+    """Whether the lanes' ``values`` ``(L,)`` are one number (at once for a broadcast one)."""
+    return values.strides[0] == 0 or bool(np.all(values == values[0]))
+
+
 def trajectory_times(grid: np.ndarray) -> np.ndarray:
     """A batch's save times from its lanes' grid ``(nsave, L)``: ``(nsave,)`` when every lane
     saves at the same times, else ``(L, nsave)``. Decided by the times alone, so an
     ensemble's ``sim.t`` has the same shape however its trajectories are batched."""
-    return grid[:, 0] if bool(np.all(grid == grid[:, :1])) else grid.T
+    shared = grid.strides[1] == 0 or bool(np.all(grid == grid[:, :1]))  # a broadcast column
+    return grid[:, 0] if shared else grid.T
 
 
 def lane_stop_times(tstops: Any, t0: np.ndarray, t1: np.ndarray) -> np.ndarray | None:

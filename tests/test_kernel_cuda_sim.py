@@ -41,3 +41,30 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_cuda_kernel_under_the_simulator_matches_the_cpu_kernel(tmp_path):
     assert_runs_under_cuda_simulator(SCRIPT)
+
+
+NUMPY_TOO_NEW = textwrap.dedent(
+    """
+    import array_api_compat.numpy  # copies NumPy's namespace, row_stack included
+    import numpy as np
+
+    del np.row_stack  # as NumPy 2.5 removed it, which numba-cuda 0.30's array typing still uses
+    import dxode
+    from problems import lorenz
+
+    prob = dxode.ODEProblem(lorenz, np.array([1.0, 0.0, 0.0]), (0.0, 1.0), (10.0, 28.0, 8 / 3))
+    eprob = dxode.EnsembleProblem(prob, p=np.array([[10.0, 28.0, 8 / 3]] * 2))
+    try:
+        dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(device="cuda"), trajectories=2)
+    except ValueError as exc:
+        assert "numba-cuda cannot load with NumPy" in str(exc), exc
+        assert 'pip install "numpy<2.5"' in str(exc), exc
+        print("ok")
+    """
+)
+
+
+def test_a_numpy_numba_cuda_cannot_load_with_is_named_before_compiling():
+    # on an H200 with NumPy 2.5 the first CUDA solve failed deep in numba-cuda's typing
+    # (AttributeError: module 'numpy' has no attribute 'row_stack')
+    assert_runs_under_cuda_simulator(NUMPY_TOO_NEW, timeout=120)

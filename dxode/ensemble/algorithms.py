@@ -129,7 +129,8 @@ def finish_batch(
     """Solve a batch (trajectory indices, or a range of them), then apply ``output_func``
     with its reruns."""
     indices = index_array(indices)
-    result = alg.run_batch(eprob, indices, spec, np.zeros_like(indices))
+    first_attempt = np.broadcast_to(np.int64(0), indices.shape)
+    result = alg.run_batch(eprob, indices, spec, first_attempt)
     if eprob.output_func is None:
         return result
     values: list[Any] = [None] * len(indices)

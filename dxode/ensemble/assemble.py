@@ -38,14 +38,21 @@ def assemble(
         batch.events = None
         size = len(batch.indices)
         for key, column in meta.items():  # into one array each, batch by batch
-            column[solved : solved + size] = batch.counts(key)
+            counts = batch.counts(key)
+            if size == n_total and isinstance(counts, np.ndarray) and counts.dtype == np.int64:
+                meta[key] = counts  # one batch of all trajectories: its own arrays
+            else:
+                column[solved : solved + size] = counts
             setattr(batch, key, None)
         solved += size
         if eprob.output_func is None and batch.u is not None:
-            if out is None:
-                out = _empty_like_rows(batch.u, n_total)
-            _check_save_count(out, batch)
-            out[offset : offset + batch.u.shape[0], ...] = batch.u
+            if out is None and batch.u.shape[0] == n_total:
+                out = batch.u  # one batch of all trajectories: its own array
+            else:
+                if out is None:
+                    out = _empty_like_rows(batch.u, n_total)
+                _check_save_count(out, batch)
+                out[offset : offset + batch.u.shape[0], ...] = batch.u
             offset += batch.u.shape[0]
             batch.u = None
     if eprob.output_func is not None:

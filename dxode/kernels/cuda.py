@@ -102,6 +102,15 @@ def require_gpu() -> Any:
         ) from exc
     if not cuda.is_available():
         raise ValueError(f'device="cuda" but numba.cuda found no usable CUDA GPU or driver; {fix}')
+    try:  # loaded at the first compile otherwise, where its failure reads as a numba bug
+        from numba.cuda.np import arrayobj  # noqa: F401
+    except ImportError:  # the simulator has no such module
+        pass
+    except AttributeError as exc:  # seen: numba-cuda 0.30 with NumPy 2.5 (no np.row_stack)
+        raise ValueError(
+            f'device="cuda": numba-cuda cannot load with NumPy {np.__version__} ({exc}); install '
+            f'a NumPy that numba-cuda supports (pip install "numpy<2.5"), or {fix}'
+        ) from exc
     return cuda
 
 
