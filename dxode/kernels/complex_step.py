@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import cmath
 import math
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -96,6 +97,7 @@ class _ToComplex(ast.NodeTransformer):
     def __init__(self, globals_: dict[str, Any]) -> None:
         self.globals = globals_
         self.refused: list[str] = []
+        self.rewrote = False  # whether f's source was there to rewrite
 
     def _module(self, node: ast.AST) -> Any:
         return numpy_twin(self.globals.get(node.id)) if isinstance(node, ast.Name) else None
@@ -119,6 +121,7 @@ class _ToComplex(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+        self.rewrote = True
         arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
         stored = [
             n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
@@ -157,12 +160,51 @@ def complex_copy(f: Callable[..., Any], what: str = "f") -> Callable[..., Any]:
     naming what complex step cannot differentiate."""
     rewrite = _ToComplex(getattr(f, "__globals__", {}))
     copy = numba_ready(f, rewrite, {"_dxode_cmath": cmath})
-    if rewrite.refused:
+    refused, how = rewrite.refused, ""
+    if not rewrite.rewrote and hasattr(f, "__code__"):
+        refused = _refused_by_name(f)
+        how = (
+            f" ({what}'s source cannot be read, as for a lambda or a function sent by value, "
+            f"so these were read off the names its bytecode uses)"
+        )
+    if refused:
         raise KernelUnsupportedError(
             f"the kernel path differentiates {what} defined at {where_defined(f)} by complex "
-            f"step, which cannot differentiate {', '.join(rewrite.refused)}. {NOT_ANALYTIC_HINT}"
+            f"step, which cannot differentiate {', '.join(refused)}{how}. {NOT_ANALYTIC_HINT}"
         )
     return copy
+
+
+def _refused_by_name(f: Callable[..., Any]) -> list[str]:
+    """What complex step cannot take in ``f`` when there is no source to rewrite, from the
+    names its bytecode (and that of functions defined in it) uses: the builtins and NumPy
+    functions ``_ToComplex`` refuses, and ``math`` functions, which stay real without the
+    rewrite to ``cmath``. Conservative: an attribute of another object with such a name is
+    refused too (before, complex step took ``abs`` as the modulus: a silently wrong
+    derivative)."""
+    globals_ = getattr(f, "__globals__", {})
+    names: set[str] = set()
+    codes = [f.__code__]
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    modules = {numpy_twin(globals_.get(name)) for name in names} - {None}
+    refused = set()
+    for name in names:
+        value = numpy_twin(globals_.get(name))
+        if value is None and name in _NOT_ANALYTIC_BUILTINS:
+            refused.add(name)
+        elif value is not None and getattr(np, getattr(value, "__name__", ""), None) is value:
+            if value.__name__ in _NOT_ANALYTIC_NUMPY:
+                refused.add(f"{name} (np.{value.__name__})")
+        elif callable(value) and getattr(value, "__module__", None) == "math":
+            refused.add(f"{name} (math.{value.__name__})")
+        if np in modules and name in _NOT_ANALYTIC_NUMPY:
+            refused.add(f"np.{name}")
+        if math in modules and hasattr(math, name) and name not in _MATH_CONSTANTS:
+            refused.add(f"math.{name}")
+    return sorted(refused - {"np.math", "math.math"})
 
 
 def check_compiles(
