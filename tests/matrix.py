@@ -76,6 +76,17 @@ def namespace(backend: str) -> ModuleType:
     raise ValueError(f"unknown backend {backend!r}; choose one of {ALL_BACKENDS}")
 
 
+def real_gpu_marks() -> list[pytest.MarkDecorator]:
+    """The marks of a module that needs CuPy on a real CUDA GPU: ``gpu``, and skipped without
+    one or under numba-cuda's simulator (which runs NumPy arrays on the CPU)."""
+    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    return [
+        pytest.mark.gpu,
+        pytest.mark.skipif(simulated, reason="needs a real GPU, not numba-cuda's simulator"),
+        pytest.mark.skipif(not cupy_available(), reason="needs CuPy and a CUDA GPU"),
+    ]
+
+
 def backend_marks(backend: str) -> list[pytest.MarkDecorator]:
     """The marks a backend's cases carry (``gpu`` for CuPy)."""
     return [pytest.mark.gpu] if backend == "cupy" else []

@@ -8,28 +8,19 @@ batch size.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import dxode
 from dxode import EnsembleDask, EnsembleProblem
-from dxode.backends import cupy_available
 
+from matrix import real_gpu_marks
 from problems import lorenz
 
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("dask_cuda")
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"),
-        reason="dask-cuda workers need a real GPU, not numba-cuda's simulator",
-    ),
-    pytest.mark.skipif(not cupy_available(), reason="needs CuPy and a CUDA GPU"),
-]
+pytestmark = real_gpu_marks()
 
 N = 64
 SOLVE = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}

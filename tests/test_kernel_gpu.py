@@ -10,27 +10,18 @@ generated code is checked bitwise against the CPU kernel under numba-cuda's simu
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import dxode
-from dxode.backends import cupy_available
 
+from matrix import real_gpu_marks
 from problems import lorenz
 
 pytest.importorskip("numba")
 pytest.importorskip("numba.cuda")
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"),
-        reason="the simulator runs NumPy arrays; this module needs CuPy on a GPU",
-    ),
-    pytest.mark.skipif(not cupy_available(), reason="needs CuPy and a CUDA GPU"),
-]
+pytestmark = real_gpu_marks()
 
 N = 1000
 SAVEAT = [0.0, 0.5, 1.0]

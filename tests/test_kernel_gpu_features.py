@@ -11,26 +11,18 @@ solves' tolerance, not bitwise, and event counts and return codes must be equal.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import dxode
-from dxode.backends import cupy_available
+
+from matrix import real_gpu_marks
 
 pytest.importorskip("numba")
 pytest.importorskip("numba.cuda")
 autograd = pytest.importorskip("autograd")
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"),
-        reason="compiles with libNVVM for a real GPU; the simulator has its own tests",
-    ),
-    pytest.mark.skipif(not cupy_available(), reason="needs CuPy and a CUDA GPU"),
-]
+pytestmark = real_gpu_marks()
 
 GPU = dxode.EnsembleKernel(device="cuda")
 CPU = dxode.EnsembleKernel()

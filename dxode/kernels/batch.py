@@ -245,10 +245,12 @@ class KernelBatch:
 
     def select(self, lanes: np.ndarray, event_capacity: int) -> KernelBatch:
         """The batch of lanes ``lanes`` alone, its logs holding ``event_capacity`` events."""
+        xp = array_module(self.u0)
+        on_device = xp.asarray(lanes)  # CuPy takes its index arrays on the GPU
         return dataclasses.replace(
             self,
-            u0=np.ascontiguousarray(self.u0[:, lanes]),
-            params=np.ascontiguousarray(self.params[:, lanes]),
+            u0=xp.ascontiguousarray(self.u0[:, on_device]),
+            params=xp.ascontiguousarray(self.params[:, on_device]),
             t0=self.t0[lanes],
             t1=self.t1[lanes],
             save_times=None if self.save_times is None else self.save_times[:, lanes],
