@@ -677,3 +677,16 @@ def test_affect_that_changes_p_in_place_is_refused(ensemble):
     with pytest.raises(TypeError, match=r"callback 0: affect changed p in place.*state"):
         dxode.solve(prob, dxode.Tsit5(), callback=cb, saveat=[2.0])
     assert rate.tolist() == [1.0]
+
+
+def test_an_event_a_few_ulps_before_a_stop_does_not_restart_the_step_size():
+    # Rodas5P places the root of u - 1 (u = t) a few ulps before the tstop at 1: the lane then
+    # stepped by that sliver, and the controller grew the next steps back from it (35 steps
+    # against 9 without the tstop), each with its own Jacobian and LU.
+    prob = dxode.ODEProblem(lambda u, p, t: 0.0 * u + 1.0, [0.0], (0.0, 2.0))
+    reset = dxode.ContinuousCallback(lambda u, p, t: u[0] - 1.0, lambda u, p, t, fired: u + 1.0)
+    free = dxode.solve(prob, dxode.Rodas5P(), callback=reset)
+    stopped = dxode.solve(prob, dxode.Rodas5P(), callback=reset, tstops=[1.0])
+    assert free.events.t[0] < 1.0  # the root is placed before the crossing
+    assert stopped.stats.naccept <= free.stats.naccept + 2
+    np.testing.assert_allclose(stopped.u[-1], [3.0], rtol=1e-12)

@@ -35,6 +35,8 @@ Array = Any
 
 # Drop retired lanes from the working set once they are this fraction of it.
 _COMPACT_FRACTION = 0.25
+# A step clipped onto a target to below this fraction of the lane's proposal keeps the proposal.
+_SLIVER = 1e-6
 
 
 @dataclasses.dataclass
@@ -332,8 +334,12 @@ class _Loop:
         if options.dtmax is not None:
             h_next = xp.minimum(h_next, options.dtmax)
         # A lane already on its target (an event's root placed exactly on a stop) steps by
-        # zero onto it: it keeps its step size, which a zero step would make zero for good.
-        h_next = xp.where(habs == 0, xp.abs(lanes["h"]), h_next)
+        # zero onto it, and one whose event placed it a few ulps before a stop steps by a
+        # sliver: it keeps its step size, which the controller would otherwise grow back
+        # from zero (for good) or from the sliver (over some twenty steps). Steps that the
+        # 0.1 % landing rule let reach a target are never this short (factor_max is 10).
+        sliver = habs < _SLIVER * xp.abs(lanes["h"])
+        h_next = xp.where(sliver, xp.abs(lanes["h"]), h_next)
         return accept, h_next, finite
 
     def _rhs_of(self, idx: Array | None) -> LaneRHS:
