@@ -237,3 +237,33 @@ def test_without_saveat_a_differentiated_solve_saves_what_the_plain_one_saves(ke
         return anp.sum(sol.u**2) + anp.sum(sol.events.u_after**2)
 
     np.testing.assert_allclose(grad, autograd.grad(reference)(theta), rtol=1e-12)
+
+
+def _cosine(u, p, t):
+    return [math.cos(t) + 0.0 * u[0]]
+
+
+def _reached(u, p, t):
+    return u[0] - p[0]
+
+
+def _kick(u, p, t, fired):
+    return [u[0] + 0.5]
+
+
+@pytest.mark.parametrize("stop", [1.0, 0.7, 1.3])
+def test_an_event_ulps_from_a_stop_keeps_the_step_size_as_on_the_array_path(stop):
+    # u = sin t crosses sin(stop) within ~1e-8 of the tstop at stop; the lane then stepped by
+    # that sliver and the controller grew its steps back from it (the kernel took 50 steps
+    # where the array path, which keeps the proposal after a sliver, takes 33)
+    prob = dxode.ODEProblem(_cosine, np.array([0.0]), (0.0, 3.0), (math.sin(stop),))
+    kick = dxode.ContinuousCallback(_reached, _kick)
+    tol = {"rtol": 1e-8, "atol": 1e-8}
+    kernel = dxode.solve(prob, dxode.Tsit5(), kernel=True, callback=kick, tstops=[stop], **tol)
+    array = dxode.solve(prob, dxode.Tsit5(), callback=kick, tstops=[stop], **tol)
+    free = dxode.solve(prob, dxode.Tsit5(), kernel=True, callback=kick, **tol)
+    assert abs(free.events.t[0] - stop) < 1e-7  # the root is a sliver away from the stop
+    # landing on the stop costs a few steps (34 against 28 at stop = 1.3); growing the step
+    # back from a sliver cost about twenty
+    assert kernel.stats.naccept == array.stats.naccept < free.stats.naccept + 10
+    np.testing.assert_allclose(kernel.u[-1], array.u[-1], rtol=1e-7)

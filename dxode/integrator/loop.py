@@ -36,7 +36,7 @@ Array = Any
 # Drop retired lanes from the working set once they are this fraction of it.
 _COMPACT_FRACTION = 0.25
 # A step clipped onto a target to below this fraction of the lane's proposal keeps the proposal.
-_SLIVER = 1e-6
+SLIVER = 1e-6
 
 
 @dataclasses.dataclass
@@ -338,7 +338,7 @@ class _Loop:
         # sliver: it keeps its step size, which the controller would otherwise grow back
         # from zero (for good) or from the sliver (over some twenty steps). Steps that the
         # 0.1 % landing rule let reach a target are never this short (factor_max is 10).
-        sliver = habs < _SLIVER * xp.abs(lanes["h"])
+        sliver = habs < SLIVER * xp.abs(lanes["h"])
         h_next = xp.where(sliver, xp.abs(lanes["h"]), h_next)
         return accept, h_next, finite
 

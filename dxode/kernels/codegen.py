@@ -41,6 +41,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..integrator.loop import SLIVER
 from . import events_codegen
 from .codegen_math import exponent_bounds, write_exp, write_helpers, write_log
 from .description import StepperDescription
@@ -50,7 +51,7 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 27
+CODEGEN_VERSION = 28
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``, which the CPU
 # compiles once and calls) and those compiled once and called (``CALLED``); the compiler
@@ -524,6 +525,10 @@ def _write_outcome(w: _Writer, desc: StepperDescription, layout: KernelLayout, n
     eps = float(np.finfo(layout.dtype).eps)
     tiny = float(np.finfo(layout.dtype).smallest_normal)
     adaptive = desc.adaptive and layout.adaptive
+    # a step clipped onto a target to a sliver of the lane's proposal (an event's root a few
+    # ulps before a tstop) keeps the proposal, as on the array path (``_Loop._control``)
+    w(f"if HA[j] < {_const(SLIVER)} * abs(H[j]):")
+    w("    hnext = abs(H[j])")
     w("H[j] = hnext")
     w("code = -1")
     w("if acc:")
