@@ -26,6 +26,8 @@ pytest.importorskip("numba.cuda")
 autograd = pytest.importorskip("autograd")
 anp = pytest.importorskip("autograd.numpy")
 
+from test_kernel_adjoint import _bounce, _fall, _ground  # noqa: E402
+
 import dxode  # noqa: E402
 
 ADJOINT = dxode.DiscreteAdjoint()
@@ -258,19 +260,6 @@ EDGES = textwrap.dedent(
 @pytest.mark.slow
 def test_cuda_adjoint_failed_lane_float32_extra_stages_and_backward_time():
     assert_runs_under_cuda_simulator(EDGES)
-
-
-def _fall(u, p, t):
-    _, v = u
-    return [v, -p[0]]
-
-
-def _bounce(u, p, t, fired):
-    return [u[0], -p[1] * u[1]]
-
-
-def _ground(u, p, t):
-    return u[0]
 
 
 def bouncing_grad(sensealg, device):

@@ -537,6 +537,13 @@ def test_the_lane_loop_is_vectorized(tmp_path, monkeypatch):
     assert packed >= 50, "the trial step's lane loop was not vectorized"
 
 
+def _final_state(f, n=1):
+    """u(1) of u' = f(u, p, t), u(0) = 1 (``n`` components), through the kernel (compiled, or
+    from the cache)."""
+    prob = dxode.ODEProblem(f, np.ones(n), (0.0, 1.0))
+    return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
+
+
 DECAY_RATE = 0.5
 DECAY_WEIGHTS = np.array([1.0, 2.0])
 
@@ -549,10 +556,9 @@ def test_changed_module_constants_compile_a_new_kernel(monkeypatch, tmp_path):
     # numba freezes the module-level values f reads into the machine code: a kernel reused
     # after they change would silently solve the old problem.
     monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
-    prob = dxode.ODEProblem(_decay_with_module_constants, np.array([1.0, 1.0]), (0.0, 1.0))
 
     def final_state():
-        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
+        return _final_state(_decay_with_module_constants, n=2)
 
     np.testing.assert_allclose(final_state(), np.exp([-0.5, -1.0]), rtol=1e-8)
     monkeypatch.setattr(__import__(__name__), "DECAY_RATE", 1.0)
@@ -588,10 +594,9 @@ def test_a_changed_numba_helper_compiles_a_new_kernel(monkeypatch, tmp_path):
     numba = pytest.importorskip("numba")
     monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
     module = __import__(__name__)
-    prob = dxode.ODEProblem(_decay_with_a_helper, np.array([1.0]), (0.0, 1.0))
 
     def final_state():
-        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
+        return _final_state(_decay_with_a_helper)
 
     monkeypatch.setattr(module, "RATE", numba.njit(_rate_half))
     np.testing.assert_allclose(final_state(), np.exp([-0.5]), rtol=1e-8)
@@ -608,9 +613,7 @@ def test_two_lambdas_on_one_line_get_kernels_of_their_own(monkeypatch, tmp_path)
     monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
     decay, growth = lambda u, p, t: [-u[0]], lambda u, p, t: [u[0]]
     for f, rate in ((decay, -1.0), (growth, 1.0)):
-        prob = dxode.ODEProblem(f, np.array([1.0]), (0.0, 1.0))
-        sol = dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(sol.u[-1], np.exp([rate]), rtol=1e-8)
+        np.testing.assert_allclose(_final_state(f), np.exp([rate]), rtol=1e-8)
 
 
 DECAY_TABLE = (np.ones(2000), 0.5)  # a tuple holding a long array
@@ -624,15 +627,10 @@ def test_an_array_changed_inside_a_global_tuple_compiles_a_new_kernel(monkeypatc
     # a tuple was fingerprinted by its repr, which elides the middle of an array of more
     # than 1000 numbers: the kernel with the old value was reused
     monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
-    prob = dxode.ODEProblem(_decay_with_a_table, np.array([1.0]), (0.0, 1.0))
-
-    def final_state():
-        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
-
-    np.testing.assert_allclose(final_state(), np.exp([-0.5]), rtol=1e-8)
+    np.testing.assert_allclose(_final_state(_decay_with_a_table), np.exp([-0.5]), rtol=1e-8)
     DECAY_TABLE[0][1000] = 4.0  # changed in place
     try:
-        np.testing.assert_allclose(final_state(), np.exp([-2.0]), rtol=1e-8)
+        np.testing.assert_allclose(_final_state(_decay_with_a_table), np.exp([-2.0]), rtol=1e-8)
     finally:
         DECAY_TABLE[0][1000] = 1.0
 
@@ -650,14 +648,10 @@ def test_a_changed_attribute_of_a_module_compiles_a_new_kernel(monkeypatch, tmp_
     # and the kernel compiled with the old value was reused (the module's fingerprint was
     # its name alone)
     monkeypatch.setenv("DXODE_KERNEL_CACHE", str(tmp_path))
-    prob = dxode.ODEProblem(_decay_with_a_module_attribute, np.array([1.0]), (0.0, 1.0))
-
-    def final_state():
-        return dxode.solve(prob, "tsit5", kernel=True, saveat=[1.0], rtol=1e-10, atol=1e-12).u[-1]
-
-    np.testing.assert_allclose(final_state(), np.exp([-0.5]), rtol=1e-8)
+    f = _decay_with_a_module_attribute
+    np.testing.assert_allclose(_final_state(f), np.exp([-0.5]), rtol=1e-8)
     monkeypatch.setattr(SETTINGS, "RATE", 2.0)
-    np.testing.assert_allclose(final_state(), np.exp([-2.0]), rtol=1e-8)
+    np.testing.assert_allclose(_final_state(f), np.exp([-2.0]), rtol=1e-8)
 
 
 def test_an_f_pickled_by_value_keeps_its_kernel_key_and_tuple_returns():

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from array_api_compat import is_cupy_array
 
 from .. import _pytree
 from .._options import SolverOptions
@@ -22,7 +23,7 @@ from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_
 from .description import StepperDescription, describe
 from .errors import ARRAY_PATH, KernelUnsupportedError
 from .events import EVENT_CAPACITY, event_arrays, event_layout, merged_tstops
-from .lane_arrays import array_module, is_cupy
+from .lane_arrays import array_module
 from .rhs_source import ParamLayout
 from .rosenbrock_description import RosenbrockDescription, stiff_derivatives
 
@@ -273,7 +274,7 @@ def lane_params(
         return layout, xp.zeros((0, lanes), dtype=dtype)
     rows = []
     for leaf, lane in zip(leaves, lane_leaf, strict=True):
-        value = leaf if is_cupy(leaf) and xp is not np else np.asarray(_host(leaf))
+        value = leaf if is_cupy_array(leaf) and xp is not np else np.asarray(_host(leaf))
         if value.dtype.kind not in "fiub":
             raise KernelUnsupportedError(
                 f"the compiled kernels take numeric parameters, got {value.dtype}; use {ARRAY_PATH}"
@@ -342,8 +343,6 @@ def check_callback_method(callbacks: Any, alg: Any) -> None:
 def _host(x: Any) -> Any:
     from ..backends import to_host
 
-    if is_cupy(x):
-        return x.get()
-    if hasattr(x, "__array_namespace__") and not isinstance(x, np.ndarray):
+    if is_cupy_array(x) or (hasattr(x, "__array_namespace__") and not isinstance(x, np.ndarray)):
         return to_host(x)
     return x

@@ -12,9 +12,9 @@ import warnings
 from typing import Any
 
 import numpy as np
+from array_api_compat import is_cupy_array
 
 from .batch import WRITTEN_IN_FULL, KernelBatch, KernelResult
-from .lane_arrays import is_cupy
 
 __all__ = ["launch", "run_cuda"]
 
@@ -43,7 +43,7 @@ def run_cuda(
     args = [_on_device(cuda, a) for a in batch.arguments()]
     outs = [
         cuda.device_array(a.shape, a.dtype)
-        if k in WRITTEN_IN_FULL and not is_cupy(a)
+        if k in WRITTEN_IN_FULL and not is_cupy_array(a)
         else _on_device(cuda, a)
         for k, a in enumerate(batch.outputs())
     ]
@@ -117,7 +117,7 @@ def require_gpu() -> Any:
 def _on_device(cuda: Any, array: Any) -> Any:
     """``array`` on the GPU: a CuPy array as it is (numba-cuda takes it without a copy), a
     host array copied there."""
-    return array if is_cupy(array) else cuda.to_device(array)
+    return array if is_cupy_array(array) else cuda.to_device(array)
 
 
 def _host(array: Any) -> np.ndarray:
@@ -127,9 +127,9 @@ def _host(array: Any) -> np.ndarray:
     try:
         import cupyx
     except ImportError:
-        return array.get() if is_cupy(array) else array.copy_to_host()
+        return array.get() if is_cupy_array(array) else array.copy_to_host()
     out = cupyx.empty_pinned(array.shape, array.dtype)
-    if is_cupy(array):
+    if is_cupy_array(array):
         array.get(out=out)
     else:
         array.copy_to_host(out)
@@ -137,8 +137,8 @@ def _host(array: Any) -> np.ndarray:
 
 
 def _result_array(array: Any, as_cupy: bool) -> Any:
-    if is_cupy(array) or not as_cupy:
-        return array if is_cupy(array) else array.copy_to_host()
+    if is_cupy_array(array) or not as_cupy:
+        return array if is_cupy_array(array) else array.copy_to_host()
     import cupy
 
     return cupy.asarray(array)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from array_api_compat import is_cupy_array
 
 from .._timegrid import lane_save_grid, lane_stop_times, trajectory_times
 from ..backends import get_backend
@@ -16,7 +17,7 @@ from ..events.record import EventRecord
 from .batch import KernelBatch, check_parameter_dtypes, lane_params
 from .errors import ARRAY_PATH, KernelUnsupportedError
 from .events import run_events
-from .lane_arrays import array_module, is_cupy
+from .lane_arrays import array_module
 
 __all__ = ["MAX_COMPONENTS", "solve_kernel_batch"]
 
@@ -32,7 +33,7 @@ def solve_kernel_batch(
 ) -> BatchResult:
     """Solve trajectories ``indices`` (attempt ``repeat``) with ``alg``'s kernel."""
     indices = index_array(indices)
-    as_cupy = is_cupy(eprob.prob.u0)
+    as_cupy = is_cupy_array(eprob.prob.u0)
     # a CuPy ensemble's lanes stay on the GPU for the CUDA kernel (the CPU's come to the host)
     backend = get_backend("cupy" if as_cupy and alg.device == "cuda" else "numpy")
     lanes = build_lanes(eprob, indices, np.asarray(repeat, dtype=np.int64), spec.seed, backend)

@@ -8,19 +8,15 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from array_api_compat import is_cupy_array
 
-__all__ = ["array_module", "is_cupy"]
-
-
-def is_cupy(x: Any) -> bool:
-    """Whether ``x`` is a CuPy array (without importing CuPy)."""
-    return type(x).__module__.split(".")[0] == "cupy"
+__all__ = ["array_module"]
 
 
 def array_module(x: Any) -> ModuleType:
     """The module of ``x``'s kind of array, ``numpy`` or ``cupy`` (with ``ascontiguousarray``,
     ``full``, ``concatenate`` and ``broadcast_to`` as NumPy has them)."""
-    if is_cupy(x):
+    if is_cupy_array(x):
         import cupy
 
         return cupy
