@@ -73,9 +73,14 @@ class AbstractEnsembleAlgorithm(abc.ABC):
 
     @abc.abstractmethod
     def run_batch(
-        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+        self,
+        eprob: EnsembleProblem,
+        indices: np.ndarray | range,
+        spec: BatchSpec,
+        repeat: np.ndarray,
     ) -> BatchResult:
-        """Solve the trajectories ``indices`` (attempt ``repeat`` of each) as one batch."""
+        """Solve the trajectories ``indices`` (an array, or a range of them) at attempt
+        ``repeat`` of each, as one batch."""
 
     def backend_name(self) -> str | None:
         """The backend batches compute on (``None``: that of ``prob.u0``)."""
@@ -124,15 +129,18 @@ class AbstractEnsembleAlgorithm(abc.ABC):
 
 
 def finish_batch(
-    alg: AbstractEnsembleAlgorithm, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec
+    alg: AbstractEnsembleAlgorithm,
+    eprob: EnsembleProblem,
+    indices: np.ndarray | range,
+    spec: BatchSpec,
 ) -> BatchResult:
     """Solve a batch (trajectory indices, or a range of them), then apply ``output_func``
     with its reruns."""
-    indices = index_array(indices)
-    first_attempt = np.broadcast_to(np.int64(0), indices.shape)
-    result = alg.run_batch(eprob, indices, spec, first_attempt)
+    first_attempt = np.broadcast_to(np.int64(0), (len(indices),))
+    result = alg.run_batch(eprob, indices, spec, first_attempt)  # a range stays one
     if eprob.output_func is None:
         return result
+    indices = index_array(indices)
     values: list[Any] = [None] * len(indices)
     pending = np.arange(len(indices))
     repeat = np.zeros(len(indices), dtype=np.int64)
@@ -226,7 +234,11 @@ class EnsembleArray(AbstractEnsembleAlgorithm):
         return self.backend
 
     def run_batch(
-        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+        self,
+        eprob: EnsembleProblem,
+        indices: np.ndarray | range,
+        spec: BatchSpec,
+        repeat: np.ndarray,
     ) -> BatchResult:
         return solve_batch(eprob, indices, spec, repeat)
 
@@ -239,12 +251,17 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
         return 1  # one trajectory at a time, as without gradients
 
     def run_batch(
-        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+        self,
+        eprob: EnsembleProblem,
+        indices: np.ndarray | range,
+        spec: BatchSpec,
+        repeat: np.ndarray,
     ) -> BatchResult:
         if spec.dense:
             raise ValueError(
                 "EnsembleSerial keeps no dense output; use EnsembleArray for dense=True"
             )
+        indices = index_array(indices)
         problems = trajectory_problems(eprob, indices, repeat, spec)
         # As in an EnsembleArray batch: tstops must lie in the span covering the batch's
         # trajectories, each of which steps onto those inside its own span.
@@ -271,7 +288,7 @@ class EnsembleSerial(AbstractEnsembleAlgorithm):
         times = [s.t for s in sols]
         shared = all(bool(xp.all(t == times[0])) for t in times)
         return BatchResult(
-            indices=np.asarray(indices),
+            indices=indices,
             t=times[0] if shared else xp.stack(times),
             u=xp.stack([s.u for s in sols]),
             retcode=np.array([int(s.retcode) for s in sols], dtype=np.int64),

@@ -100,13 +100,17 @@ def index_array(indices: Any) -> np.ndarray:
 
 
 def solve_batch(
-    eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray | None = None
+    eprob: EnsembleProblem,
+    trajectories: np.ndarray | range,
+    spec: BatchSpec,
+    repeat: np.ndarray | None = None,
 ) -> BatchResult:
-    """Solve trajectories ``indices`` as one vectorized batch of lanes."""
-    indices = index_array(indices)
+    """Solve ``trajectories`` (their indices, or a range of them) as one vectorized batch
+    of lanes."""
+    indices = index_array(trajectories)
     repeat = np.zeros_like(indices) if repeat is None else np.asarray(repeat, dtype=np.int64)
     backend = get_backend(spec.backend) if spec.backend else backend_for(eprob.prob.u0)
-    lanes = build_lanes(eprob, indices, repeat, spec.seed, backend)
+    lanes = build_lanes(eprob, trajectories, repeat, spec.seed, backend)
     t0, t1 = lanes.t0, lanes.t1
     grid = lane_save_grid(spec.saveat, t0, t1, indices)
     p_leaves = _pytree.leaves(lanes.p)
@@ -157,12 +161,17 @@ def solve_batch(
 
 
 def build_lanes(
-    eprob: EnsembleProblem, indices: np.ndarray, repeat: np.ndarray, seed: int, backend: Backend
+    eprob: EnsembleProblem,
+    indices: np.ndarray | range,
+    repeat: np.ndarray,
+    seed: int,
+    backend: Backend,
 ) -> _Lanes:
-    """The lanes of trajectories ``indices`` (attempt ``repeat``): states, spans and
-    parameters on ``backend``, whichever way the ensemble describes its trajectories."""
+    """The lanes of trajectories ``indices`` (an array, or a range: its rows of per-trajectory
+    arrays are then a slice, not a gather) at attempt ``repeat``: states, spans and parameters
+    on ``backend``, whichever way the ensemble describes its trajectories."""
     prob = eprob.prob
-    n = indices.shape[0]
+    n = len(indices)
     if eprob.prob_func is not None:
         return _lanes_from_problems(
             [eprob.trajectory(int(i), int(r), seed) for i, r in zip(indices, repeat, strict=True)],
@@ -171,13 +180,17 @@ def build_lanes(
             backend,
         )
     if eprob.batch_func is not None:
-        data = eprob.batch(indices, repeat, seed)
+        data = eprob.batch(index_array(indices), repeat, seed)
         return _lanes_from_arrays(data, prob, n, backend, take=None)
     return _lanes_from_arrays(eprob.arrays, prob, n, backend, take=indices)
 
 
 def check_arrays(
-    data: dict[str, Any], prob: ODEProblem, n: int, take: np.ndarray | None, backend: Backend
+    data: dict[str, Any],
+    prob: ODEProblem,
+    n: int,
+    take: np.ndarray | range | None,
+    backend: Backend,
 ) -> None:
     """Raise as an ``EnsembleArray`` batch of ``n`` trajectories would for their
     trajectories-first arrays ``data`` (rows ``take`` of them, or all rows as a
@@ -186,7 +199,11 @@ def check_arrays(
 
 
 def _lanes_from_arrays(
-    data: dict[str, Any], prob: ODEProblem, n: int, backend: Backend, take: np.ndarray | None
+    data: dict[str, Any],
+    prob: ODEProblem,
+    n: int,
+    backend: Backend,
+    take: np.ndarray | range | None,
 ) -> _Lanes:
     """Lanes from trajectories-first arrays (rows ``take`` of them, or all rows)."""
     dtype = _state_dtype(prob, backend)
@@ -343,7 +360,15 @@ def _to_backend_input(x: Any, backend: Backend) -> Any:
     return x
 
 
-def _take_rows(arr: Any, rows: np.ndarray) -> Any:
+def _take_rows(arr: Any, rows: np.ndarray | range) -> Any:
+    """Rows ``rows`` of ``arr`` as a new array. A contiguous range is sliced and copied: no
+    index array is built (on a GPU, building 8 million indices on the host and sending them
+    over took longer than the solve)."""
+    if isinstance(rows, range) and rows.step == 1:
+        return array_api_compat.array_namespace(arr).asarray(
+            arr[rows.start : rows.stop, ...], copy=True
+        )
+    rows = index_array(rows)
     if isinstance(arr, np.ndarray):
         return arr[rows]
     xp = array_api_compat.array_namespace(arr)

@@ -178,7 +178,11 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
         return self.progress if self.progress is not None else sys.stderr.isatty()
 
     def run_batch(
-        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+        self,
+        eprob: EnsembleProblem,
+        indices: np.ndarray | range,
+        spec: BatchSpec,
+        repeat: np.ndarray,
     ) -> BatchResult:
         return self.batch_algorithm(spec).run_batch(eprob, indices, spec, repeat)
 

@@ -67,7 +67,11 @@ class EnsembleKernel(AbstractEnsembleAlgorithm):
         )
 
     def run_batch(
-        self, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+        self,
+        eprob: EnsembleProblem,
+        indices: np.ndarray | range,
+        spec: BatchSpec,
+        repeat: np.ndarray,
     ) -> BatchResult:
         from .ensemble_batch import solve_kernel_batch
 

@@ -29,14 +29,20 @@ MAX_COMPONENTS = 28
 
 
 def solve_kernel_batch(
-    alg: Any, eprob: EnsembleProblem, indices: np.ndarray, spec: BatchSpec, repeat: np.ndarray
+    alg: Any,
+    eprob: EnsembleProblem,
+    trajectories: np.ndarray | range,
+    spec: BatchSpec,
+    repeat: np.ndarray,
 ) -> BatchResult:
-    """Solve trajectories ``indices`` (attempt ``repeat``) with ``alg``'s kernel."""
-    indices = index_array(indices)
+    """Solve ``trajectories`` (their indices, or a range of them; attempt ``repeat``) with
+    ``alg``'s kernel."""
+    indices = index_array(trajectories)
     as_cupy = is_cupy_array(eprob.prob.u0)
     # a CuPy ensemble's lanes stay on the GPU for the CUDA kernel (the CPU's come to the host)
     backend = get_backend("cupy" if as_cupy and alg.device == "cuda" else "numpy")
-    lanes = build_lanes(eprob, indices, np.asarray(repeat, dtype=np.int64), spec.seed, backend)
+    repeat = np.asarray(repeat, dtype=np.int64)
+    lanes = build_lanes(eprob, trajectories, repeat, spec.seed, backend)
     u0 = lanes.u0
     check_state(u0[..., 0])
     t0, t1 = lanes.t0, lanes.t1
