@@ -7,7 +7,13 @@ float64, per-trajectory p; compile times reported apart. Rows (best of ``--repea
   (pinned to two cores) for the thread scaling;
 * a hand-written numba scalar Tsit5 (what a numba user writes: one trajectory at a time, a PI
   controller, the free interpolant for the save points, stage arrays of length 3);
-* SciPy's stacked trick: ONE ``solve_ivp(RK45)`` on the ``(3N,)`` system (shared steps);
+* SciPy's stacked trick: ONE ``solve_ivp(RK45)`` on the ``(3N,)`` system (shared steps), at
+  the same tolerances and again at matched accuracy: the loosest tolerance on a quarter-decade
+  grid whose worst error is no worse than the kernel's (the shared steps are chosen from the
+  RMS error over all ``3N`` components, so at equal tolerances the stacked solve is far less
+  accurate per trajectory). Errors: the worst ``|u(10) - u_ref(10)| / |u_ref(10)|`` over 50
+  sampled trajectories, against SciPy's DOP853 at ``rtol = atol = 1e-12``
+  (``compare_ensemble.py``'s measure);
 * ``EnsembleArray`` (dxode's array path, one run; ``--no-array`` skips it);
 * Diffrax ``jit(vmap(diffeqsolve))`` with Tsit5 and the same PI controller (float64, XLA on one
   thread), when ``jax`` and ``diffrax`` import (else the row says so).
@@ -43,6 +49,8 @@ os.environ["XLA_FLAGS"] = (
 import numba
 import numpy as np
 from bench_timing import best_of
+from benchmarks.ensemble import run_scipy_stacked, stacked_final_states
+from compare_ensemble import Reference, error_sample, matched_stacked, worst_error
 
 import dxode
 from dxode.solvers.tsit5 import Tsit5
@@ -177,23 +185,6 @@ def pin(cpus: int) -> None:
             os.sched_setaffinity(int(tid), set(_ALLOWED[:cpus]))
 
 
-def stacked_scipy(u0: np.ndarray, ps: np.ndarray):
-    """SciPy's trick: ONE ``solve_ivp(RK45)`` on the ``(3N,)`` system (every lane the same
-    steps); returns the solution (``nfev / 6`` attempts)."""
-    from scipy.integrate import solve_ivp
-
-    n = ps.shape[0]
-    sigma, rho, beta = (np.ascontiguousarray(c) for c in ps.T)
-
-    def fun(t, y):
-        x, yy, z = y.reshape(3, n)
-        return np.concatenate([sigma * (yy - x), x * (rho - z) - yy, x * yy - beta * z])
-
-    y0 = np.repeat(u0, n)
-    ts = np.linspace(0.0, 10.0, 11)
-    return solve_ivp(fun, (0.0, 10.0), y0, method="RK45", t_eval=ts, rtol=1e-6, atol=1e-6)
-
-
 def diffrax_solver(u0: np.ndarray):
     """``jit(vmap(solve_one))`` with Diffrax's Tsit5 and dxode's PI controller (``beta1 = 0.7,
     beta2 = -0.4``: ``pcoeff = 0.4, icoeff = 0.3``), or the reason it cannot run."""
@@ -226,8 +217,11 @@ def diffrax_solver(u0: np.ndarray):
     return compiled, f"jax {jax.__version__}, diffrax {diffrax.__version__}"
 
 
-def kernel_row(eprob, ps: np.ndarray, threads: int, repeats: int, hand_out: np.ndarray) -> tuple:
-    """The ``EnsembleKernel`` row on ``threads`` threads (the process pinned to as many cores)."""
+def kernel_row(
+    eprob, ps: np.ndarray, threads: int, repeats: int, hand_out: np.ndarray
+) -> tuple[tuple, np.ndarray]:
+    """The ``EnsembleKernel`` row on ``threads`` threads (the process pinned to as many cores),
+    and the final states ``(N, 3)``."""
     pin(threads)
     opts = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
     alg = dxode.EnsembleKernel(threads=threads)
@@ -239,7 +233,8 @@ def kernel_row(eprob, ps: np.ndarray, threads: int, repeats: int, hand_out: np.n
     diff = np.max(np.abs(sim.u - hand_out))
     note = f"first call {first:.2f} s; largest difference from hand-written {diff:.1e}"
     pin(1)
-    return f"EnsembleKernel, {threads} thread{'s' * (threads > 1)}", seconds, attempts, note
+    row = f"EnsembleKernel, {threads} thread{'s' * (threads > 1)}", seconds, attempts, note
+    return row, sim.u[:, -1, :]
 
 
 def run_size(n: int, repeats: int, with_array: bool, diffrax_compile) -> list[tuple]:
@@ -257,9 +252,21 @@ def run_size(n: int, repeats: int, with_array: bool, diffrax_compile) -> list[tu
     rows = [("hand-written numba Tsit5", hand, attempts, f"compile {hand_compile:.2f} s")]
     prob = dxode.ODEProblem(lorenz, u0, (0.0, 10.0), (10.0, 28.0, 8 / 3))
     eprob = dxode.EnsembleProblem(prob, p=ps)
-    rows.append(kernel_row(eprob, ps, 1, repeats, out))
-    stacked, sol = best_of(lambda: stacked_scipy(u0, ps), repeats)
-    rows.append(("SciPy stacked solve_ivp(RK45)", stacked, sol.nfev // 6 * n, "shared steps"))
+    row, final = kernel_row(eprob, ps, 1, repeats, out)
+    sample = error_sample(n, 50)
+    reference = Reference().final(ps[sample])
+    kernel_err = worst_error(final[sample], reference)
+    rows.append((*row[:3], f"{row[3]}; worst error {kernel_err:.1e}"))
+    stacked, sol = best_of(lambda: run_scipy_stacked(ps), repeats)  # u0 = (1, 0, 0) there too
+    stacked_err = worst_error(stacked_final_states(sol, n)[sample], reference)
+    note = f"shared steps; worst error {stacked_err:.1e}"
+    rows.append(("SciPy stacked solve_ivp(RK45)", stacked, sol.nfev // 6 * n, note))
+    seconds, tol, err = matched_stacked(
+        ps, sample, reference, kernel_err, repeats, (stacked, stacked_err)
+    )
+    matched_attempts = run_scipy_stacked(ps, tol=tol).nfev // 6 * n
+    note = f"rtol = atol = {tol:.1e}; worst error {err:.1e}"
+    rows.append(("SciPy stacked, matched accuracy", seconds, matched_attempts, note))
     if with_array:
         opts = {"saveat": 1.0, "rtol": 1e-6, "atol": 1e-6}
         array, sim = best_of(lambda: dxode.solve(eprob, "tsit5", dxode.EnsembleArray(), **opts), 1)
@@ -271,7 +278,7 @@ def run_size(n: int, repeats: int, with_array: bool, diffrax_compile) -> list[tu
         rows.append(
             ("Diffrax jit(vmap)", seconds, int(np.sum(steps)), f"compile {compile_s:.1f} s")
         )
-    rows.append(kernel_row(eprob, ps, 2, repeats, out))
+    rows.append(kernel_row(eprob, ps, 2, repeats, out)[0])
     return rows
 
 
