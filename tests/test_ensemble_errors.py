@@ -152,6 +152,10 @@ def _scalar_rates(prob, ctx):
     return {"p": 1.0 + ctx.indices.astype(float)}
 
 
+def _shared_p(prob, ctx):
+    return {"p": [2.0]}
+
+
 def _backwards_at_one(prob, i, repeat):
     return prob.remake(tspan=(1.0, 0.0)) if i == 1 else prob
 
@@ -166,6 +170,7 @@ def _backwards_at_one(prob, i, repeat):
         ({"prob_func": _backwards_at_one}, "must integrate in the same time direction"),
         ({"p": np.arange(1.0, 5.0)}, r"per-trajectory p gives each trajectory one number"),
         ({"batch_func": _scalar_rates}, r"shape \(trajectories, 1\)"),
+        ({"batch_func": _shared_p}, r"per-trajectory p needs a leading axis of 2 trajectories"),
     ],
     ids=[
         "arrays-u0-shape",
@@ -174,6 +179,7 @@ def _backwards_at_one(prob, i, repeat):
         "directions",
         "p-rows-for-a-list",
         "batch_func-p-rows",
+        "batch_func-shared-p",
     ],
 )
 def test_every_algorithm_refuses_misfit_arrays_alike(alg, given, match):
@@ -181,7 +187,8 @@ def test_every_algorithm_refuses_misfit_arrays_alike(alg, given, match):
     # the first rows of a batch_func's extra ones, spans running both ways in one batch.
     # One rate per trajectory, (N,), where prob.p is the list [1.0]: f's p[0] read the batch's
     # first rate for every lane of EnsembleArray (a silent wrong answer), the kernel failed
-    # to compile p[0] on a number.
+    # to compile p[0] on a number. A batch_func returning prob.p's own form, [2.0], (a number
+    # where each trajectory needs a row) raised an IndexError from inside the batch code.
     eprob = EnsembleProblem(_decay(), **given)
     with pytest.raises(ValueError, match=match):
         dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=4, batch_size=2, saveat=[0.5])

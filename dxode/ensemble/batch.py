@@ -209,16 +209,31 @@ def _lanes_from_arrays(
     dtype = _state_dtype(prob, backend)
     xp = backend.xp
 
-    def rows(x: Any) -> Array:
+    def rows(x: Any, name: str) -> Array:
         arr = x if array_api_compat.is_array_api_obj(x) and not np.isscalar(x) else np.asarray(x)
+        if arr.ndim == 0:
+            # a batch_func's number (or a tuple of numbers for a tuple prob.p) has no rows
+            form = (
+                "a (B,) array per number of prob.p, or (B, k) for its k numbers"
+                if name == "p"
+                else f"shape (B, *prob.{name}.shape)"
+            )
+            raise ValueError(
+                f"per-trajectory {name} needs a leading axis of {n} trajectories, got a number "
+                f"({arr.item()!r}); give each trajectory its row ({form}), or leave {name} "
+                f"out to share prob.{name}"
+            )
         if take is not None:
             arr = _take_rows(arr, take)
         if arr.shape[0] != n:
-            raise ValueError(f"expected {n} trajectories along the first axis, got {arr.shape[0]}")
+            raise ValueError(
+                f"per-trajectory {name}: expected {n} trajectories along the first axis, "
+                f"got {arr.shape[0]}"
+            )
         return arr
 
     if "u0" in data:
-        u0 = rows(data["u0"])
+        u0 = rows(data["u0"], "u0")
         if tuple(u0.shape[1:]) != tuple(prob.u0.shape):
             raise ValueError(
                 f"per-trajectory u0 must have shape (trajectories, *{tuple(prob.u0.shape)}), "
@@ -230,7 +245,7 @@ def _lanes_from_arrays(
     else:
         u0 = _repeated_u0(prob, n, backend)
     if "tspan" in data:
-        spans = np.asarray(to_host(rows(data["tspan"])))
+        spans = np.asarray(to_host(rows(data["tspan"], "tspan")))
         check_span_numbers(spans)
         spans = spans.astype(np.float64)
         time = np.float32 if xp.finfo(dtype).bits == 32 else np.float64  # the state's dtype
@@ -251,7 +266,7 @@ def _lanes_from_arrays(
     if "p" in data:
         check_p_rows(data["p"], prob.p)
         leaves = [
-            xp.moveaxis(_as_lane_param(rows(leaf), backend, dtype), 0, -1)
+            xp.moveaxis(_as_lane_param(rows(leaf, "p"), backend, dtype), 0, -1)
             for leaf in _pytree.leaves(data["p"])
         ]
         for leaf in leaves:
