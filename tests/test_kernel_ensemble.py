@@ -370,6 +370,34 @@ def test_an_f_calling_a_plain_python_helper_is_told_to_njit_it():
         dxode.solve(prob, "tsit5", kernel=True)
 
 
+def _doubled(g):
+    import functools
+
+    import numba
+
+    inner = numba.njit(g)
+
+    @functools.wraps(g)
+    def wrapper(u, p, t):
+        du = inner(u, p, t)
+        return [2.0 * du[0]]
+
+    return wrapper
+
+
+@_doubled
+def _doubled_decay(u, p, t):
+    return [-u[0]]
+
+
+def test_an_f_wrapped_with_functools_wraps_compiles_the_wrapper():
+    # inspect.getsource follows __wrapped__: the kernel compiled the undecorated _doubled_decay
+    # and returned exp(-1) where f is the wrapper, u' = -2u (a silent wrong answer).
+    prob = dxode.ODEProblem(_doubled_decay, np.array([1.0]), (0.0, 1.0))
+    sol = dxode.solve(prob, "tsit5", saveat=[1.0], rtol=1e-10, atol=1e-12, kernel=True)
+    np.testing.assert_allclose(sol.u[-1, 0], np.exp(-2.0), rtol=1e-8)
+
+
 def _star_unpacks_p(u, p, t):
     k, *rest = p
     return [-k * u[0] - rest[0]]

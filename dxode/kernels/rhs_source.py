@@ -121,7 +121,7 @@ def _function_digest(f: Callable[..., Any], frozen: tuple[str, ...]) -> str:
     code = getattr(f, "__code__", None)  # two lambdas on one line share their source line
     compiled = _code_text(code) if isinstance(code, types.CodeType) else ""
     try:
-        text = inspect.getsource(f)
+        text = inspect.getsource(code if isinstance(code, types.CodeType) else f)  # as numba_ready
     except (OSError, TypeError):
         # No source (a function pickled by value, as Dask sends one defined in a script's
         # __main__ or a notebook): its code's text stands for it. Not repr(code), which holds
@@ -246,7 +246,9 @@ def numba_ready(
     if f.__name__ == "<lambda>":
         return _with_numpy(_tuple_returns(f))
     try:
-        source = textwrap.dedent(inspect.getsource(f))
+        # the source of f's own code: inspect.getsource(f) follows a functools.wraps wrapper's
+        # __wrapped__ to the function it wraps, which would compile that one instead of f
+        source = textwrap.dedent(inspect.getsource(code))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError):
         return _with_numpy(_tuple_returns(f))
