@@ -211,6 +211,21 @@ def test_comparison_on_the_state_is_refused():
         _grad_wrt_p(_with_branch)
 
 
+def _fills_a_real_array(u, p, t):
+    du = np.empty(2)
+    du[0] = u[1]
+    du[1] = -p[0] * u[0] - p[1] * u[1]
+    return du
+
+
+def test_an_f_filling_a_real_array_is_told_to_return_a_list():
+    # The plain kernel takes this f; its complex copy cannot store complex values in the
+    # float array, and the error blamed comparisons ("as in 'if x > 0:'"), which f has none of.
+    with pytest.raises(KernelUnsupportedError, match=r"real array.*np\.empty.*as a list") as err:
+        _grad_wrt_p(_fills_a_real_array)
+    assert "if x > 0" not in str(err.value).split("numba says")[0]
+
+
 def test_comparison_on_time_and_math_functions_are_differentiated():
     """``math.sin`` runs as ``cmath.sin`` in the complex copy; the array path differentiates
     the same f written with ``autograd.numpy``."""

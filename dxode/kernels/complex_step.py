@@ -227,9 +227,28 @@ def check_compiles(
         reason = str(err).split("During: ")[0].strip()
         raise KernelUnsupportedError(
             f"the complex-step copy of f defined at {where_defined(f)} does not compile for "
-            f"complex u and p (comparisons of values that depend on u or p, as in "
-            f"'if x > 0:', do not). {NOT_ANALYTIC_HINT}\nnumba says: {reason}"
+            f"complex u and p ({_likely_cause(reason)}). {NOT_ANALYTIC_HINT}\n"
+            f"numba says: {reason}"
         ) from None
+
+
+def _likely_cause(reason: str) -> str:
+    """What in ``f`` most likely kept its complex copy from compiling, from numba's
+    ``reason``: a real array filled with values that depend on ``u`` or ``p`` (``du =
+    np.empty(n); du[0] = ...``, which the array path and the plain kernel take), a cast to
+    a real number, or (numba's other refusals) a comparison."""
+    if "setitem(array(float" in reason and "complex" in reason:
+        return (
+            "f stores values that depend on u or p in a real array, as du = np.empty(n) "
+            "or np.zeros(n) then du[0] = ... does, and a complex value does not fit there: "
+            "return the rows as a list instead (return [du0, du1, ...])"
+        )
+    if "Cannot cast complex" in reason:
+        return (
+            "f casts a value that depends on u or p to a real number (np.float64(x), "
+            "float(x), a real array): drop the cast"
+        )
+    return "comparisons of values that depend on u or p, as in 'if x > 0:', do not"
 
 
 def _map_scalars(func: Callable[[Any], Any], tree: Any) -> Any:
