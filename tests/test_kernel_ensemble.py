@@ -216,6 +216,24 @@ def test_an_f_with_the_wrong_number_of_rows_is_refused_like_on_the_array_path(f)
     assert "test_kernel_ensemble.py" in str(info.value) and "state of 2" in str(info.value)
 
 
+def _short_list_late(u, p, t):
+    rows = [-u[0], -u[1]]
+    if t > 0.5:
+        rows = [-u[0]]
+    return rows
+
+
+def test_an_f_returning_a_short_list_after_the_check_gets_a_value_error_naming_f():
+    # Rows are counted once, at t = 0; a list that is short later was numba's bare
+    # IndexError("getitem out of range") from inside the kernel.
+    prob = dxode.ODEProblem(_short_list_late, np.array([1.0, 2.0]), (0.0, 1.0))
+    with pytest.raises(ValueError, match="returned 1 rows for a state of 2"):
+        dxode.solve(prob, "tsit5", saveat=[1.0])
+    with pytest.raises(ValueError, match=r"read past its end.*fewer rows") as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert "test_kernel_ensemble.py" in str(info.value)
+
+
 def _forgets_to_return(u, p, t):
     [-u[0], -u[1]]
 

@@ -58,13 +58,24 @@ class CompiledKernel:
 
     def call(self, function: Any, *args: Any) -> Any:
         """Call ``function`` (``block``/``driver``), turning numba's typing errors about ``f``
-        (and its refusals of what ``f`` does once inlined) into a ``KernelCompileError``."""
+        (and its refusals of what ``f`` does once inlined) into a ``KernelCompileError``, and
+        a list read past its end while running (the generated code reads no lists: the
+        user's functions did) into a ``ValueError`` that says where to look."""
         from numba.core.errors import TypingError, UnsupportedError
 
         try:
             return function(*args)
         except (TypingError, UnsupportedError) as err:
             raise _compile_error(self.f, err) from None
+        except IndexError as err:
+            raise ValueError(
+                f"a list was read past its end inside the compiled kernel ({err}): most "
+                f"likely the right-hand side f defined at {where_defined(self.f)} (or its "
+                f"jac, tgrad or a callback) returned fewer rows than the state has "
+                f"components on some call; the kernels check the number of rows once, at "
+                f"u = (1, ..., 1) and t = 0, so f must return one row per component on "
+                f"every call, as the array path requires"
+            ) from None
 
 
 def user_function_mode(
