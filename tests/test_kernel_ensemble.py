@@ -234,6 +234,26 @@ def test_an_f_returning_a_short_list_after_the_check_gets_a_value_error_naming_f
     assert "test_kernel_ensemble.py" in str(info.value)
 
 
+def _short_array_late(u, p, t):
+    if t > 0.5:
+        return np.array([-u[0]])
+    return np.array([-u[0], -u[1]])
+
+
+def test_an_f_returning_a_short_array_after_the_check_gets_a_value_error_naming_f():
+    # numba does not bounds-check an array's reads: the kernel read past the end of the
+    # short array and returned retcode Success with whatever memory held there.
+    prob = dxode.ODEProblem(_short_array_late, np.array([1.0, 2.0]), (0.0, 1.0))
+    with pytest.raises(ValueError, match=r"returned shape \(1,\) for a state of shape \(2,\)"):
+        dxode.solve(prob, "tsit5", saveat=[1.0])
+    with pytest.raises(ValueError, match=r"read past its end.*fewer rows") as info:
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    assert "test_kernel_ensemble.py" in str(info.value)
+    eprob = dxode.EnsembleProblem(prob, p=np.zeros((4, 1)))
+    with pytest.raises(ValueError, match=r"read past its end.*fewer rows"):
+        dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(threads=1), saveat=[1.0])
+
+
 def _forgets_to_return(u, p, t):
     [-u[0], -u[1]]
 

@@ -180,9 +180,13 @@ def _source(
     ]
     if target == "cuda":
         lines += ["from numba import cuda", f"N = {n}", f"NSTAGES = {stages}"]
+    else:
+        lines += ["from dxode.kernels.returned_rows import rows_of  # f's array rows, checked"]
     lines += ["", "def call(y, p, t, out):"]
     u = _state(n, [f"y[{m}]" for m in range(n)], "float64", as_array, lines)
     lines.append(f"    r = user_real({u}, p, t)")
+    if target != "cuda":
+        lines.append(f"    r = rows_of(r, {n})")
     lines += [f"    out[{m}] = r[{m}]" for m in range(n)]
     lines += ["", "def jt(y, p, t, v, out):"]
     if jacobian:

@@ -51,7 +51,7 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 29
+CODEGEN_VERSION = 30
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``, which the CPU
 # compiles once and calls) and those compiled once and called (``CALLED``); the compiler
@@ -229,6 +229,9 @@ def _alloc(layout: KernelLayout, shape: str, kind: str = "DT") -> str:
 def _write_rhs(w: _Writer, layout: KernelLayout) -> None:
     n = layout.n
     ys = [f"y{m}" for m in range(n)]
+    if layout.target == "cpu":
+        w("from dxode.kernels.returned_rows import rows_of  # f's array rows, checked")
+        w()
     w(f"def rhs({', '.join(ys)}, p, t):")
     w.indent()
     if layout.u_as_array:
@@ -238,6 +241,8 @@ def _write_rhs(w: _Writer, layout: KernelLayout) -> None:
         w("r = user_f(u, p, t)")
     else:
         w(f"r = user_f(({''.join(y + ', ' for y in ys)}), p, t)")
+    if layout.target == "cpu":
+        w(f"r = rows_of(r, {n})")
     w("return (" + "".join(f"DT(r[{m}]), " for m in range(n)) + ")")
     w.dedent()
     w()

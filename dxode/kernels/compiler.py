@@ -59,8 +59,9 @@ class CompiledKernel:
     def call(self, function: Any, *args: Any) -> Any:
         """Call ``function`` (``block``/``driver``), turning numba's typing errors about ``f``
         (and its refusals of what ``f`` does once inlined) into a ``KernelCompileError``, and
-        a list read past its end while running (the generated code reads no lists: the
-        user's functions did) into a ``ValueError`` that says where to look."""
+        a user function's list or array read past its end while running (a list's reads are
+        bounds-checked, an array's by ``returned_rows.rows_of``) into a ``ValueError`` that
+        says where to look."""
         from numba.core.errors import TypingError, UnsupportedError
 
         try:
@@ -69,12 +70,12 @@ class CompiledKernel:
             raise _compile_error(self.f, err) from None
         except IndexError as err:
             raise ValueError(
-                f"a list was read past its end inside the compiled kernel ({err}): most "
-                f"likely the right-hand side f defined at {where_defined(self.f)} (or its "
-                f"jac, tgrad or a callback) returned fewer rows than the state has "
-                f"components on some call; the kernels check the number of rows once, at "
-                f"u = (1, ..., 1) and t = 0, so f must return one row per component on "
-                f"every call, as the array path requires"
+                f"a list or array returned by a user function was read past its end inside "
+                f"the compiled kernel ({err}): most likely the right-hand side f defined at "
+                f"{where_defined(self.f)} (or its jac, tgrad or a callback) returned fewer "
+                f"rows than the state has components on some call; the kernels check the "
+                f"number of rows once, at u = (1, ..., 1) and t = 0, so f must return one row "
+                f"per component on every call, as the array path requires"
             ) from None
 
 

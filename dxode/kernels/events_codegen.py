@@ -160,6 +160,8 @@ def write_wrappers(w: Any, layout: Any, prims: Primitives) -> None:
             w(f"u = ({''.join(f'y{m}, ' for m in range(n))})")
         w(f"r = {user}(u, p, t{', True' if role == 1 else ''})")
         if role == 1:
+            if layout.target == "cpu":
+                w(f"r = rows_of(r, {n})")
             w("return (" + "".join(f"DT(r[{m}]), " for m in range(n)) + ")")
         elif role == 0 and cb.kind == "continuous":
             w("return DT(r)")
