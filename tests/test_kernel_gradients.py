@@ -255,41 +255,6 @@ def test_abs_from_autograd_numpy_is_refused_by_name_at_its_line():
         _grad_wrt_p(_with_anp_abs)
 
 
-def _with_linalg_norm(u, p, t):
-    x, v = u
-    return [v, -p[0] * x * np.linalg.norm(np.array([x, v])) - p[1] * v]
-
-
-_norm = np.linalg.norm  # as `from numpy.linalg import norm` binds it
-
-
-def _with_imported_norm(u, p, t):
-    x, v = u
-    return [v, -p[0] * x * _norm(np.array([x, v])) - p[1] * v]
-
-
-def _with_real_part(u, p, t):
-    x, v = u
-    return [v, -p[0] * x.real - p[1] * v]
-
-
-@pytest.mark.parametrize(
-    ("f", "named"),
-    [
-        (_with_linalg_norm, r"np\.linalg\.norm \(line"),
-        (_with_imported_norm, r"_norm \(np\.linalg\.norm, line"),
-        (_with_real_part, r"\.real \(line"),
-    ],
-    ids=["np.linalg.norm", "imported-norm", "real-part"],
-)
-def test_moduli_and_conjugates_are_refused_by_name(f, named):
-    # np.linalg.norm of the complex copy's values is sqrt(sum |z|^2), whose imaginary part is
-    # no derivative: an orbit's gradient came out -1.009 where the array path (and the same f
-    # written with np.sqrt) gives -2.561, silently; x.real dropped x's derivative
-    with pytest.raises(KernelUnsupportedError, match=named):
-        _grad_wrt_p(f)
-
-
 def _without_source(text):
     """A function compiled from ``text`` (no file: ``inspect.getsource`` fails, as for one
     that Dask sent by value), with NumPy and math as globals."""
@@ -314,12 +279,8 @@ def _without_source(text):
             _without_source("def f(u, p, t):\n    return [u[1], -p[0] * math.sin(u[0]) - p[1]]\n"),
             "math.sin",
         ),
-        (
-            lambda u, p, t: [u[1], -p[0] * u[0] * np.linalg.norm(np.array([u[0], u[1]]))],
-            "np.linalg.norm",
-        ),
     ],
-    ids=["lambda-abs", "no-source-np.fabs", "no-source-math.sin", "lambda-np.linalg.norm"],
+    ids=["lambda-abs", "no-source-np.fabs", "no-source-math.sin"],
 )
 def test_an_f_without_source_is_refused_by_the_names_its_bytecode_uses(f, named):
     # a lambda's abs ran as the complex modulus: d/dp of the loss came out -0.72 where central

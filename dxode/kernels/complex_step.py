@@ -80,26 +80,12 @@ _NOT_ANALYTIC_NUMPY = frozenset(
         "arctan2",
         "hypot",
         "copysign",
-        # the complex conjugate or the modulus of a complex argument: Im f is no derivative
-        "conj",
-        "conjugate",
-        "real",
-        "imag",
-        "angle",
-        "vdot",
     ]
 )
-# numpy.linalg functions that conjugate or take moduli (np.linalg.norm(z) is sqrt(sum |z|^2))
-_NOT_ANALYTIC_LINALG = frozenset(
-    ["norm", "cond", "svd", "pinv", "lstsq", "matrix_rank", "eigh", "eigvalsh"]
-)
-# attributes of a number that are not analytic (x.real, x.conjugate())
-_NOT_ANALYTIC_ATTRIBUTES = frozenset(["real", "imag", "conj", "conjugate"])
 
 NOT_ANALYTIC_HINT = (
     "Complex-step derivatives need f to be real-analytic in u and p: no abs, min, max, "
-    "round, floor, atan2, np.linalg.norm (write sqrt(x * x + y * y)) or comparisons of "
-    "u- or p-dependent values. Give the problem "
+    "round, floor, atan2 or comparisons of u- or p-dependent values. Give the problem "
     "jac= and paramjac= (compiled with f: their derivatives are used instead), or "
     f"differentiate with {ARRAY_PATH}."
 )
@@ -114,20 +100,10 @@ class _ToComplex(ast.NodeTransformer):
         self.rewrote = False  # whether f's source was there to rewrite
 
     def _module(self, node: ast.AST) -> Any:
-        if isinstance(node, ast.Name):
-            return numpy_twin(self.globals.get(node.id))
-        if isinstance(node, ast.Attribute):  # np.linalg
-            outer = self._module(node.value)
-            inner = getattr(outer, node.attr, None) if isinstance(outer, types.ModuleType) else None
-            return inner if isinstance(inner, types.ModuleType) else None
-        return None
+        return numpy_twin(self.globals.get(node.id)) if isinstance(node, ast.Name) else None
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         module = self._module(node.value)
-        if module is np.linalg and node.attr in _NOT_ANALYTIC_LINALG:
-            self.refused.append(f"np.linalg.{node.attr} (line {node.lineno})")
-        elif module is None and node.attr in _NOT_ANALYTIC_ATTRIBUTES:
-            self.refused.append(f".{node.attr} (line {node.lineno})")
         if module is math:
             if node.attr in _CMATH_TWINS:
                 return ast.copy_location(
@@ -162,8 +138,6 @@ class _ToComplex(ast.NodeTransformer):
             self.refused.append(f"{node.id} (line {node.lineno})")
         elif numpy_name in _NOT_ANALYTIC_NUMPY and getattr(np, numpy_name, None) is value:
             self.refused.append(f"{node.id} (np.{numpy_name}, line {node.lineno})")
-        elif numpy_name in _NOT_ANALYTIC_LINALG and getattr(np.linalg, numpy_name, None) is value:
-            self.refused.append(f"{node.id} (np.linalg.{numpy_name}, line {node.lineno})")
         elif callable(value) and getattr(value, "__module__", None) == "math":
             name = getattr(value, "__name__", node.id)
             if name in _CMATH_TWINS:
@@ -226,17 +200,8 @@ def _refused_by_name(f: Callable[..., Any]) -> list[str]:
                 refused.add(f"{name} (np.{value.__name__})")
         elif callable(value) and getattr(value, "__module__", None) == "math":
             refused.add(f"{name} (math.{value.__name__})")
-        elif (
-            getattr(value, "__name__", None) in _NOT_ANALYTIC_LINALG
-            and getattr(np.linalg, value.__name__, None) is value
-        ):
-            refused.add(f"{name} (np.linalg.{value.__name__})")
         if np in modules and name in _NOT_ANALYTIC_NUMPY:
             refused.add(f"np.{name}")
-        if (np in modules or np.linalg in modules) and name in _NOT_ANALYTIC_LINALG:
-            refused.add(f"np.linalg.{name}")
-        if name in _NOT_ANALYTIC_ATTRIBUTES and value is None:
-            refused.add(f".{name}")
         if math in modules and hasattr(math, name) and name not in _MATH_CONSTANTS:
             refused.add(f"math.{name}")
     return sorted(refused)
