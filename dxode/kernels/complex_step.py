@@ -9,7 +9,10 @@ calls their ``cmath`` twins instead.
 What complex step cannot differentiate, and what this module refuses with a
 ``KernelUnsupportedError`` before compiling: ``abs``, ``min``, ``max``, ``round``, and
 ``math``/NumPy functions that are not analytic or have no complex version (``fabs``,
-``floor``, ``atan2``, ``hypot``, ``np.abs``, ``np.maximum``, ``np.where``, ...).
+``floor``, ``atan2``, ``hypot``, ``np.abs``, ``np.maximum``, ``np.where``, ...), and
+what takes a complex number apart (``np.conj``, ``np.real``, ``.real``, ``.conjugate()``,
+``np.vdot``, ``np.linalg.norm``, ...): on the complex copy each of these computes the
+derivative of something else (the modulus, the real part), a silently wrong gradient.
 Comparisons of values that depend on ``u`` or ``p`` (``if x > 0:``) do not compile for
 complex numbers; ``compiler``-time errors say so (comparisons on ``t`` alone are fine).
 """
@@ -80,12 +83,43 @@ _NOT_ANALYTIC_NUMPY = frozenset(
         "arctan2",
         "hypot",
         "copysign",
+        # these take a complex number apart (or conjugate it): the complex copy would
+        # differentiate the modulus or the real part
+        "conj",
+        "conjugate",
+        "real",
+        "imag",
+        "angle",
+        "vdot",
+    ]
+)
+# attributes of any value that take a complex number apart (u.real, v.conjugate())
+_NOT_ANALYTIC_ATTRIBUTES = frozenset(["real", "imag", "conj", "conjugate"])
+# np.linalg functions that are analytic and compile for complex matrices; the others
+# (norm, svd, eigh, pinv, qr, cholesky, lstsq, slogdet, vecdot, ...) conjugate or take moduli
+_ANALYTIC_LINALG = frozenset(
+    [
+        "inv",
+        "solve",
+        "det",
+        "matrix_power",
+        "multi_dot",
+        "matmul",
+        "tensordot",
+        "tensorinv",
+        "tensorsolve",
+        "trace",
+        "diagonal",
+        "matrix_transpose",
+        "cross",
+        "outer",
     ]
 )
 
 NOT_ANALYTIC_HINT = (
     "Complex-step derivatives need f to be real-analytic in u and p: no abs, min, max, "
-    "round, floor, atan2 or comparisons of u- or p-dependent values. Give the problem "
+    "round, floor, atan2, norms, conjugates or real parts, or comparisons of u- or "
+    "p-dependent values. Give the problem "
     "jac= and paramjac= (compiled with f: their derivatives are used instead), or "
     f"differentiate with {ARRAY_PATH}."
 )
@@ -118,6 +152,10 @@ class _ToComplex(ast.NodeTransformer):
                 self.refused.append(f"math.{node.attr} (line {node.lineno})")
         elif module is np and node.attr in _NOT_ANALYTIC_NUMPY:
             self.refused.append(f"np.{node.attr} (line {node.lineno})")
+        elif _is_linalg(module, node.value, self.globals) and node.attr not in _ANALYTIC_LINALG:
+            self.refused.append(f"np.linalg.{node.attr} (line {node.lineno})")
+        elif module is None and node.attr in _NOT_ANALYTIC_ATTRIBUTES:
+            self.refused.append(f".{node.attr} (line {node.lineno})")
         return self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
@@ -138,6 +176,8 @@ class _ToComplex(ast.NodeTransformer):
             self.refused.append(f"{node.id} (line {node.lineno})")
         elif numpy_name in _NOT_ANALYTIC_NUMPY and getattr(np, numpy_name, None) is value:
             self.refused.append(f"{node.id} (np.{numpy_name}, line {node.lineno})")
+        elif _is_linalg_function(value):
+            self.refused.append(f"{node.id} (np.linalg.{numpy_name}, line {node.lineno})")
         elif callable(value) and getattr(value, "__module__", None) == "math":
             name = getattr(value, "__name__", node.id)
             if name in _CMATH_TWINS:
@@ -152,6 +192,31 @@ class _ToComplex(ast.NodeTransformer):
             else:
                 self.refused.append(f"{node.id} (math.{name}, line {node.lineno})")
         return node
+
+
+def _is_linalg(module: Any, node: ast.AST, globals_: dict[str, Any]) -> bool:
+    """Whether ``node`` (whose module, if a name, is ``module``) is ``np.linalg``: a name
+    bound to it, or the attribute ``linalg`` of NumPy."""
+    if module is np.linalg:
+        return True
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "linalg"
+        and isinstance(node.value, ast.Name)
+        and numpy_twin(globals_.get(node.value.id)) is np
+    )
+
+
+def _is_linalg_function(value: Any) -> bool:
+    """Whether ``value`` is a non-analytic ``np.linalg`` function (``from numpy.linalg
+    import norm``)."""
+    name = getattr(value, "__name__", None)
+    return (
+        name is not None
+        and name not in _ANALYTIC_LINALG
+        and getattr(np.linalg, name, None) is value
+        and callable(value)
+    )
 
 
 def complex_copy(f: Callable[..., Any], what: str = "f") -> Callable[..., Any]:
@@ -198,10 +263,17 @@ def _refused_by_name(f: Callable[..., Any]) -> list[str]:
         elif value is not None and getattr(np, getattr(value, "__name__", ""), None) is value:
             if value.__name__ in _NOT_ANALYTIC_NUMPY:
                 refused.add(f"{name} (np.{value.__name__})")
+        elif _is_linalg_function(value):
+            refused.add(f"{name} (np.linalg.{value.__name__})")
         elif callable(value) and getattr(value, "__module__", None) == "math":
             refused.add(f"{name} (math.{value.__name__})")
         if np in modules and name in _NOT_ANALYTIC_NUMPY:
             refused.add(f"np.{name}")
+        if name in _NOT_ANALYTIC_ATTRIBUTES:
+            refused.add(f".{name}")
+        linalg = np.linalg in modules or (np in modules and "linalg" in names)
+        if linalg and hasattr(np.linalg, name) and name not in _ANALYTIC_LINALG:
+            refused.add(f"np.linalg.{name}")
         if math in modules and hasattr(math, name) and name not in _MATH_CONSTANTS:
             refused.add(f"math.{name}")
     return sorted(refused)
