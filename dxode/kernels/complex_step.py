@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import ast
 import cmath
+import inspect
 import math
+import textwrap
 import types
 from collections.abc import Callable
 from typing import Any
@@ -232,12 +234,58 @@ def complex_copy(f: Callable[..., Any], what: str = "f") -> Callable[..., Any]:
             f" ({what}'s source cannot be read, as for a lambda or a function sent by value, "
             f"so these were read off the names its bytecode uses)"
         )
+    refused = refused + _refused_in_compiled_helpers(f, set())
     if refused:
         raise KernelUnsupportedError(
             f"the kernel path differentiates {what} defined at {where_defined(f)} by complex "
             f"step, which cannot differentiate {', '.join(refused)}{how}. {NOT_ANALYTIC_HINT}"
         )
     return copy
+
+
+def _refused_in_compiled_helpers(f: Callable[..., Any], seen: set[int]) -> list[str]:
+    """What complex step cannot take in the ``@numba.njit`` functions ``f`` calls (from its
+    module or its closure), and in those they call: the complex copy calls them with complex
+    numbers, so an ``abs`` in one is the modulus there (a silently wrong derivative)."""
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return []
+    globals_ = getattr(f, "__globals__", {})
+    values = [globals_.get(name) for name in _code_names(code)]
+    values += [_cell_contents(cell) for cell in getattr(f, "__closure__", None) or ()]
+    refused = []
+    for value in values:
+        py_func = getattr(value, "py_func", None)
+        if py_func is None or not type(value).__module__.startswith("numba") or id(value) in seen:
+            continue
+        seen.add(id(value))
+        rewrite = _ToComplex(getattr(py_func, "__globals__", {}))
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(py_func)))
+            ast.increment_lineno(tree, py_func.__code__.co_firstlineno - 1)
+            rewrite.visit(tree)
+            found = rewrite.refused
+        except (OSError, TypeError, SyntaxError):
+            found = _refused_by_name(py_func)
+        name = getattr(py_func, "__name__", "?")
+        refused += [f"{entry} in the compiled helper {name}" for entry in found]
+        refused += _refused_in_compiled_helpers(py_func, seen)
+    return refused
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _cell_contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
 
 
 def _refused_by_name(f: Callable[..., Any]) -> list[str]:
