@@ -194,3 +194,31 @@ def test_a_user_vjp_may_return_no_p_bar_when_only_u0_is_differentiated():
         return dxode.solve(prob, saveat=[1.0], rtol=1e-10, atol=1e-10).u[-1, 0]
 
     np.testing.assert_allclose(autograd.grad(loss)(np.array([1.5])), [np.cos(2.0)], rtol=1e-8)
+
+
+def _decay_pair(u, p, t):
+    return anp.array([-p[0] * u[0], -p[1] * u[1]])
+
+
+@pytest.mark.parametrize("alg", [dxode.Tsit5(), dxode.Rodas5P()], ids=["Tsit5", "Rodas5P"])
+@pytest.mark.parametrize("ensemble", [False, True], ids=["single", "ensemble"])
+def test_forward_sensitivity_takes_a_per_component_atol(alg, ensemble):
+    """A state-shaped ``atol`` did not broadcast to the augmented state ``[u, S_1, ...]``:
+    ``ValueError: operands could not be broadcast together with shapes (2,1) (14,1)`` from
+    the integrator's first step. Each sensitivity now takes its state component's atol."""
+    atol = np.array([1e-10, 1e-12])
+
+    def loss(theta):
+        prob = dxode.ODEProblem(_decay_pair, theta[:2], (0.0, 1.5), (theta[2], theta[3]))
+        if ensemble:
+            prob = dxode.EnsembleProblem(prob, u0=anp.stack([theta[:2], 2.0 * theta[:2]]))
+        options = {"saveat": [1.5], "rtol": 1e-10, "atol": atol}
+        sol = dxode.solve(prob, alg, sensealg=dxode.ForwardSensitivity(), **options)
+        return anp.sum(sol.u**2)
+
+    theta = np.array([1.0, 0.5, 0.7, 0.3])
+    u0, k = theta[:2], theta[2:]
+    scale = 5.0 if ensemble else 1.0  # the second trajectory starts at 2 u0
+    decay = np.exp(-2 * k * 1.5)
+    expected = scale * np.concatenate([2 * u0 * decay, -2 * 1.5 * u0**2 * decay])
+    np.testing.assert_allclose(autograd.grad(loss)(theta), expected, rtol=1e-8)

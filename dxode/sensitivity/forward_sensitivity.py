@@ -75,13 +75,26 @@ def forward(
         save_times=save_times,
         tstops=stops,
     )
-    result = integrate(problem, augmented_options(static.options), batch.backend)
+    result = integrate(
+        problem, _augmented_atol(augmented_options(static.options), shape, len(dirs)), batch.backend
+    )
     saved = result.saved  # (L, nsave, n (1 + D))
     n_save = saved.shape[1]
     u_saved = saved[..., :n].reshape(n_lanes, n_save, *shape)
     sens = saved[..., n:].reshape(n_lanes, n_save, len(dirs), n)
     leaf_shapes = [np.shape(leaf) for leaf in leaves]
     return u_saved, (sens, dirs, leaf_shapes), result
+
+
+def _augmented_atol(options: Any, shape: tuple[int, ...], n_dirs: int) -> Any:
+    """``options`` with a per-component ``atol`` (broadcastable to the state's shape)
+    extended to the augmented state ``[u, S_1, ..., S_D]``: each sensitivity takes its state
+    component's (the state-shaped ``atol`` did not broadcast to it: a ValueError from inside
+    the integrator)."""
+    if isinstance(options.atol, float):
+        return options
+    atol = np.broadcast_to(np.asarray(options.atol), shape).reshape(-1)
+    return dataclasses.replace(options, atol=np.tile(atol, 1 + n_dirs))
 
 
 def _augmented_rhs_for(
