@@ -411,6 +411,44 @@ def _abs_paramjac(u, p, t):
     return [[0.0, 0.0], [-x, -v * abs(v)]]
 
 
+def _damped_jac(u, p, t):
+    omega, zeta = p
+    return [[0.0, 1.0], [-omega * omega, -2.0 * zeta * omega]]
+
+
+def _short_paramjac(u, p, t):
+    x, _ = u
+    return [[0.0], [-x]]  # one column where p has two scalars
+
+
+def _long_paramjac(u, p, t):
+    x, v = u
+    return [[0.0, 0.0, 0.0], [-v, -x, 0.0]]  # three columns, the first two swapped
+
+
+@pytest.mark.parametrize("paramjac", [_short_paramjac, _long_paramjac], ids=["short", "long"])
+@pytest.mark.parametrize("sensealg", [None, dxode.DiscreteAdjoint()], ids=["forward", "adjoint"])
+def test_a_paramjac_of_the_wrong_width_is_refused_naming_the_shape(paramjac, sensealg):
+    """A short row failed inside numba (the forward kernel blamed ``f`` at a line of the
+    generated source, the adjoint raised numba's TypingError); extra columns were read as if
+    the first ones were p's, a silently wrong gradient. The array path refuses both."""
+
+    def loss(p):
+        problem = dxode.ODEProblem(
+            damped,
+            np.array([1.0, 0.5]),
+            (0.0, 1.0),
+            (p[0], p[1]),
+            jac=_damped_jac,
+            paramjac=paramjac,
+        )
+        options = {"saveat": [1.0], "kernel": True, "sensealg": sensealg}
+        return anp.sum(dxode.solve(problem, "tsit5", **options).u ** 2)
+
+    with pytest.raises(ValueError, match=r"paramjac.*2 rows of 2 entries"):
+        autograd.grad(loss)(np.array([1.6, 0.3]))
+
+
 def test_user_jacobians_differentiate_a_non_analytic_f():
     kernel = _grad_wrt_p(_with_abs, jac=_abs_jac, paramjac=_abs_paramjac)
     array = _grad_wrt_p(_with_abs, kernel=False)

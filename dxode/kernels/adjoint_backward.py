@@ -12,6 +12,7 @@ from .adjoint_params import autograd_rows, compiled_rows, leaf_rows
 from .adjoint_sweep import lane_sweep
 from .compiler import user_function_mode
 from .description import StepperDescription, describe
+from .sensitivity_rhs import check_jacobian_rows
 
 __all__ = ["backward", "tableau_arrays"]
 
@@ -53,6 +54,7 @@ def backward(
     n_lanes, _, n = g.shape
     example = eval(layout.expression("0"), {"P": params[:, :1]})
     as_array = user_function_mode(static.f, n, "float64", example, "cpu")
+    check_jacobian_rows(static, n, as_array, example, params.shape[0])
     s, e = desc.stages, desc.extra_stages
     lanes = lane_sweep(
         static.f,

@@ -187,12 +187,13 @@ def _build_augmented(
     dtype: str,
     target: str,
 ) -> Any:
-    from .sensitivity_rhs import augmented_rhs
+    from .sensitivity_rhs import augmented_rhs, check_jacobian_rows
 
     example = eval(layout.expression("COL").replace("COL", "0"), {"P": params[:, :1]})
     as_array = user_function_mode(static.f, n, dtype, example, target)
     if as_array and target == "cuda":
         raise KernelUnsupportedError(CUDA_GRADIENT_U)
+    check_jacobian_rows(static, n, as_array, example, params.shape[0])
     return augmented_rhs(
         static.f, n, layout, rows, as_array, dtype, example, static.jac, static.paramjac
     )

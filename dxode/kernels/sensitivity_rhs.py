@@ -20,6 +20,8 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .compiler import _import, _write_source
 from .complex_step import STEP, check_compiles, complex_copy
 from .rhs_source import ParamLayout, function_key, numba_ready, where_defined
@@ -36,6 +38,34 @@ class _RowsToTuples(ast.NodeTransformer):
 
 
 _MODULES: dict[str, Any] = {}
+
+
+def check_jacobian_rows(static: Any, n: int, as_array: bool, p_example: Any, columns: int) -> None:
+    """Refuse a ``jac`` that is not ``n`` rows of ``n`` entries or a ``paramjac`` that is not
+    ``n`` rows of ``columns`` (one per scalar of ``p``), from one call in Python on example
+    values (the array path refuses them too): compiled, the kernels index ``J[i][k]``, so
+    a short row failed inside numba with an error about ``f`` or the generated source, and
+    extra columns were read silently as the first ones. A call that raises is left to
+    numba."""
+    u = np.full(n, 0.5) if as_array else (0.5,) * n
+    for name, fn, cols, what in (
+        ("jac", getattr(static, "jac", None), n, "df/du"),
+        ("paramjac", getattr(static, "paramjac", None), columns, "df/dp"),
+    ):
+        if fn is None:
+            continue
+        try:
+            value = fn(u, p_example, 0.0)
+            lengths = [len(row) for row in value]
+        except Exception:  # numba reports what it cannot compile
+            continue
+        if len(lengths) != n or any(length != cols for length in lengths):
+            extra = f", one column per scalar of p ({cols})" if name == "paramjac" else ""
+            raise ValueError(
+                f"{name}(u, p, t) defined at {where_defined(fn)} returned rows of "
+                f"{lengths} entries; for a state of {n} components it must return {what} as "
+                f"{n} rows of {cols} entries each (row i holds the derivatives of f_i{extra})"
+            )
 
 
 def param_paths(structure: Any, prefix: str = "p") -> list[str]:
