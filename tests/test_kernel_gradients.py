@@ -645,3 +645,43 @@ def test_the_augmented_rhs_is_built_once_per_f_and_again_when_its_closure_change
         expected = -2 * rate * T * 4.0 * np.exp(-2 * rate * s * T)
         np.testing.assert_allclose(grad(_decay_with_rate(rate)), expected, rtol=1e-8)
     assert len(built) == 2  # rate 0.5 once (two closures, one source and value), 0.25 once
+
+
+def _heat(u, p, t):  # four cells of a rod heated at p[1]: eigenvalues -190 to -1310
+    a, b, c, d = u
+    k, s = 500.0 * p[0], 500.0 * p[1]
+    return [
+        k * (b - 2.0 * a) + s,
+        k * (a - 2.0 * b + c) + s,
+        k * (b - 2.0 * c + d) + s,
+        k * (c - 2.0 * d) + s,
+    ]
+
+
+def test_the_kernel_adjoint_refuses_steps_beyond_the_stability_interval():
+    """Started from its steady state (2, 3, 3, 2) plus its slowest mode, the rod's fast modes
+    sit at round-off, and Tsit5's controller takes steps beyond its stability interval;
+    frozen, those steps amplify the fast modes: the kernel's discrete adjoint gave
+    d loss / d u0 = (330, -535, 535, -330) where the closed form gives (2.7, 4.4, 4.4, 2.7)
+    1e-4, silently (the array path's default switches to InterpolatingAdjoint and agrees
+    with the closed form). It now refuses as the array path's DiscreteAdjoint() does; with
+    a dtmax inside the interval the gradient is the closed form's."""
+    from scipy.linalg import expm
+
+    slowest = np.sin(np.pi * np.arange(1, 5) / 5)
+    u0 = np.array([2.0, 3.0, 3.0, 2.0]) + 0.5 * slowest
+
+    def loss(theta, **options):
+        prob = dxode.ODEProblem(_heat, theta[:4], (0.0, 0.05), (theta[4], 1.0))
+        options.update(saveat=[0.05], rtol=1e-6, atol=1e-6, kernel=True)
+        sol = dxode.solve(prob, "tsit5", sensealg=dxode.DiscreteAdjoint(), **options)
+        return anp.sum(sol.u**2)
+
+    theta = np.concatenate([u0, [1.0]])
+    with pytest.raises(ValueError, match=r"stability interval.*kernel=False"):
+        autograd.grad(loss)(theta)
+    a = 500.0 * (np.diag([-2.0] * 4) + np.diag([1.0] * 3, 1) + np.diag([1.0] * 3, -1))
+    decay = expm(0.05 * a)
+    expected = 2.0 * decay.T @ (np.array([2.0, 3.0, 3.0, 2.0]) + decay @ (0.5 * slowest))
+    stable = autograd.grad(lambda th: loss(th, dtmax=1.5e-3))(theta)
+    np.testing.assert_allclose(stable[:4], expected, rtol=1e-4)
