@@ -19,6 +19,13 @@ TRACED_CLOSURE = (
     "ODEProblem(f, u0, tspan, p), so that dxode differentiates the solve with respect to it"
 )
 
+RAGGED_ROWS = (
+    "f(u, p, t) built an array from rows of different shapes: in an ensemble f receives "
+    "the states lanes last, so a state row (u[1]) holds one value per trajectory, while a "
+    "parameter shared by all trajectories (p[0]) is one number. Return the rows as a list, "
+    "[u[1], -p[0]], which dxode broadcasts, instead of np.array([...])"
+)
+
 
 def as_array(
     backend: Any,
@@ -49,6 +56,8 @@ def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
     except Exception as exc:
         if _takes_scipy_order(backend, f, u, p, t):
             raise TypeError(SCIPY_ORDER) from exc
+        if isinstance(exc, ValueError) and "inhomogeneous" in str(exc):
+            raise ValueError(f"{RAGGED_ROWS} (NumPy says: {exc})") from exc
         raise
     if traced:
         raise TypeError(TRACED_CLOSURE)

@@ -253,3 +253,16 @@ def test_retcode_messages_are_actionable():
         assert len(code.message) > 20
     assert ReturnCode.Success.successful and ReturnCode.Terminated.successful
     assert not ReturnCode.Unstable.successful
+
+
+def _falling_as_one_array(u, p, t):
+    return np.array([u[1], -p[0]])  # a row of lanes beside a number: ragged in an ensemble
+
+
+def test_an_ensemble_f_building_one_array_from_lane_rows_and_numbers_is_told_to_return_rows():
+    """NumPy's own ValueError (setting an array element with a sequence ... inhomogeneous
+    shape) said nothing of the lanes; the message now names the list of rows to return."""
+    prob = dxode.ODEProblem(_falling_as_one_array, [1.0, 0.0], (0.0, 0.5), np.array([9.81]))
+    ensemble = dxode.EnsembleProblem(prob, u0=np.array([[1.0, 0.0], [2.0, 0.0]]))
+    with pytest.raises(ValueError, match=r"lanes last.*\[u\[1\], -p\[0\]\].*NumPy says"):
+        dxode.solve(ensemble, dxode.Tsit5(), saveat=[0.5])
