@@ -277,6 +277,14 @@ def _with_conjugate_method(u, p, t):
     return [v, -p[0] * x.conjugate() - p[1] * v]
 
 
+_norm = np.linalg.norm  # as `from numpy.linalg import norm` binds it
+
+
+def _with_imported_norm(u, p, t):
+    x, v = u
+    return [v, -p[0] * x * _norm(np.array([x, v])) - p[1] * v]
+
+
 @pytest.mark.parametrize(
     ("f", "named"),
     [
@@ -286,8 +294,9 @@ def _with_conjugate_method(u, p, t):
         (_with_real_attribute, ".real"),
         (_with_conjugate_method, ".conjugate"),
         (lambda u, p, t: -p[0] * np.linalg.norm(u) * u - p[1] * u, "np.linalg.norm"),
+        (_with_imported_norm, "_norm (np.linalg.norm"),
     ],
-    ids=["norm", "vdot", "conj", "real", "conjugate", "lambda-norm"],
+    ids=["norm", "vdot", "conj", "real", "conjugate", "lambda-norm", "imported-norm"],
 )
 def test_what_takes_a_complex_number_apart_is_refused_by_name(f, named):
     """On the complex copy these are the modulus, a conjugate or the real part: the kernel
