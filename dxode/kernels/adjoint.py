@@ -25,13 +25,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import _pytree
-from .._retcode import ReturnCode
 from ..sensitivity.algorithms import DiscreteAdjoint
 from .adjoint_record import recorded_lanes
 from .batch import KernelBatch, check_callback_method, lane_params
 from .description import StepperDescription, describe
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
+from .stability_check import limited_lanes, may_be_limited
 
 __all__ = ["KernelDiscreteAdjoint"]
 
@@ -77,7 +77,7 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
             static.f, u0, params, layout, t0, t1, save_grid, stops, static.options, jac=None
         )
         steps, saved, outcome = recorded_lanes(batch, self.device)
-        if static.options.adaptive:  # fixed steps are not controlled: their derivative is
+        if may_be_limited(static.options):
             _refuse_stability_limited(static, leaves, u0, t0, t1, save_grid, stops, steps, outcome)
         record = {
             "steps": steps,
@@ -110,9 +110,6 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
         return backward(static, record, leaves, np.asarray(retcode), np.asarray(g), self.device)
 
 
-_SUCCEEDED = (int(ReturnCode.Success), int(ReturnCode.Terminated))
-
-
 def _refuse_stability_limited(
     static: Any,
     leaves: list[Any],
@@ -125,47 +122,19 @@ def _refuse_stability_limited(
     outcome: dict[str, np.ndarray],
 ) -> None:
     """Raise the array path's refusal where a lane's recorded steps went beyond the method's
-    stability interval (``sensitivity.stability``): there the derivative of the frozen steps
-    is not the gradient (a heat equation started on its slowest mode: the kernel's gradient
-    with respect to ``u0`` came out 10^5 times too large, silently). The kernels have no
-    interpolating adjoint to switch to. The power iterations run ``f`` on the array path's
-    lanes; an ``f`` that runs only compiled (``math.sin`` of a lane array) is not checked."""
-    from ..integrator.lanes import Trial
+    stability interval (``stability_check``). The kernels have no interpolating adjoint to
+    switch to."""
     from ..sensitivity import stability
-    from ..sensitivity.passes import BatchRHS
 
-    counts = np.array([len(t) - 1 for t, _ in steps])
-    if counts.size == 0 or counts.max() <= 0:
-        return
-    shape = u0.shape[:-1]
-    times = np.full((counts.max() + 1, len(steps)), np.nan)
-    states = np.zeros((counts.max() + 1, len(steps), *shape))
-    for lane, (t, u) in enumerate(steps):
-        times[: len(t), lane] = t
-        states[: len(t), lane] = u.reshape(len(t), *shape)
-    trials = []
-    for k in range(int(counts.max())):
-        lanes = np.flatnonzero(counts > k)
-        t, h = times[k, lanes], times[k + 1, lanes] - times[k, lanes]
-        start = np.moveaxis(states[k, lanes], 0, -1).astype(u0.dtype)
-        accept = np.ones(lanes.size, dtype=bool)
-        trials.append(Trial(lanes, t, h, t + h, accept, (), None, (start, None)))
-    alg = static.options.alg
-    interval = alg.tableau.real_stability_interval
-    succeeded = np.isin(outcome["retcode"], _SUCCEEDED)
-    try:
-        batch = BatchRHS.of(static, leaves, u0, t0, t1, save_grid, stops)
-        limited, rho = stability.stability_limited(
-            batch.backend, batch.rhs_for, batch.params, trials, succeeded, interval
-        )
-    except Exception:  # an f the array path cannot evaluate: left unchecked, as before
-        return
-    if limited.any():
+    found = limited_lanes(static, leaves, u0, t0, t1, save_grid, stops, steps, outcome)
+    if found is not None:
         why = (
-            "The compiled kernels have no interpolating adjoint to switch to: differentiate on "
-            f"{ARRAY_PATH}, whose default switches to InterpolatingAdjoint() (accurate to the "
-            "tolerance)."
+            "The compiled kernels have no interpolating adjoint to switch to: use "
+            "sensealg=ForwardSensitivity() (up to 28 components n (1 + inputs); for such a "
+            "solve its sensitivities join the error norm, accurate to the tolerance), or "
+            f"differentiate on {ARRAY_PATH}, whose default switches to InterpolatingAdjoint()."
         )
+        alg = static.options.alg
+        interval = alg.tableau.real_stability_interval
         sensealg = DiscreteAdjoint()  # what the kernels took, asked for or by default
-        n_limited = int(limited.sum())
-        raise stability.refusal(sensealg, alg, n_limited, len(steps), interval, rho, why)
+        raise stability.refusal(sensealg, alg, found[0], len(steps), interval, found[1], why)

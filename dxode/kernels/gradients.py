@@ -94,6 +94,11 @@ class KernelForwardSensitivity(ForwardSensitivity):
                 z0[n * (1 + d) + j] = 1.0
         batch = KernelBatch(f_aug, z0, params, layout, t0, t1, save_grid, stops, static.options, n)
         result = self._run(batch)
+        if self._stability_limited(static, leaves, u0, params, layout, t0, t1, save_grid, stops):
+            # frozen steps beyond the stability interval: their derivative is not the
+            # gradient; with the sensitivities in the error norm (as the array path's
+            # ForwardSensitivity) they are accurate to the tolerance
+            result = self._run(_sensitivities_controlled(batch, n, len(dirs)))
         saved = np.asarray(result.saved)  # (L, nsave, n (1 + D))
         sens = saved[..., n:].reshape(lanes, saved.shape[1], len(dirs), n)
         record = (sens, dirs, [np.shape(leaf) for leaf in leaves])
@@ -104,6 +109,32 @@ class KernelForwardSensitivity(ForwardSensitivity):
             "nreject": np.asarray(result.nreject, dtype=np.int64),
         }
         return BatchForward(np.ascontiguousarray(saved[..., :n]), record, outcome, self)
+
+    def _stability_limited(
+        self,
+        static: Any,
+        leaves: list[Any],
+        u0: np.ndarray,
+        params: Any,
+        layout: Any,
+        t0: np.ndarray,
+        t1: np.ndarray,
+        save_grid: np.ndarray,
+        stops: np.ndarray | None,
+    ) -> bool:
+        """Whether an explicit method's adaptive steps of this batch went beyond its stability
+        interval (``stability_check``; the steps from the plain recording kernel, which takes
+        the same ones)."""
+        from .stability_check import limited_lanes, may_be_limited, plain_steps
+
+        if not may_be_limited(static.options):
+            return False
+        plain = KernelBatch(
+            static.f, u0, params, layout, t0, t1, save_grid, stops, static.options, jac=None
+        )
+        steps, outcome = plain_steps(plain, self.device)
+        found = limited_lanes(static, leaves, u0, t0, t1, save_grid, stops, steps, outcome)
+        return found is not None
 
     def event_lanes(
         self, static: Any, callbacks: Any, u0: Any, leaves: list[Any], t0: Any, t1: Any
@@ -197,6 +228,16 @@ def _build_augmented(
     return augmented_rhs(
         static.f, n, layout, rows, as_array, dtype, example, static.jac, static.paramjac
     )
+
+
+def _sensitivities_controlled(batch: KernelBatch, n: int, inputs: int) -> KernelBatch:
+    """``batch`` (state and ``inputs`` sensitivities of ``n`` components each) with the
+    sensitivities in the error norm, each under its state component's ``atol``."""
+    options = batch.options
+    if np.ndim(options.atol) > 0:
+        atol = np.tile(np.ravel(np.broadcast_to(options.atol, (n,))), 1 + inputs)
+        options = dataclasses.replace(options, atol=atol)
+    return dataclasses.replace(batch, options=options, error_components=0)
 
 
 def kernel_sensealg(sensealg: Any, **device: Any) -> Any:

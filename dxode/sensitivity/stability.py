@@ -37,7 +37,7 @@ from ..integrator.lanes import Trial
 
 # Power iterations for the Jacobian's dominant eigenvalue: at most this many states along
 # each batch's solve, this many iterations each.
-_PROBES = 8
+PROBES = 8
 _ITERATIONS = 12
 # Probes of a batch run side by side up to this many state elements (their Python cost per
 # call dominates for small working sets; large ones gain nothing from sharing a call).
@@ -57,7 +57,7 @@ def stability_limited(
     """Lanes (among the ``succeeded`` ones, an ``(L,)`` host mask) with an accepted step
     ``h`` beyond the stability interval, ``|h| ρ > interval``, and the largest such ``ρ``.
 
-    ``ρ`` comes from power iterations on the Jacobian at up to ``_PROBES`` states along the
+    ``ρ`` comes from power iterations on the Jacobian at up to ``PROBES`` states along the
     solve (so it also sees the modes the solution does not contain, which frozen steps
     amplify unseen): for a step, the larger of the probes before and after it.
     ``rhs_for(params)`` is the batch's lane RHS (``params`` its per-lane parameters).
@@ -88,7 +88,7 @@ def stability_limited(
 def _probe_rates(
     backend: Any, rhs_for: Any, params: tuple, trials: list[Trial], n_lanes: int
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Power-iteration estimates of ``|λ|max`` at up to ``_PROBES`` trials' start states:
+    """Power-iteration estimates of ``|λ|max`` at up to ``PROBES`` trials' start states:
     the trials' indices ``(P,)`` and the rates ``(P, L)`` (zero for lanes not in a trial's
     working set), or ``None`` when no trial kept its start state.
 
@@ -100,7 +100,7 @@ def _probe_rates(
     kept = [j for j, trial in enumerate(trials) if _start_state(trial) is not None]
     if not kept:
         return None
-    every = max(1, -(-len(kept) // _PROBES))
+    every = max(1, -(-len(kept) // PROBES))
     chosen = kept[::every]
     probes = [trials[j] for j in chosen]
     states = [_start_state(trial) for trial in probes]
