@@ -77,8 +77,13 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
             static.f, u0, params, layout, t0, t1, save_grid, stops, static.options, jac=None
         )
         steps, saved, outcome = recorded_lanes(batch, self.device)
-        if may_be_limited(static.options):
-            _refuse_stability_limited(static, leaves, u0, t0, t1, save_grid, stops, steps, outcome)
+        found = (
+            limited_lanes(static, leaves, u0, t0, t1, save_grid, stops, steps, outcome)
+            if may_be_limited(static.options)
+            else None
+        )
+        if found is not None:
+            raise _stability_refusal(static.options.alg, *found, len(steps))
         record = {
             "steps": steps,
             "save_grid": save_grid,
@@ -110,31 +115,16 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
         return backward(static, record, leaves, np.asarray(retcode), np.asarray(g), self.device)
 
 
-def _refuse_stability_limited(
-    static: Any,
-    leaves: list[Any],
-    u0: np.ndarray,
-    t0: np.ndarray,
-    t1: np.ndarray,
-    save_grid: np.ndarray,
-    stops: np.ndarray | None,
-    steps: list[tuple[np.ndarray, np.ndarray]],
-    outcome: dict[str, np.ndarray],
-) -> None:
-    """Raise the array path's refusal where a lane's recorded steps went beyond the method's
-    stability interval (``stability_check``). The kernels have no interpolating adjoint to
-    switch to."""
+def _stability_refusal(alg: Any, limited: int, rho: float, lanes: int) -> ValueError:
+    """The array path's refusal of a stability-limited ``DiscreteAdjoint`` (``stability_check``),
+    with the kernels' alternatives: they have no interpolating adjoint to switch to."""
     from ..sensitivity import stability
 
-    found = limited_lanes(static, leaves, u0, t0, t1, save_grid, stops, steps, outcome)
-    if found is not None:
-        why = (
-            "The compiled kernels have no interpolating adjoint to switch to: use "
-            "sensealg=ForwardSensitivity() (up to 28 components n (1 + inputs); for such a "
-            "solve its sensitivities join the error norm, accurate to the tolerance), or "
-            f"differentiate on {ARRAY_PATH}, whose default switches to InterpolatingAdjoint()."
-        )
-        alg = static.options.alg
-        interval = alg.tableau.real_stability_interval
-        sensealg = DiscreteAdjoint()  # what the kernels took, asked for or by default
-        raise stability.refusal(sensealg, alg, found[0], len(steps), interval, found[1], why)
+    why = (
+        "The compiled kernels have no interpolating adjoint to switch to: use "
+        "sensealg=ForwardSensitivity() (up to 28 components n (1 + inputs); for such a "
+        "solve its sensitivities join the error norm, accurate to the tolerance), or "
+        f"differentiate on {ARRAY_PATH}, whose default switches to InterpolatingAdjoint()."
+    )
+    interval = alg.tableau.real_stability_interval
+    return stability.refusal(DiscreteAdjoint(), alg, limited, lanes, interval, rho, why)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ARRAY_PATH, KernelUnsupportedError, numba_refusals
-from .rhs_source import numba_ready, numpy_twin, where_defined
+from .rhs_source import names_read, numba_ready, numpy_twin, where_defined
 
 __all__ = ["NOT_ANALYTIC_HINT", "STEP", "complex_copy"]
 
@@ -251,7 +251,7 @@ def _refused_in_compiled_helpers(f: Callable[..., Any], seen: set[int]) -> list[
     if code is None:
         return []
     globals_ = getattr(f, "__globals__", {})
-    values = [globals_.get(name) for name in _code_names(code)]
+    values = [globals_.get(name) for name in names_read(code)]
     values += [_cell_contents(cell) for cell in getattr(f, "__closure__", None) or ()]
     refused = []
     for value in values:
@@ -271,14 +271,6 @@ def _refused_in_compiled_helpers(f: Callable[..., Any], seen: set[int]) -> list[
         refused += [f"{entry} in the compiled helper {name}" for entry in found]
         refused += _refused_in_compiled_helpers(py_func, seen)
     return refused
-
-
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
 
 
 def _cell_contents(cell: Any) -> Any:

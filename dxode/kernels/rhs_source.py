@@ -36,7 +36,14 @@ import numpy as np
 from .. import _pytree
 from .errors import ARRAY_PATH, KernelCompileError, KernelUnsupportedError
 
-__all__ = ["ParamLayout", "check_plain_function", "function_key", "numba_ready", "where_defined"]
+__all__ = [
+    "ParamLayout",
+    "check_plain_function",
+    "function_key",
+    "names_read",
+    "numba_ready",
+    "where_defined",
+]
 
 
 def where_defined(f: Callable[..., Any]) -> str:
@@ -310,18 +317,18 @@ def numpy_twin(value: Any) -> Any:
 def _numpy_globals(f: Callable[..., Any]) -> dict[str, Any]:
     """A copy of ``f``'s globals with ``numpy_twin`` applied to the names ``f`` reads."""
     namespace = dict(f.__globals__)
-    for name in _names_read(f.__code__):
+    for name in names_read(f.__code__):
         if name in namespace:
             namespace[name] = numpy_twin(namespace[name])
     return namespace
 
 
-def _names_read(code: types.CodeType) -> set[str]:
+def names_read(code: types.CodeType) -> set[str]:
     """The global names a code object and the code nested in it (comprehensions) read."""
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _names_read(const)
+            names |= names_read(const)
     return names
 
 
