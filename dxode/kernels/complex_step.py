@@ -24,7 +24,6 @@ import cmath
 import inspect
 import math
 import textwrap
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -288,12 +287,7 @@ def _refused_by_name(f: Callable[..., Any]) -> list[str]:
     refused too (before, complex step took ``abs`` as the modulus: a silently wrong
     derivative)."""
     globals_ = getattr(f, "__globals__", {})
-    names: set[str] = set()
-    codes = [f.__code__]
-    while codes:
-        code = codes.pop()
-        names.update(code.co_names)
-        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    names = names_read(f.__code__)
     modules = {numpy_twin(globals_.get(name)) for name in names} - {None}
     refused = set()
     for name in names:

@@ -125,14 +125,15 @@ class KernelForwardSensitivity(ForwardSensitivity):
         """Whether an explicit method's adaptive steps of this batch went beyond its stability
         interval (``stability_check``; the steps from the plain recording kernel, which takes
         the same ones)."""
-        from .stability_check import limited_lanes, may_be_limited, plain_steps
+        from .adjoint_record import recorded_lanes
+        from .stability_check import limited_lanes, may_be_limited
 
         if not may_be_limited(static.options):
             return False
         plain = KernelBatch(
             static.f, u0, params, layout, t0, t1, save_grid, stops, static.options, jac=None
         )
-        steps, outcome = plain_steps(plain, self.device)
+        steps, _, outcome = recorded_lanes(plain, self.device)
         found = limited_lanes(static, leaves, u0, t0, t1, save_grid, stops, steps, outcome)
         return found is not None
 
@@ -233,10 +234,9 @@ def _build_augmented(
 def _sensitivities_controlled(batch: KernelBatch, n: int, inputs: int) -> KernelBatch:
     """``batch`` (state and ``inputs`` sensitivities of ``n`` components each) with the
     sensitivities in the error norm, each under its state component's ``atol``."""
-    options = batch.options
-    if np.ndim(options.atol) > 0:
-        atol = np.tile(np.ravel(np.broadcast_to(options.atol, (n,))), 1 + inputs)
-        options = dataclasses.replace(options, atol=atol)
+    from ..sensitivity.forward_sensitivity import augmented_atol
+
+    options = augmented_atol(batch.options, (n,), inputs)
     return dataclasses.replace(batch, options=options, error_components=0)
 
 

@@ -14,11 +14,9 @@ from typing import Any
 import numpy as np
 
 from .._retcode import ReturnCode
-from .adjoint_record import recorded_lanes
-from .batch import KernelBatch
 from .description import StepperDescription, describe
 
-__all__ = ["limited_lanes", "may_be_limited", "plain_steps"]
+__all__ = ["limited_lanes", "may_be_limited"]
 
 _SUCCEEDED = (int(ReturnCode.Success), int(ReturnCode.Terminated))
 
@@ -81,9 +79,3 @@ def limited_lanes(
         return None
     return (int(limited.sum()), float(rho)) if limited.any() else None
 
-
-def plain_steps(batch: KernelBatch, device: str) -> tuple[list, dict[str, np.ndarray]]:
-    """The accepted steps of ``batch`` solved by the plain recording kernel, and its
-    statistics."""
-    steps, _, outcome = recorded_lanes(batch, device)
-    return steps, outcome

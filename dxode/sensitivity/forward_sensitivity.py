@@ -76,7 +76,7 @@ def forward(
         tstops=stops,
     )
     result = integrate(
-        problem, _augmented_atol(augmented_options(static.options), shape, len(dirs)), batch.backend
+        problem, augmented_atol(augmented_options(static.options), shape, len(dirs)), batch.backend
     )
     saved = result.saved  # (L, nsave, n (1 + D))
     n_save = saved.shape[1]
@@ -86,7 +86,7 @@ def forward(
     return u_saved, (sens, dirs, leaf_shapes), result
 
 
-def _augmented_atol(options: Any, shape: tuple[int, ...], n_dirs: int) -> Any:
+def augmented_atol(options: Any, shape: tuple[int, ...], n_dirs: int) -> Any:
     """``options`` with a per-component ``atol`` (broadcastable to the state's shape)
     extended to the augmented state ``[u, S_1, ..., S_D]``: each sensitivity takes its state
     component's (the state-shaped ``atol`` did not broadcast to it: a ValueError from inside

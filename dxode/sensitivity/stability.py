@@ -191,23 +191,28 @@ def _power_iteration(backend: Any, rhs: Any, u: Any, t: Any, v: Any) -> Any:
     """``||J v|| / ||v||`` per lane after ``_ITERATIONS`` power iterations from ``v``, with
     ``J v`` the forward difference ``(f(u + ε v) - f(u)) / ε``."""
     xp = backend.xp
-    eps = float(np.sqrt(xp.finfo(u.dtype).eps))
-    rows = (math.prod(u.shape[:-1]), u.shape[-1])
-
-    def norm(x: Any) -> Any:  # added in order: the same bits for any number of lanes
-        return xp.sqrt(ordered_sum(xp, xp.reshape(x * x, rows)))
-
     with backend.ignore_fp_errors():
         f0 = rhs(u, t)
-        step = eps * (1.0 + norm(u))
+        step = _difference_step(xp, u)
         rate = xp.zeros_like(step)
         for _ in range(_ITERATIONS):
-            size = norm(v)
+            size = _lane_norm(xp, v)
             v = v / xp.where(size > 0, size, 1.0)
             jv = (rhs(u + step * v, t) - f0) / step
-            rate = norm(jv)
+            rate = _lane_norm(xp, jv)
             v = jv
         return xp.where(xp.isfinite(rate), rate, 0.0)
+
+
+def _lane_norm(xp: Any, x: Any) -> Any:
+    """Each lane's 2-norm of ``x`` ``(*shape, L)``, added in order: the same bits for any
+    number of lanes."""
+    return xp.sqrt(ordered_sum(xp, xp.reshape(x * x, (math.prod(x.shape[:-1]), x.shape[-1]))))
+
+
+def _difference_step(xp: Any, u: Any) -> Any:
+    """Each lane's forward-difference step at ``u``: ``sqrt(ε) (1 + ||u||)``."""
+    return float(np.sqrt(xp.finfo(u.dtype).eps)) * (1.0 + _lane_norm(xp, u))
 
 
 def _norm_bound(backend: Any, rhs: Any, u: Any, t: Any, v: Any) -> Any:
@@ -215,12 +220,11 @@ def _norm_bound(backend: Any, rhs: Any, u: Any, t: Any, v: Any) -> Any:
     iteration's ``||J v|| / ||v||``; ``J`` by forward differences of ``f`` (the step of
     ``_power_iteration``), one component at a time; ``inf`` where not finite. (``v`` unused.)"""
     xp = backend.xp
-    eps = float(np.sqrt(xp.finfo(u.dtype).eps))
     n, lanes = math.prod(u.shape[:-1]), u.shape[-1]
     flat = xp.reshape(u, (n, lanes))
     with backend.ignore_fp_errors():
         f0 = xp.reshape(rhs(u, t), (n, lanes))
-        step = eps * (1.0 + xp.sqrt(ordered_sum(xp, flat * flat)))
+        step = _difference_step(xp, u)
         rows = xp.zeros((n, lanes), dtype=u.dtype)  # ||J||_inf: the largest row sum
         columns = xp.zeros((lanes,), dtype=u.dtype)  # ||J||_1: the largest column sum
         for k in range(n):
