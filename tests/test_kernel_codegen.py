@@ -15,7 +15,7 @@ import pytest
 
 import dxode
 from dxode.kernels.autoswitch_codegen import generate as generate_autoswitch
-from dxode.kernels.codegen import CALLED, HELPERS, KernelLayout, generate
+from dxode.kernels.codegen import CALLED, HELPERS, KernelLayout, generate, pool_constants
 from dxode.kernels.description import describe
 from dxode.kernels.rosenbrock_codegen import generate as generate_rosenbrock
 
@@ -101,3 +101,48 @@ def test_no_slice_assignment_in_the_generated_code(alg, record):
     assert found == []
     if record:
         assert "TREC2[rcopy] = TREC[rcopy]" in source
+
+
+def _literal_casts(tree: ast.AST) -> list[ast.Call]:
+    """The calls ``DT(x)`` in ``tree`` whose ``x`` names nothing but ``np``."""
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "DT"
+        if all(part.id == "np" for part in ast.walk(node.args[0]) if isinstance(part, ast.Name))
+    ]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("alg", [dxode.Tsit5(), dxode.Rodas5P(), dxode.AutoSwitch()], ids=repr)
+def test_cast_literals_become_module_constants_of_the_same_value_and_dtype(alg, dtype):
+    """numba types a call ``DT(0.161)`` at each use (about 450 in a Tsit5 ensemble kernel)
+    but reads a module constant as a literal: the pooled source defines each literal once,
+    with the value and dtype of the cast it replaces."""
+    import dataclasses
+
+    import numpy as np
+
+    layout = dataclasses.replace(LAYOUT, dtype=dtype)
+    desc = describe(alg)
+    if isinstance(alg, dxode.AutoSwitch):
+        source = generate_autoswitch(desc, layout)  # type: ignore[arg-type]
+    elif isinstance(alg, dxode.Tsit5):
+        source = generate(desc, layout)  # type: ignore[arg-type]
+    else:
+        source = generate_rosenbrock(desc, layout)  # type: ignore[arg-type]
+    pooled = pool_constants(source)
+    casts = _literal_casts(ast.parse(source))
+    assert len(casts) > 50
+    left = [ast.unparse(c) for f in _functions(pooled).values() for c in _literal_casts(f)]
+    assert left == []
+    namespace: dict[str, object] = {}
+    exec(compile(pooled, "<kernel>", "exec"), namespace)
+    values = {ast.unparse(node.args[0]): node for node in casts}
+    pool = {name: value for name, value in namespace.items() if name.startswith("DT_")}
+    assert len(pool) == len(values)  # each literal once
+    expected = {np.dtype(dtype).type(eval(text, {"np": np})) for text in values}
+    assert all(type(value) is np.dtype(dtype).type for value in pool.values())
+    assert set(map(float, pool.values())) == set(map(float, expected))
+    if "-0.0" in values:
+        assert any(np.signbit(value) and value == 0 for value in pool.values())

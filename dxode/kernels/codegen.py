@@ -47,11 +47,11 @@ from .codegen_math import exponent_bounds, write_exp, write_helpers, write_log
 from .description import StepperDescription
 from .events_codegen import EventLayout
 
-__all__ = ["CALLED", "HELPERS", "KernelLayout", "generate"]
+__all__ = ["CALLED", "HELPERS", "KernelLayout", "generate", "pool_constants"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 30
+CODEGEN_VERSION = 31
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``, which the CPU
 # compiles once and calls) and those compiled once and called (``CALLED``); the compiler
@@ -142,6 +142,26 @@ def _const(x: float) -> str:
     if math.isinf(x):
         return "DT(np.inf)" if x > 0 else "DT(-np.inf)"
     return f"DT({float(x)!r})"
+
+
+_CAST_LITERAL = re.compile(r"\bDT\((-?(?:np\.inf|\d[\d.]*(?:e[+-]?\d+)?))\)")
+
+
+def pool_constants(source: str) -> str:
+    """``source`` with each cast literal ``DT(x)`` replaced by a module constant ``DT_k``
+    defined after ``DT`` (the same value and dtype: numba freezes global scalars into the
+    code), so numba types one global read per use instead of a call: ~450 calls in a Tsit5
+    ensemble kernel, 7 % of its compile."""
+    names: dict[str, str] = {}
+
+    def name(match: re.Match[str]) -> str:
+        return names.setdefault(match.group(1), f"DT_{len(names)}")
+
+    head, sep, body = source.partition("\nDT = ")
+    dtype_line, _, rest = body.partition("\n")
+    rest = _CAST_LITERAL.sub(name, rest)
+    pool = "".join(f"{n} = DT({x})\n" for x, n in names.items())
+    return f"{head}{sep}{dtype_line}\n{pool}{rest}"
 
 
 def _combine(base: str | None, h: str, weights: tuple[float, ...], terms: list[str]) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .cache import cache_dir, probed_mode, returned_shape, write_atomically
-from .codegen import CODEGEN_VERSION, KernelLayout, generate
+from .codegen import CODEGEN_VERSION, KernelLayout, generate, pool_constants
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError, numba_refusals
 from .events import bind_callbacks
@@ -184,16 +184,14 @@ def compile_kernel(
 
 
 def _source(description: Any, layout: KernelLayout) -> str:
-    """The generated module for a description of either family."""
+    """The generated module for a description of either family, its constants pooled."""
     if isinstance(description, RosenbrockDescription):
-        from .rosenbrock_codegen import generate as generate_rosenbrock
-
-        return generate_rosenbrock(description, layout)
-    if not isinstance(description, StepperDescription):  # AutoSwitch
-        from .autoswitch_codegen import generate as generate_autoswitch
-
-        return generate_autoswitch(description, layout)
-    return generate(description, layout)
+        from .rosenbrock_codegen import generate as generate_family
+    elif not isinstance(description, StepperDescription):  # AutoSwitch
+        from .autoswitch_codegen import generate as generate_family
+    else:
+        generate_family = generate
+    return pool_constants(generate_family(description, layout))
 
 
 def _build(

@@ -78,4 +78,3 @@ def limited_lanes(
     except Exception:  # an f the array path cannot evaluate: left unchecked
         return None
     return (int(limited.sum()), float(rho)) if limited.any() else None
-
