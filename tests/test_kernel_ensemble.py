@@ -192,6 +192,28 @@ def test_an_uncompilable_f_names_its_line_and_the_array_path():
     assert "EnsembleArray" in str(info.value)
 
 
+def test_numba_formats_plainly_only_while_a_kernel_compiles():
+    """``plain_messages`` drops numba's colours while a kernel compiles (with colorama,
+    colouring the thousands of messages numba formats and discards cost 0.25 s of a cold
+    compile), nested or not, and leaves numba's colour scheme as it was."""
+    from numba.core import errors
+
+    from dxode.kernels.plain_messages import plain_messages
+
+    scheme = errors.termcolor()
+    coloured = scheme.errmsg("message")
+
+    eprob = dxode.EnsembleProblem(PROB, u0=U0, p=P)
+    dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), **OPTS)
+    assert scheme.errmsg("message") == coloured
+    with plain_messages():
+        with plain_messages():
+            assert scheme.errmsg("message") == "message"
+        assert scheme.errmsg("message") == "message"
+    assert "_markup" not in vars(scheme)
+    assert scheme.errmsg("message") == coloured
+
+
 def _short_array(u, p, t):
     return np.array([-u[0]])
 

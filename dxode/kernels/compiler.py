@@ -27,6 +27,7 @@ from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError, numba_refusals
 from .events import bind_callbacks
 from .events_codegen import locate_copies, separate_functions
+from .plain_messages import plain_messages
 from .rhs_source import check_plain_function, function_key, numba_ready, where_defined
 from .rosenbrock_description import RosenbrockDescription
 
@@ -65,7 +66,8 @@ class CompiledKernel:
         from numba.core.errors import TypingError, UnsupportedError
 
         try:
-            return function(*args)
+            with plain_messages():
+                return function(*args)
         except (TypingError, UnsupportedError) as err:
             raise _compile_error(self.f, err) from None
         except IndexError as err:
