@@ -68,3 +68,39 @@ def test_a_numpy_numba_cuda_cannot_load_with_is_named_before_compiling():
     # on an H200 with NumPy 2.5 the first CUDA solve failed deep in numba-cuda's typing
     # (AttributeError: module 'numpy' has no attribute 'row_stack')
     assert_runs_under_cuda_simulator(NUMPY_TOO_NEW, timeout=120)
+
+
+LARGEST_STEP = textwrap.dedent(
+    """
+    import dataclasses
+
+    import numpy as np
+    import dxode
+    from dxode.kernels import ensemble_batch
+    from dxode.kernels.cpu import run_cpu
+    from dxode.kernels.cuda import run_cuda
+    from problems import lorenz
+
+    seen = []
+    run = ensemble_batch.run_events
+    ensemble_batch.run_events = lambda r, b: seen.append(b) or run(r, b)
+    prob = dxode.ODEProblem(lorenz, np.array([1.0, 0.0, 0.0]), (0.0, 1.0), (10.0, 28.0, 8 / 3))
+    p = np.array([[10.0, 28.0 + i / 4, 8 / 3] for i in range(4)])
+    spans = np.array([[0.0, 1.0 - i / 5] for i in range(4)])
+    eprob = dxode.EnsembleProblem(prob, p=p, tspan=spans)
+    dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), saveat=[0.0, 0.4], rtol=1e-5, atol=1e-5)
+    batch = dataclasses.replace(seen[0], largest_step=True)
+    gpu, cpu = run_cuda(batch), run_cpu(batch)
+    assert np.all(cpu.largest_step > 0.01), cpu.largest_step
+    assert np.array_equal(gpu.largest_step, cpu.largest_step), (gpu.largest_step, cpu.largest_step)
+    assert np.array_equal(gpu.saved, cpu.saved)
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_cuda_screen_run_returns_the_cpu_kernels_largest_steps():
+    # the stability check's screen (kernel forward sensitivities) on CUDA: HMAX from the
+    # one-lane blocks' scalar accept, against the CPU's vectorized commit
+    assert_runs_under_cuda_simulator(LARGEST_STEP)

@@ -724,3 +724,65 @@ def test_forward_sensitivities_beyond_the_stability_interval_join_the_error_norm
     np.testing.assert_allclose(kernel[:4], expected, rtol=1e-4)
     array = autograd.grad(lambda th: loss(th, False))(theta)
     np.testing.assert_allclose(kernel, array, rtol=1e-6)
+
+
+def _ensemble_batch_of(monkeypatch, eprob, **options):
+    """The ``KernelBatch`` an ``EnsembleKernel`` solve of ``eprob`` runs (one batch)."""
+    from dxode.kernels import ensemble_batch
+
+    seen = []
+    run = ensemble_batch.run_events
+    monkeypatch.setattr(ensemble_batch, "run_events", lambda r, b: seen.append(b) or run(r, b))
+    dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), **options)
+    assert len(seen) == 1
+    return seen[0]
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_the_screen_run_returns_each_lanes_largest_accepted_step(monkeypatch, backward):
+    """The stability check's screen runs the plain kernel with ``largest_step``: each lane's
+    largest accepted ``|h|`` is that of the steps the recording kernel takes (per-lane spans,
+    two blocks and a part), and the saves and outcomes are the run's without it, bit for bit."""
+    import dataclasses
+
+    from dxode.kernels.adjoint_record import recorded_lanes
+    from dxode.kernels.cpu import run_cpu
+
+    lanes = 70
+    ends = np.linspace(0.1, 3.0, lanes)
+    spans = np.column_stack([ends, np.zeros(lanes)] if backward else [np.zeros(lanes), ends])
+    p = np.column_stack(
+        [np.full(lanes, 10.0), np.linspace(20.0, 30.0, lanes), np.full(lanes, 8 / 3)]
+    )
+    prob = dxode.ODEProblem(lorenz, np.array([1.0, 0.0, 0.0]), (0.0, 1.0), (10.0, 28.0, 8 / 3))
+    eprob = dxode.EnsembleProblem(prob, p=p, tspan=spans)
+    batch = _ensemble_batch_of(monkeypatch, eprob, trajectories=lanes, rtol=1e-6, atol=1e-6)
+    plain, screen = run_cpu(batch), run_cpu(dataclasses.replace(batch, largest_step=True))
+    for name in ("saved", "u", "t", "retcode", "naccept", "nreject", "nf"):
+        np.testing.assert_array_equal(getattr(screen, name), getattr(plain, name), err_msg=name)
+    steps, _, _ = recorded_lanes(batch, "cpu")
+    expected = np.array([np.max(np.abs(np.diff(t)), initial=0.0) for t, _ in steps])
+    assert screen.largest_step.shape == (lanes,)
+    # |(t + h) - t| is h to the last bit of t
+    np.testing.assert_allclose(screen.largest_step, expected, rtol=0, atol=1e-15)
+
+
+def test_a_non_stiff_batch_is_cleared_without_recording_its_steps(monkeypatch):
+    """The screen (one vectorized plain run, probes at eight states per lane) clears an
+    explicit method's non-stiff batch: its steps are never recorded one lane at a time,
+    which cost about 30 µs a lane and made a 100-trajectory gradient 11 forward passes."""
+    from dxode.kernels import adjoint_record
+
+    monkeypatch.setattr(adjoint_record, "recorded_lanes", lambda *a: pytest.fail("recorded"))
+    u0s = np.column_stack([np.linspace(0.5, 1.5, 40), np.zeros(40)])
+
+    def loss(theta, kernel):
+        prob = dxode.ODEProblem(damped, u0s[0], (0.0, 5.0), (theta[0], theta[1]))
+        eprob = dxode.EnsembleProblem(prob, u0=u0s)
+        algorithm = dxode.EnsembleKernel() if kernel else dxode.EnsembleArray()
+        options = {"saveat": TIMES, "rtol": 1e-9, "atol": 1e-9, "trajectories": 40}
+        return anp.sum(dxode.solve(eprob, "tsit5", algorithm, **options).u ** 2)
+
+    theta = np.array([1.3, 0.2])
+    kernel = autograd.grad(lambda th: loss(th, True))(theta)
+    np.testing.assert_allclose(kernel, autograd.grad(lambda th: loss(th, False))(theta), rtol=1e-6)

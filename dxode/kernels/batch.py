@@ -47,7 +47,8 @@ class KernelResult:
     ``events`` the host event log ``EVT, EVK, EVUB, EVUA, EVN`` with callbacks (see
     ``events_codegen``).
     ``switches`` (``AutoSwitch`` only) every lane's switches and attempts with the stiff method,
-    ``(L, 2)``.
+    ``(L, 2)``; ``largest_step`` (``KernelBatch.largest_step`` only) every lane's largest
+    accepted ``|h|``, ``(L,)``.
     """
 
     retcode: Any
@@ -60,16 +61,24 @@ class KernelResult:
     steps: tuple[Any, Any] | None = None
     events: tuple[Any, ...] | None = None
     switches: Any = None
+    largest_step: Any = None
 
     @classmethod
     def from_outputs(
-        cls, outs: Any, steps: tuple[Any, Any] | None, events: tuple[Any, ...] | None
+        cls,
+        outs: Any,
+        steps: tuple[Any, Any] | None,
+        events: tuple[Any, ...] | None,
+        largest_step: bool = False,
     ) -> KernelResult:
-        """The result from the kernel's outputs, in ``KernelBatch.outputs``'s order."""
-        saved, u, t, ret, nacc, nrej, nf, *switches = outs
-        return cls(
-            ret, t, u, nacc, nrej, nf, saved, steps, events, switches[0] if switches else None
-        )
+        """The result from the kernel's outputs, in ``KernelBatch.outputs``'s order (its last
+        one ``HMAX`` for a ``largest_step`` batch, else ``NSW`` where there is one)."""
+        saved, u, t, ret, nacc, nrej, nf, *extra = outs
+        last = extra[0] if extra else None
+        result = cls(ret, t, u, nacc, nrej, nf, saved, steps, events)
+        if largest_step:
+            return dataclasses.replace(result, largest_step=last)
+        return dataclasses.replace(result, switches=last)
 
 
 @dataclasses.dataclass
@@ -98,6 +107,9 @@ class KernelBatch:
     callbacks : CallbackSet or None
     event_capacity : int
         Events each lane's log holds (see ``events.run_events``).
+    largest_step : bool
+        Also return each lane's largest accepted ``|h|`` (``KernelResult.largest_step``;
+        explicit methods without callbacks, not recorded).
     """
 
     f: Any
@@ -114,6 +126,7 @@ class KernelBatch:
     tgrad: Any = None
     callbacks: Any = None
     event_capacity: int = EVENT_CAPACITY
+    largest_step: bool = False
 
     @property
     def n_lanes(self) -> int:
@@ -154,6 +167,10 @@ class KernelBatch:
                 desc.stiff, opts.alg.stiff, n, self.jac, self.tgrad, mode
             )
             desc = dataclasses.replace(desc, stiff=stiff)
+        if self.largest_step and not (
+            isinstance(desc, StepperDescription) and self.callbacks is None and not record
+        ):
+            raise ValueError("largest_step: explicit methods only, without callbacks, not recorded")
         as_array = user_function_mode(self.f, n, dtype, example, target)
         layout = KernelLayout(
             n=int(self.u0.shape[0]),
@@ -173,6 +190,7 @@ class KernelBatch:
                 if self.callbacks is None
                 else event_layout(self.callbacks, int(self.u0.shape[0]), dtype, example)
             ),
+            largest_step=self.largest_step,
         )
         return compile_kernel(self.f, desc, layout, derivatives, self.callbacks)
 
@@ -220,7 +238,7 @@ class KernelBatch:
     def outputs(self) -> tuple[np.ndarray, ...]:
         """Freshly allocated outputs ``SAVED, UEND, TEND, RET, NACC, NREJ, NF`` (host; ``SAVED``
         on the GPU for a batch there), and ``NSW`` ``(L, 2)`` for ``AutoSwitch`` (see
-        ``KernelResult.switches``)."""
+        ``KernelResult.switches``) or ``HMAX`` ``(L,)`` for ``largest_step``."""
         n, lanes = self.u0.shape
         nsave = 0 if self.save_times is None else self.save_times.shape[0]
         from ..solvers import AutoSwitch
@@ -234,7 +252,10 @@ class KernelBatch:
             np.empty(lanes, dtype=np.int64),
             np.empty(lanes, dtype=np.int64),
             np.empty(lanes, dtype=np.int64),
-        ) + ((np.zeros((lanes, 2), dtype=np.int64),) if switches else ())
+        ) + (
+            ((np.zeros((lanes, 2), dtype=np.int64),) if switches else ())
+            + ((np.zeros(lanes, dtype=self.dtype),) if self.largest_step else ())
+        )
 
     def event_arrays(self) -> tuple[np.ndarray, ...]:
         """The block's event arguments (``()`` without callbacks; see ``events_codegen``)."""

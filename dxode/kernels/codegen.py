@@ -51,7 +51,7 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate", "pool_constants"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 31
+CODEGEN_VERSION = 32
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``, which the CPU
 # compiles once and calls) and those compiled once and called (``CALLED``); the compiler
@@ -101,6 +101,9 @@ class KernelLayout:
         solve (CVODES's ``errconS = false``).
     events : EventLayout, optional
         The callbacks (``events_codegen``); ``None`` without callbacks.
+    largest_step : bool
+        Also write each lane's largest accepted ``|h|`` to ``HMAX`` (``(L,)``, after ``NF``;
+        explicit methods without callbacks or recording): the stability check's screen.
     """
 
     n: int
@@ -116,6 +119,7 @@ class KernelLayout:
     param_dtype: str = "float64"
     error_components: int = 0
     events: EventLayout | None = None
+    largest_step: bool = False
 
 
 class _Writer:
@@ -310,6 +314,7 @@ def _write_block(
     _write_outcome(w, desc, layout, n)
     w.dedent()
     w.dedent()
+    _write_largest_steps(w, layout)
     _write_record_end(w, layout)
     w.dedent()
     w()
@@ -348,7 +353,7 @@ def _write_block_setup(
         w(f"W = {_alloc(layout, f'({_workspace_rows(desc, n) * B},)')}")
     w(f"PB = {_alloc(layout, f'(P.shape[0], {B})', 'P')}")
     if not lane_rows:
-        for name in ("T", "H", "TE", "HS", "HA", "TG"):
+        for name in ("T", "H", "TE", "HS", "HA", "TG") + (("HM",) if layout.largest_step else ()):
             w(f"{name} = {_alloc(layout, f'({B},)')}")
     for name in ("LANE", "ACT", "NA", "SI", "STI", "NFX", "HIT", "USE"):
         if not (lane_rows and name in _LANE_ROWS):
@@ -406,6 +411,8 @@ def _write_lane_starts(w: _Writer, desc: StepperDescription, layout: KernelLayou
     w(f"{_w(layout, desc, 'lp1')} = DT(0.0)")  # the logs of the previous errors, 1 at first
     w(f"{_w(layout, desc, 'lp2')} = DT(0.0)")
     w("NA[j] = 0")
+    if layout.largest_step:
+        w("HM[j] = DT(0.0)")
     w("NFX[j] = 0")
     w("SI[j] = 0")
     w("if NSAVE > 0 and TS[0, g] == t:")
@@ -506,6 +513,8 @@ def _write_accept(
             w(f"F[{m}, j] = {_w(layout, desc, 'k', s - 1, m)}")
     w("T[j] = tn")
     w("NA[j] += 1")
+    if layout.largest_step:
+        w("HM[j] = maximum(HM[j], HA[j])")
     w("if HIT[j] != 0 and USE[j] != 0:")
     w("    STI[j] += 1")
     if layout.events is not None:
@@ -538,6 +547,13 @@ def _write_record(w: _Writer, layout: KernelLayout, copy_state: list[str]) -> No
     for line in copy_state:
         w(line)
     w("nrec += 1")
+
+
+def _write_largest_steps(w: _Writer, layout: KernelLayout) -> None:
+    """The end of a ``largest_step`` block: each lane's largest accepted ``|h|`` to ``HMAX``."""
+    if layout.largest_step:
+        w("for j in range(nlive):")
+        w("    HMAX[LANE[j]] = HM[j]")
 
 
 def _write_record_end(w: _Writer, layout: KernelLayout) -> None:
@@ -863,9 +879,12 @@ def _write_cuda_driver(w: _Writer, layout: KernelLayout) -> None:
 
 
 def _arrays(layout: KernelLayout) -> str:
-    """The array arguments of ``block`` and the drivers (inputs, outputs, then the event
-    arrays when there are callbacks, then the record buffers of a recording CUDA block)."""
+    """The array arguments of ``block`` and the drivers (inputs, outputs with ``HMAX`` for
+    ``largest_step``, then the event arrays when there are callbacks, then the record buffers
+    of a recording CUDA block)."""
     names = "U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, NACC, NREJ, NF"
+    if layout.largest_step:
+        names = f"{names}, HMAX"
     if layout.events is not None:
         names = f"{names}, {events_codegen.BLOCK_ARGS}"
     if layout.record and layout.target == "cuda":
@@ -889,7 +908,7 @@ _PRIMITIVES = events_codegen.Primitives(alloc=_alloc, slot=_w, retire=_write_ret
 
 # The lane-state rows after the attempt's (besides ``U`` and ``F``, ``n`` rows each): the
 # integer ones (``HIT``, ``USE``, ``ACT``, ``NA``, ``SLOW``) hold exact small integers.
-_LANE_ROWS = ("T", "H", "TE", "TG", "HA", "HS", "HIT", "USE", "ACT", "NA", "NS", "SLOW")
+_LANE_ROWS = ("T", "H", "TE", "TG", "HA", "HS", "HIT", "USE", "ACT", "NA", "NS", "SLOW", "HM")
 
 
 def _vector_commit(layout: KernelLayout) -> bool:
@@ -973,6 +992,7 @@ def _write_vector_block(
     _write_outcome(w, desc, layout, n)
     w.dedent()
     w.dedent()
+    _write_largest_steps(w, layout)
     w.dedent()
     w()
 
@@ -1090,6 +1110,8 @@ def _write_commit(w: _Writer, desc: StepperDescription, layout: KernelLayout) ->
             w(f"{st('F', m)} = select(a, {last}, {st('F', m)})")
     w(f"{st('T')} = select(a, tn, t)")
     w(f"{st('NA')} = select(a, {st('NA')} + DT(1.0), {st('NA')})")
+    if layout.largest_step:
+        w(f"{st('HM')} = select(a, maximum({st('HM')}, {st('HA')}), {st('HM')})")
     w(f"{st('H')} = select(fast, hnext, {st('H')})")
     w("slow = act & (fast ^ True)")
     w(f"{st('SLOW')} = select(slow, DT(1.0), DT(0.0))")

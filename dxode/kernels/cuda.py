@@ -56,7 +56,7 @@ def run_cuda(
     # the lanes' final states and times stay on the device (nothing reads them on the host)
     saved, u_end, t_end, *per_lane = outs
     host = [_result_array(saved, as_cupy), u_end, t_end] + [_host(a) for a in per_lane]
-    return KernelResult.from_outputs(host, steps, log)
+    return KernelResult.from_outputs(host, steps, log, batch.largest_step)
 
 
 def launch(kernel: Any, lanes: int) -> Any:

@@ -123,19 +123,25 @@ class KernelForwardSensitivity(ForwardSensitivity):
         stops: np.ndarray | None,
     ) -> bool:
         """Whether an explicit method's adaptive steps of this batch went beyond its stability
-        interval (``stability_check``; the steps from the plain recording kernel, which takes
-        the same ones)."""
+        interval (``stability_check``; the plain kernel takes the same steps: first its
+        screen, then, for a batch the screen does not clear, its recorded steps)."""
         from .adjoint_record import recorded_lanes
-        from .stability_check import limited_lanes, may_be_limited
+        from .stability_check import limited_lanes, may_be_limited, probe_grid, screen_clears
 
         if not may_be_limited(static.options):
+            return False
+        grid = probe_grid(t0, t1)
+        screen = KernelBatch(
+            static.f, u0, params, layout, t0, t1, grid, stops, static.options, largest_step=True
+        )
+        args = (static, leaves, u0, t0, t1, save_grid, stops)
+        if screen_clears(*args, self._run(screen), grid):
             return False
         plain = KernelBatch(
             static.f, u0, params, layout, t0, t1, save_grid, stops, static.options, jac=None
         )
         steps, _, outcome = recorded_lanes(plain, self.device)
-        found = limited_lanes(static, leaves, u0, t0, t1, save_grid, stops, steps, outcome)
-        return found is not None
+        return limited_lanes(*args, steps, outcome) is not None
 
     def event_lanes(
         self, static: Any, callbacks: Any, u0: Any, leaves: list[Any], t0: Any, t1: Any

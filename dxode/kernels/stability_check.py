@@ -5,6 +5,12 @@ Both kernel gradients hold the steps fixed: forward sensitivities outside the er
 the discrete adjoint give the derivative of the computed solution at those steps. Where an
 explicit method's adaptive steps went beyond its stability interval, that derivative is not
 the gradient (a heated rod started on its slowest mode: 10^5 times too large, silently).
+
+Forward sensitivities screen a batch first (``screen_clears``), from one vectorized run of the
+plain kernel that saves ``PROBES`` states spread over each lane's span and returns each
+lane's largest accepted step: the common, non-stiff batch is cleared there, in about the time
+of its forward solve. Only a batch the screen does not clear has its steps recorded (one lane
+at a time, about 30 µs a lane) and checked step by step (``limited_lanes``).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import numpy as np
 from .._retcode import ReturnCode
 from .description import StepperDescription, describe
 
-__all__ = ["limited_lanes", "may_be_limited"]
+__all__ = ["limited_lanes", "may_be_limited", "probe_grid", "screen_clears"]
 
 _SUCCEEDED = (int(ReturnCode.Success), int(ReturnCode.Terminated))
 
@@ -47,7 +53,6 @@ def limited_lanes(
     only compiled (``math.sin`` of a lane array) is not checked."""
     from ..integrator.lanes import Trial
     from ..sensitivity import stability
-    from ..sensitivity.passes import BatchRHS
 
     counts = np.array([len(t) - 1 for t, _ in steps])
     if counts.size == 0 or counts.max() <= 0:
@@ -68,8 +73,72 @@ def limited_lanes(
             rows = np.stack([steps[lane][1][k] for lane in lanes])  # (lanes, *shape)
             start = (np.moveaxis(rows.reshape(len(lanes), *shape), 0, -1).astype(u0.dtype), None)
         trials.append(Trial(lanes, t, h, t + h, np.ones(lanes.size, dtype=bool), (), None, start))
-    interval = static.options.alg.tableau.real_stability_interval
     succeeded = np.isin(outcome["retcode"], _SUCCEEDED)
+    return _limited(static, leaves, u0, t0, t1, save_grid, stops, trials, succeeded)
+
+
+def probe_grid(t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """``PROBES`` times spread evenly over each lane's span, both ends included,
+    ``(PROBES, L)``: the save grid of the screen's run."""
+    from ..sensitivity.stability import PROBES
+
+    fractions = np.linspace(0.0, 1.0, PROBES)[:, None]
+    grid = t0 + fractions * (t1 - t0)
+    grid[0], grid[-1] = t0, t1  # the ends exactly
+    return grid
+
+
+def screen_clears(
+    static: Any,
+    leaves: list[Any],
+    u0: np.ndarray,
+    t0: np.ndarray,
+    t1: np.ndarray,
+    save_grid: np.ndarray,
+    stops: np.ndarray | None,
+    screen: Any,
+    grid: np.ndarray,
+) -> bool:
+    """Whether no succeeded lane's step can be beyond the stability interval, by the
+    ``screen`` run (a ``KernelResult`` of the plain kernel saving at ``grid``
+    (``probe_grid``), with ``largest_step``): every lane's largest accepted step against
+    the Jacobian's rate at the saved states (as if each lane took its largest step at every
+    probe: a batch this clears has no limited lane; one it does not may have none)."""
+    from ..integrator.lanes import Trial
+
+    saved = np.asarray(screen.saved)  # (L, PROBES, n)
+    largest = np.asarray(screen.largest_step)
+    succeeded = np.isin(np.asarray(screen.retcode), _SUCCEEDED)
+    shape = u0.shape[:-1]
+    trials = []
+    for k in range(grid.shape[0]):
+        states = saved[:, k, :]
+        lanes = np.flatnonzero(succeeded & np.isfinite(states).all(axis=1))
+        start = (np.moveaxis(states[lanes].reshape(lanes.size, *shape), 0, -1), None)
+        t, h = grid[k, lanes], largest[lanes]
+        trials.append(Trial(lanes, t, h, t + h, np.ones(lanes.size, dtype=bool), (), None, start))
+    if all(trial.lane.size == 0 for trial in trials):
+        return True
+    return _limited(static, leaves, u0, t0, t1, save_grid, stops, trials, succeeded) is None
+
+
+def _limited(
+    static: Any,
+    leaves: list[Any],
+    u0: np.ndarray,
+    t0: np.ndarray,
+    t1: np.ndarray,
+    save_grid: np.ndarray,
+    stops: np.ndarray | None,
+    trials: list[Any],
+    succeeded: np.ndarray,
+) -> tuple[int, float] | None:
+    """``stability.stability_limited`` of the ``trials`` on the array path's lane RHS of
+    the batch, as ``limited_lanes`` returns it."""
+    from ..sensitivity import stability
+    from ..sensitivity.passes import BatchRHS
+
+    interval = static.options.alg.tableau.real_stability_interval
     try:
         batch = BatchRHS.of(static, leaves, u0, t0, t1, save_grid, stops)
         limited, rho = stability.stability_limited(
