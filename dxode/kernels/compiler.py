@@ -319,6 +319,12 @@ def _hint(reason: str) -> str:
             "path raises an IndexError there): the kernels pass u and p as tuples of their "
             "items.\n"
         )
+    if re.search(r"getitem\((?:Uni)?Tuple\(.*\), float(?:32|64)\)", reason):
+        return (
+            "f indexes u or p with a float (u[p[0]] with an integer p[0], say): the kernels "
+            "pass p's numbers, integers too, as floats of the state's dtype; index with "
+            "int(p[0]).\n"
+        )
     if "(UNPACK_EX)" in reason:
         return (
             "f unpacks with a starred name (a, *rest = p), which numba does not compile: "
