@@ -488,6 +488,34 @@ def test_an_f_reading_past_the_end_of_u_is_refused():
         dxode.solve(prob, "tsit5", kernel=True)
 
 
+def _indexes_with_p(u, p, t):
+    return [-u[p[0]], u[0] - u[1]]
+
+
+def _indexes_with_int_of_p(u, p, t):
+    return [-u[int(p[0])], u[0] - u[1]]
+
+
+def test_an_f_indexing_with_an_integer_parameter_is_told_to_convert_it():
+    # was numba's "getitem(UniTuple(float64 x 2), float64)" alone: the kernels pass an
+    # integer p[0] as a float, which f's author never wrote
+    prob = dxode.ODEProblem(_indexes_with_p, np.array([1.0, 0.5]), (0.0, 1.0), (0, 2.5))
+    array = dxode.solve(prob, "tsit5", saveat=[1.0])
+    with pytest.raises(KernelCompileError, match=r"indexes u or p with a float.*int\(p\[0\]\)"):
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+    fixed = dxode.solve(prob.remake(f=_indexes_with_int_of_p), "tsit5", saveat=[1.0], kernel=True)
+    np.testing.assert_allclose(fixed.u, array.u, rtol=1e-12)
+
+
+@pytest.mark.parametrize("ensemble", [dxode.EnsembleKernel(), dxode.EnsembleArray()])
+def test_an_empty_per_trajectory_tspan_is_refused_as_empty(ensemble):
+    # was "all trajectories of an ensemble must integrate in the same time direction"
+    spans = np.array([[0.0, 1.0], [0.5, 0.5], [0.0, 2.0]])
+    eprob = dxode.EnsembleProblem(PROB, tspan=spans)
+    with pytest.raises(ValueError, match=r"tspan of trajectory 1 is empty: t0 == t1 == 0\.5"):
+        dxode.solve(eprob, "tsit5", ensemble, saveat=None)
+
+
 _Rates = collections.namedtuple("_Rates", ["k", "c"])
 
 

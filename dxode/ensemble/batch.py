@@ -401,8 +401,16 @@ def check_span_numbers(spans: np.ndarray) -> None:
 
 
 def check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
+    """Refuse per-trajectory spans that are empty or do not all run one way in time."""
     if t0.strides == t1.strides == (0,):  # one shared span
         return
+    empty = np.ravel(t0 == t1)
+    if np.any(empty):  # else told "not the same time direction", which hid the cause
+        i = int(np.argmax(empty))
+        raise ValueError(
+            f"the tspan of trajectory {i} is empty: t0 == t1 == {float(np.ravel(t0)[i])}; give "
+            f"every trajectory distinct start and end times"
+        )
     forward = t1 > t0
     if not (np.all(forward) or not np.any(forward)):
         raise ValueError(
