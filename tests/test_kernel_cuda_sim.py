@@ -79,6 +79,7 @@ LARGEST_STEP = textwrap.dedent(
     from dxode.kernels import ensemble_batch
     from dxode.kernels.cpu import run_cpu
     from dxode.kernels.cuda import run_cuda
+    from dxode.kernels.stability_check import probe_steps
     from problems import lorenz
 
     seen = []
@@ -89,10 +90,12 @@ LARGEST_STEP = textwrap.dedent(
     spans = np.array([[0.0, 1.0 - i / 5] for i in range(4)])
     eprob = dxode.EnsembleProblem(prob, p=p, tspan=spans)
     dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), saveat=[0.0, 0.4], rtol=1e-5, atol=1e-5)
-    batch = dataclasses.replace(seen[0], largest_step=True)
+    batch = dataclasses.replace(seen[0], screen_steps=probe_steps(run_cpu(seen[0]).naccept))
     gpu, cpu = run_cuda(batch), run_cpu(batch)
-    assert np.all(cpu.largest_step > 0.01), cpu.largest_step
-    assert np.array_equal(gpu.largest_step, cpu.largest_step), (gpu.largest_step, cpu.largest_step)
+    assert np.all(cpu.screen[0] > 0.01), cpu.screen[0]
+    assert np.isfinite(cpu.screen[1][:, :4]).all()
+    for mine, theirs in zip(gpu.screen, cpu.screen):
+        assert np.array_equal(mine, theirs, equal_nan=True), (mine, theirs)
     assert np.array_equal(gpu.saved, cpu.saved)
     print("ok")
     """
@@ -100,7 +103,7 @@ LARGEST_STEP = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_the_cuda_screen_run_returns_the_cpu_kernels_largest_steps():
-    # the stability check's screen (kernel forward sensitivities) on CUDA: HMAX from the
-    # one-lane blocks' scalar accept, against the CPU's vectorized commit
+def test_the_cuda_screen_run_returns_the_cpu_kernels_steps_and_probes():
+    # the stability check's screen (kernel forward sensitivities) on CUDA: the one-lane
+    # blocks' scalar accept against the CPU's vectorized commit
     assert_runs_under_cuda_simulator(LARGEST_STEP)

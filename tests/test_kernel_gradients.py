@@ -739,32 +739,41 @@ def _ensemble_batch_of(monkeypatch, eprob, **options):
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
-def test_the_screen_run_returns_each_lanes_largest_accepted_step(monkeypatch, backward):
-    """The stability check's screen runs the plain kernel with ``largest_step``: each lane's
-    largest accepted ``|h|`` is that of the steps the recording kernel takes (per-lane spans,
-    two blocks and a part), and the saves and outcomes are the run's without it, bit for bit."""
+def test_the_screen_run_returns_each_lanes_largest_step_and_probed_states(monkeypatch, backward):
+    """The stability check's screen runs the plain kernel with ``screen_steps``: each lane's
+    largest accepted ``|h|``, and its states and times after the probed step counts, are
+    those of the steps the recording kernel takes (per-lane spans, two blocks and a part);
+    the saves and outcomes are the run's without the screen, bit for bit."""
     import dataclasses
 
     from dxode.kernels.adjoint_record import recorded_lanes
     from dxode.kernels.cpu import run_cpu
+    from dxode.kernels.stability_check import probe_steps
 
     lanes = 70
-    ends = np.linspace(0.1, 3.0, lanes)
+    ends = np.linspace(0.02, 3.0, lanes)  # the first lanes take fewer steps than probes
     spans = np.column_stack([ends, np.zeros(lanes)] if backward else [np.zeros(lanes), ends])
-    p = np.column_stack(
-        [np.full(lanes, 10.0), np.linspace(20.0, 30.0, lanes), np.full(lanes, 8 / 3)]
-    )
+    rho = np.linspace(20.0, 30.0, lanes)
+    p = np.column_stack([np.full(lanes, 10.0), rho, np.full(lanes, 8 / 3)])
     prob = dxode.ODEProblem(lorenz, np.array([1.0, 0.0, 0.0]), (0.0, 1.0), (10.0, 28.0, 8 / 3))
     eprob = dxode.EnsembleProblem(prob, p=p, tspan=spans)
     batch = _ensemble_batch_of(monkeypatch, eprob, trajectories=lanes, rtol=1e-6, atol=1e-6)
-    plain, screen = run_cpu(batch), run_cpu(dataclasses.replace(batch, largest_step=True))
+    plain = run_cpu(batch)
+    probes = probe_steps(plain.naccept)
+    screen = run_cpu(dataclasses.replace(batch, screen_steps=probes))
     for name in ("saved", "u", "t", "retcode", "naccept", "nreject", "nf"):
         np.testing.assert_array_equal(getattr(screen, name), getattr(plain, name), err_msg=name)
+    largest, states, times = screen.screen
     steps, _, _ = recorded_lanes(batch, "cpu")
-    expected = np.array([np.max(np.abs(np.diff(t)), initial=0.0) for t, _ in steps])
-    assert screen.largest_step.shape == (lanes,)
-    # |(t + h) - t| is h to the last bit of t
-    np.testing.assert_allclose(screen.largest_step, expected, rtol=0, atol=1e-15)
+    assert (probes[:, 0] == [0, 1, -1, -1, -1, -1, -1, -1]).all()  # one step only
+    for lane, (t, u) in enumerate(steps):
+        taken = probes[probes[:, lane] >= 0, lane]
+        assert len(taken) == min(8, len(t) - 1) and np.all(np.diff(taken) > 0)
+        np.testing.assert_array_equal(states[lane, : len(taken)], u[taken])
+        np.testing.assert_array_equal(times[lane, : len(taken)], t[taken])
+        assert np.isnan(states[lane, len(taken) :]).all()
+        # |(t + h) - t| is h to the last bit of t
+        assert abs(largest[lane] - np.max(np.abs(np.diff(t)))) <= 1e-15
 
 
 def test_a_non_stiff_batch_is_cleared_without_recording_its_steps(monkeypatch):
@@ -786,3 +795,46 @@ def test_a_non_stiff_batch_is_cleared_without_recording_its_steps(monkeypatch):
     theta = np.array([1.3, 0.2])
     kernel = autograd.grad(lambda th: loss(th, True))(theta)
     np.testing.assert_allclose(kernel, autograd.grad(lambda th: loss(th, False))(theta), rtol=1e-6)
+
+
+def _pulsed_rod(u, p, t):  # the rod's conductivity 200 times higher for about 0.1 around t = 1
+    a, b, c, d = u
+    k = 5.0 * p[0] * (1.0 + 200.0 * math.exp(-(((t - 1.0) / 0.05) ** 2)))
+    s = 5.0 * p[1]
+    return [
+        k * (b - 2.0 * a) + s,
+        k * (a - 2.0 * b + c) + s,
+        k * (b - 2.0 * c + d) + s,
+        k * (c - 2.0 * d) + s,
+    ]
+
+
+def test_the_screen_does_not_clear_a_short_stiff_stretch(monkeypatch):
+    """Tsit5's steps are stability-limited only while the conductivity pulses (a twentieth of
+    the span, most of the steps). Probed at eight times spread over the span, the screen
+    missed it and cleared the batch; probed after step counts spread over the steps, it
+    sends the batch to the step-by-step check, which finds it limited."""
+    from dxode.kernels import stability_check
+
+    decisions = []
+    for name in ("screen_clears", "limited_lanes"):
+        real = getattr(stability_check, name)
+
+        def spy(*args, real=real, name=name):
+            decisions.append((name, real(*args)))
+            return decisions[-1][1]
+
+        monkeypatch.setattr(stability_check, name, spy)
+
+    def loss(theta, kernel):
+        prob = dxode.ODEProblem(_pulsed_rod, theta[:4], (0.0, 2.0), (theta[4], 1.0))
+        options = {"saveat": [1.5, 2.0], "rtol": 1e-6, "atol": 1e-6, "kernel": kernel}
+        sensealg = None if kernel else dxode.ForwardSensitivity()
+        return anp.sum(dxode.solve(prob, "tsit5", sensealg=sensealg, **options).u ** 2)
+
+    theta = np.array([0.5, 1.0, 1.5, 0.7, 1.0])
+    kernel = autograd.grad(lambda th: loss(th, True))(theta)
+    assert decisions[0] == ("screen_clears", False)
+    assert decisions[1][0] == "limited_lanes" and decisions[1][1][0] == 1
+    array = autograd.grad(lambda th: loss(th, False))(theta)
+    np.testing.assert_allclose(kernel, array, rtol=1e-6, atol=1e-12)

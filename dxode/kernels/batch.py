@@ -47,8 +47,9 @@ class KernelResult:
     ``events`` the host event log ``EVT, EVK, EVUB, EVUA, EVN`` with callbacks (see
     ``events_codegen``).
     ``switches`` (``AutoSwitch`` only) every lane's switches and attempts with the stiff method,
-    ``(L, 2)``; ``largest_step`` (``KernelBatch.largest_step`` only) every lane's largest
-    accepted ``|h|``, ``(L,)``.
+    ``(L, 2)``. ``screen`` (``KernelBatch.screen_steps`` only) is ``(largest, states,
+    times)``: every lane's largest accepted ``|h|`` ``(L,)``, and its states ``(L, P, n)``
+    and times ``(L, P)`` after the accepted steps asked for (NaN where it took fewer).
     """
 
     retcode: Any
@@ -61,7 +62,7 @@ class KernelResult:
     steps: tuple[Any, Any] | None = None
     events: tuple[Any, ...] | None = None
     switches: Any = None
-    largest_step: Any = None
+    screen: tuple[Any, Any, Any] | None = None
 
     @classmethod
     def from_outputs(
@@ -69,16 +70,17 @@ class KernelResult:
         outs: Any,
         steps: tuple[Any, Any] | None,
         events: tuple[Any, ...] | None,
-        largest_step: bool = False,
+        screen: bool = False,
     ) -> KernelResult:
-        """The result from the kernel's outputs, in ``KernelBatch.outputs``'s order (its last
-        one ``HMAX`` for a ``largest_step`` batch, else ``NSW`` where there is one)."""
+        """The result from the kernel's outputs, in ``KernelBatch.outputs``'s order (after
+        ``NF``: the screen's ``HMAX, PSTEP, PSTATE, PTIME`` for a ``screen`` batch, else
+        ``NSW`` where there is one)."""
         saved, u, t, ret, nacc, nrej, nf, *extra = outs
-        last = extra[0] if extra else None
         result = cls(ret, t, u, nacc, nrej, nf, saved, steps, events)
-        if largest_step:
-            return dataclasses.replace(result, largest_step=last)
-        return dataclasses.replace(result, switches=last)
+        if screen:
+            largest, _, states, times = extra
+            return dataclasses.replace(result, screen=(largest, states, times))
+        return dataclasses.replace(result, switches=extra[0] if extra else None)
 
 
 @dataclasses.dataclass
@@ -107,9 +109,11 @@ class KernelBatch:
     callbacks : CallbackSet or None
     event_capacity : int
         Events each lane's log holds (see ``events.run_events``).
-    largest_step : bool
-        Also return each lane's largest accepted ``|h|`` (``KernelResult.largest_step``;
-        explicit methods without callbacks, not recorded).
+    screen_steps : (P, L) array, optional
+        Run as the stability check's screen (explicit methods without callbacks, not
+        recorded; ``KernelResult.screen``): also return each lane's largest accepted
+        ``|h|``, and its state and time after ``screen_steps[:, g]`` accepted steps
+        (ascending counts, then ``-1`` where a lane has fewer).
     """
 
     f: Any
@@ -126,7 +130,7 @@ class KernelBatch:
     tgrad: Any = None
     callbacks: Any = None
     event_capacity: int = EVENT_CAPACITY
-    largest_step: bool = False
+    screen_steps: np.ndarray | None = None
 
     @property
     def n_lanes(self) -> int:
@@ -167,10 +171,11 @@ class KernelBatch:
                 desc.stiff, opts.alg.stiff, n, self.jac, self.tgrad, mode
             )
             desc = dataclasses.replace(desc, stiff=stiff)
-        if self.largest_step and not (
+        screen = self.screen_steps is not None
+        if screen and not (
             isinstance(desc, StepperDescription) and self.callbacks is None and not record
         ):
-            raise ValueError("largest_step: explicit methods only, without callbacks, not recorded")
+            raise ValueError("screen_steps: explicit methods only, without callbacks, not recorded")
         as_array = user_function_mode(self.f, n, dtype, example, target)
         layout = KernelLayout(
             n=int(self.u0.shape[0]),
@@ -190,7 +195,7 @@ class KernelBatch:
                 if self.callbacks is None
                 else event_layout(self.callbacks, int(self.u0.shape[0]), dtype, example)
             ),
-            largest_step=self.largest_step,
+            screen=screen,
         )
         return compile_kernel(self.f, desc, layout, derivatives, self.callbacks)
 
@@ -238,7 +243,8 @@ class KernelBatch:
     def outputs(self) -> tuple[np.ndarray, ...]:
         """Freshly allocated outputs ``SAVED, UEND, TEND, RET, NACC, NREJ, NF`` (host; ``SAVED``
         on the GPU for a batch there), and ``NSW`` ``(L, 2)`` for ``AutoSwitch`` (see
-        ``KernelResult.switches``) or ``HMAX`` ``(L,)`` for ``largest_step``."""
+        ``KernelResult.switches``), or the screen's ``HMAX, PSTEP, PSTATE, PTIME`` for
+        ``screen_steps`` (see ``KernelResult.screen``)."""
         n, lanes = self.u0.shape
         nsave = 0 if self.save_times is None else self.save_times.shape[0]
         from ..solvers import AutoSwitch
@@ -254,7 +260,22 @@ class KernelBatch:
             np.empty(lanes, dtype=np.int64),
         ) + (
             ((np.zeros((lanes, 2), dtype=np.int64),) if switches else ())
-            + ((np.zeros(lanes, dtype=self.dtype),) if self.largest_step else ())
+            + (self._screen_arrays() if self.screen_steps is not None else ())
+        )
+
+    def _screen_arrays(self) -> tuple[np.ndarray, ...]:
+        """``HMAX`` ``(L,)``; ``PSTEP`` ``(P + 1, L)`` (``screen_steps`` in the state's dtype
+        and a row of ``-1``: the probe after the last is never reached); ``PSTATE``
+        ``(L, P, n)``, ``PTIME`` ``(L, P)``, NaN until written."""
+        n, lanes = self.u0.shape
+        steps = np.asarray(self.screen_steps)
+        probes = steps.shape[0]
+        pstep = np.concatenate([steps, np.full((1, lanes), -1)]).astype(self.dtype)
+        return (
+            np.zeros(lanes, dtype=self.dtype),
+            pstep,
+            np.full((lanes, probes, n), np.nan, dtype=self.dtype),
+            np.full((lanes, probes), np.nan, dtype=self.dtype),
         )
 
     def event_arrays(self) -> tuple[np.ndarray, ...]:

@@ -101,9 +101,12 @@ class KernelLayout:
         solve (CVODES's ``errconS = false``).
     events : EventLayout, optional
         The callbacks (``events_codegen``); ``None`` without callbacks.
-    largest_step : bool
-        Also write each lane's largest accepted ``|h|`` to ``HMAX`` (``(L,)``, after ``NF``;
-        explicit methods without callbacks or recording): the stability check's screen.
+    screen : bool
+        The stability check's screen (explicit methods, without callbacks or recording): also
+        write each lane's largest accepted ``|h|`` to ``HMAX`` ``(L,)``, and its state and time
+        after the accepted steps ``PSTEP[:, g]`` (step counts, ascending, then ``-1``;
+        ``(P + 1, L)``) to ``PSTATE`` ``(L, P, n)`` and ``PTIME`` ``(L, P)`` (arguments after
+        ``NF``, in that order).
     """
 
     n: int
@@ -119,7 +122,7 @@ class KernelLayout:
     param_dtype: str = "float64"
     error_components: int = 0
     events: EventLayout | None = None
-    largest_step: bool = False
+    screen: bool = False
 
 
 class _Writer:
@@ -314,7 +317,7 @@ def _write_block(
     _write_outcome(w, desc, layout, n)
     w.dedent()
     w.dedent()
-    _write_largest_steps(w, layout)
+    _write_screen_end(w, layout)
     _write_record_end(w, layout)
     w.dedent()
     w()
@@ -353,9 +356,11 @@ def _write_block_setup(
         w(f"W = {_alloc(layout, f'({_workspace_rows(desc, n) * B},)')}")
     w(f"PB = {_alloc(layout, f'(P.shape[0], {B})', 'P')}")
     if not lane_rows:
-        for name in ("T", "H", "TE", "HS", "HA", "TG") + (("HM",) if layout.largest_step else ()):
+        screen = ("HM", "NP") if layout.screen else ()
+        for name in ("T", "H", "TE", "HS", "HA", "TG", *screen):
             w(f"{name} = {_alloc(layout, f'({B},)')}")
-    for name in ("LANE", "ACT", "NA", "SI", "STI", "NFX", "HIT", "USE"):
+    probe_index = ("PI",) if layout.screen else ()
+    for name in ("LANE", "ACT", "NA", "SI", "STI", "NFX", "HIT", "USE", *probe_index):
         if not (lane_rows and name in _LANE_ROWS):
             w(f"{name} = {_alloc(layout, f'({B},)', 'int')}")
     if layout.record and layout.target == "cuda":
@@ -411,8 +416,14 @@ def _write_lane_starts(w: _Writer, desc: StepperDescription, layout: KernelLayou
     w(f"{_w(layout, desc, 'lp1')} = DT(0.0)")  # the logs of the previous errors, 1 at first
     w(f"{_w(layout, desc, 'lp2')} = DT(0.0)")
     w("NA[j] = 0")
-    if layout.largest_step:
+    if layout.screen:
         w("HM[j] = DT(0.0)")
+        w("PI[j] = 0")
+        w("NP[j] = PSTEP[0, g]")
+        w("if NP[j] == 0:")
+        w.indent()
+        _write_probe(w, n, [f"u{m}" for m in M], "t", "g")
+        w.dedent()
     w("NFX[j] = 0")
     w("SI[j] = 0")
     w("if NSAVE > 0 and TS[0, g] == t:")
@@ -513,8 +524,12 @@ def _write_accept(
             w(f"F[{m}, j] = {_w(layout, desc, 'k', s - 1, m)}")
     w("T[j] = tn")
     w("NA[j] += 1")
-    if layout.largest_step:
+    if layout.screen:
         w("HM[j] = maximum(HM[j], HA[j])")
+        w("if NA[j] == NP[j]:")
+        w.indent()
+        _write_probe(w, n, [f"U[{m}, j]" for m in M], "T[j]", "LANE[j]")
+        w.dedent()
     w("if HIT[j] != 0 and USE[j] != 0:")
     w("    STI[j] += 1")
     if layout.events is not None:
@@ -549,9 +564,19 @@ def _write_record(w: _Writer, layout: KernelLayout, copy_state: list[str]) -> No
     w("nrec += 1")
 
 
-def _write_largest_steps(w: _Writer, layout: KernelLayout) -> None:
-    """The end of a ``largest_step`` block: each lane's largest accepted ``|h|`` to ``HMAX``."""
-    if layout.largest_step:
+def _write_probe(w: _Writer, n: int, state: list[str], t: str, g: str) -> None:
+    """The screen's probe of lane ``j`` (global lane ``g``): its ``state`` and time ``t`` to
+    ``PSTATE``/``PTIME``, and the next probe's step count to ``NP``."""
+    for m in range(n):
+        w(f"PSTATE[{g}, PI[j], {m}] = {state[m]}")
+    w(f"PTIME[{g}, PI[j]] = {t}")
+    w("PI[j] += 1")
+    w(f"NP[j] = PSTEP[PI[j], {g}]")
+
+
+def _write_screen_end(w: _Writer, layout: KernelLayout) -> None:
+    """The end of a ``screen`` block: each lane's largest accepted ``|h|`` to ``HMAX``."""
+    if layout.screen:
         w("for j in range(nlive):")
         w("    HMAX[LANE[j]] = HM[j]")
 
@@ -879,12 +904,12 @@ def _write_cuda_driver(w: _Writer, layout: KernelLayout) -> None:
 
 
 def _arrays(layout: KernelLayout) -> str:
-    """The array arguments of ``block`` and the drivers (inputs, outputs with ``HMAX`` for
-    ``largest_step``, then the event arrays when there are callbacks, then the record buffers
-    of a recording CUDA block)."""
+    """The array arguments of ``block`` and the drivers (inputs, outputs, then the screen's
+    arrays, the event arrays when there are callbacks, the record buffers of a recording
+    CUDA block)."""
     names = "U0, P, T0, T1, TS, TSTOPS, ATOL, SCAL, IVALS, SAVED, UEND, TEND, RET, NACC, NREJ, NF"
-    if layout.largest_step:
-        names = f"{names}, HMAX"
+    if layout.screen:
+        names = f"{names}, HMAX, PSTEP, PSTATE, PTIME"
     if layout.events is not None:
         names = f"{names}, {events_codegen.BLOCK_ARGS}"
     if layout.record and layout.target == "cuda":
@@ -908,7 +933,7 @@ _PRIMITIVES = events_codegen.Primitives(alloc=_alloc, slot=_w, retire=_write_ret
 
 # The lane-state rows after the attempt's (besides ``U`` and ``F``, ``n`` rows each): the
 # integer ones (``HIT``, ``USE``, ``ACT``, ``NA``, ``SLOW``) hold exact small integers.
-_LANE_ROWS = ("T", "H", "TE", "TG", "HA", "HS", "HIT", "USE", "ACT", "NA", "NS", "SLOW", "HM")
+_LANE_ROWS = ("T", "H", "TE", "TG", "HA", "HS", "HIT", "USE", "ACT", "NA", "NS", "SLOW", "HM", "NP")
 
 
 def _vector_commit(layout: KernelLayout) -> bool:
@@ -992,7 +1017,7 @@ def _write_vector_block(
     _write_outcome(w, desc, layout, n)
     w.dedent()
     w.dedent()
-    _write_largest_steps(w, layout)
+    _write_screen_end(w, layout)
     w.dedent()
     w()
 
@@ -1096,6 +1121,8 @@ def _write_commit(w: _Writer, desc: StepperDescription, layout: KernelLayout) ->
     if adaptive:
         w("passes = passes & ((hnext >= DTMIN) | (HAS_DTMIN ^ True))")
     w(f"plain = passes & (({st('HIT')} == DT(0.0)) | ({st('USE')} == DT(0.0)))")
+    if layout.screen:  # a step the screen probes the state after
+        w(f"plain = plain & ({st('NA')} + DT(1.0) != {st('NP')})")
     w("fast = act & ((acc & plain) | goes)")
     w("a = fast & acc")
     if adaptive and (beta2 != 0.0 or beta3 != 0.0):
@@ -1110,7 +1137,7 @@ def _write_commit(w: _Writer, desc: StepperDescription, layout: KernelLayout) ->
             w(f"{st('F', m)} = select(a, {last}, {st('F', m)})")
     w(f"{st('T')} = select(a, tn, t)")
     w(f"{st('NA')} = select(a, {st('NA')} + DT(1.0), {st('NA')})")
-    if layout.largest_step:
+    if layout.screen:
         w(f"{st('HM')} = select(a, maximum({st('HM')}, {st('HA')}), {st('HM')})")
     w(f"{st('H')} = select(fast, hnext, {st('H')})")
     w("slow = act & (fast ^ True)")

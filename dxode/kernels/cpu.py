@@ -78,4 +78,6 @@ def run_cpu(
     if record:
         t_rec, u_rec, count = out
         steps = (t_rec[:count].copy(), u_rec[:count].copy())
-    return KernelResult.from_outputs(outs, steps, events[2:] or None, batch.largest_step)
+    return KernelResult.from_outputs(
+        outs, steps, events[2:] or None, batch.screen_steps is not None
+    )

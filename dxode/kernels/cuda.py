@@ -56,7 +56,7 @@ def run_cuda(
     # the lanes' final states and times stay on the device (nothing reads them on the host)
     saved, u_end, t_end, *per_lane = outs
     host = [_result_array(saved, as_cupy), u_end, t_end] + [_host(a) for a in per_lane]
-    return KernelResult.from_outputs(host, steps, log, batch.largest_step)
+    return KernelResult.from_outputs(host, steps, log, batch.screen_steps is not None)
 
 
 def launch(kernel: Any, lanes: int) -> Any:

@@ -94,7 +94,10 @@ class KernelForwardSensitivity(ForwardSensitivity):
                 z0[n * (1 + d) + j] = 1.0
         batch = KernelBatch(f_aug, z0, params, layout, t0, t1, save_grid, stops, static.options, n)
         result = self._run(batch)
-        if self._stability_limited(static, leaves, u0, params, layout, t0, t1, save_grid, stops):
+        steps = result.naccept  # the plain solve's: the sensitivities are outside the norm
+        if self._stability_limited(
+            static, leaves, u0, params, layout, t0, t1, save_grid, stops, steps
+        ):
             # frozen steps beyond the stability interval: their derivative is not the
             # gradient; with the sensitivities in the error norm (as the array path's
             # ForwardSensitivity) they are accurate to the tolerance
@@ -121,21 +124,30 @@ class KernelForwardSensitivity(ForwardSensitivity):
         t1: np.ndarray,
         save_grid: np.ndarray,
         stops: np.ndarray | None,
+        naccept: np.ndarray,
     ) -> bool:
         """Whether an explicit method's adaptive steps of this batch went beyond its stability
         interval (``stability_check``; the plain kernel takes the same steps: first its
         screen, then, for a batch the screen does not clear, its recorded steps)."""
         from .adjoint_record import recorded_lanes
-        from .stability_check import limited_lanes, may_be_limited, probe_grid, screen_clears
+        from .stability_check import limited_lanes, may_be_limited, probe_steps, screen_clears
 
         if not may_be_limited(static.options):
             return False
-        grid = probe_grid(t0, t1)
         screen = KernelBatch(
-            static.f, u0, params, layout, t0, t1, grid, stops, static.options, largest_step=True
+            static.f,
+            u0,
+            params,
+            layout,
+            t0,
+            t1,
+            None,
+            stops,
+            static.options,
+            screen_steps=probe_steps(naccept),
         )
         args = (static, leaves, u0, t0, t1, save_grid, stops)
-        if screen_clears(*args, self._run(screen), grid):
+        if screen_clears(*args, self._run(screen)):
             return False
         plain = KernelBatch(
             static.f, u0, params, layout, t0, t1, save_grid, stops, static.options, jac=None

@@ -7,10 +7,11 @@ explicit method's adaptive steps went beyond its stability interval, that deriva
 the gradient (a heated rod started on its slowest mode: 10^5 times too large, silently).
 
 Forward sensitivities screen a batch first (``screen_clears``), from one vectorized run of the
-plain kernel that saves ``PROBES`` states spread over each lane's span and returns each
-lane's largest accepted step: the common, non-stiff batch is cleared there, in about the time
-of its forward solve. Only a batch the screen does not clear has its steps recorded (one lane
-at a time, about 30 µs a lane) and checked step by step (``limited_lanes``).
+plain kernel that returns each lane's largest accepted step and its states after ``PROBES``
+step counts spread over its steps (``probe_steps``; spread over time instead, they missed a
+short stiff stretch that the steps crowd into): the common, non-stiff batch is cleared there,
+in about the time of its forward solve. Only a batch the screen does not clear has its steps
+recorded (one lane at a time, about 30 µs a lane) and checked step by step (``limited_lanes``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 from .._retcode import ReturnCode
 from .description import StepperDescription, describe
 
-__all__ = ["limited_lanes", "may_be_limited", "probe_grid", "screen_clears"]
+__all__ = ["limited_lanes", "may_be_limited", "probe_steps", "screen_clears"]
 
 _SUCCEEDED = (int(ReturnCode.Success), int(ReturnCode.Terminated))
 
@@ -77,15 +78,19 @@ def limited_lanes(
     return _limited(static, leaves, u0, t0, t1, save_grid, stops, trials, succeeded)
 
 
-def probe_grid(t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """``PROBES`` times spread evenly over each lane's span, both ends included,
-    ``(PROBES, L)``: the save grid of the screen's run."""
+def probe_steps(naccept: np.ndarray) -> np.ndarray:
+    """The screen's probes: ``PROBES`` accepted-step counts spread evenly over each lane's
+    ``naccept`` steps, ascending from 0 (the start), ``-1`` after a lane's last distinct one,
+    ``(PROBES, L)``."""
     from ..sensitivity.stability import PROBES
 
-    fractions = np.linspace(0.0, 1.0, PROBES)[:, None]
-    grid = t0 + fractions * (t1 - t0)
-    grid[0], grid[-1] = t0, t1  # the ends exactly
-    return grid
+    counts = np.asarray(naccept, dtype=np.int64)
+    steps = np.arange(PROBES)[:, None] * np.maximum(counts, 0) // PROBES
+    repeated = np.zeros(steps.shape, dtype=bool)
+    repeated[1:] = steps[1:] == steps[:-1]
+    steps[repeated] = -1
+    # each lane's distinct counts moved up, in order, the -1 below them
+    return np.take_along_axis(steps, np.argsort(repeated, axis=0, kind="stable"), axis=0)
 
 
 def screen_clears(
@@ -97,25 +102,22 @@ def screen_clears(
     save_grid: np.ndarray,
     stops: np.ndarray | None,
     screen: Any,
-    grid: np.ndarray,
 ) -> bool:
     """Whether no succeeded lane's step can be beyond the stability interval, by the
-    ``screen`` run (a ``KernelResult`` of the plain kernel saving at ``grid``
-    (``probe_grid``), with ``largest_step``): every lane's largest accepted step against
-    the Jacobian's rate at the saved states (as if each lane took its largest step at every
-    probe: a batch this clears has no limited lane; one it does not may have none)."""
+    ``screen`` run (a ``KernelResult`` of the plain kernel with ``screen_steps``): every
+    lane's largest accepted step against the Jacobian's rate at its probed states (as if it
+    took its largest step at every probe: a batch this clears has no limited lane, one it
+    does not may have none)."""
     from ..integrator.lanes import Trial
 
-    saved = np.asarray(screen.saved)  # (L, PROBES, n)
-    largest = np.asarray(screen.largest_step)
+    largest, states, times = (np.asarray(a) for a in screen.screen)
     succeeded = np.isin(np.asarray(screen.retcode), _SUCCEEDED)
     shape = u0.shape[:-1]
     trials = []
-    for k in range(grid.shape[0]):
-        states = saved[:, k, :]
-        lanes = np.flatnonzero(succeeded & np.isfinite(states).all(axis=1))
-        start = (np.moveaxis(states[lanes].reshape(lanes.size, *shape), 0, -1), None)
-        t, h = grid[k, lanes], largest[lanes]
+    for k in range(states.shape[1]):
+        lanes = np.flatnonzero(succeeded & np.isfinite(states[:, k]).all(axis=1))
+        start = (np.moveaxis(states[lanes, k].reshape(lanes.size, *shape), 0, -1), None)
+        t, h = times[lanes, k], largest[lanes]
         trials.append(Trial(lanes, t, h, t + h, np.ones(lanes.size, dtype=bool), (), None, start))
     if all(trial.lane.size == 0 for trial in trials):
         return True
