@@ -32,13 +32,13 @@ LAYOUT = KernelLayout(
 )
 
 
-def _source(alg: object) -> str:
+def _source(alg: object, layout: KernelLayout = LAYOUT) -> str:
     desc = describe(alg)
     if isinstance(alg, dxode.AutoSwitch):
-        return generate_autoswitch(desc, LAYOUT)  # type: ignore[arg-type]
+        return generate_autoswitch(desc, layout)  # type: ignore[arg-type]
     if isinstance(alg, (dxode.Tsit5, dxode.Vern7, dxode.RK4)):
-        return generate(desc, LAYOUT)  # type: ignore[arg-type]
-    return generate_rosenbrock(desc, LAYOUT)  # type: ignore[arg-type]
+        return generate(desc, layout)  # type: ignore[arg-type]
+    return generate_rosenbrock(desc, layout)  # type: ignore[arg-type]
 
 
 def _functions(source: str) -> dict[str, ast.FunctionDef]:
@@ -83,13 +83,7 @@ def test_no_slice_assignment_in_the_generated_code(alg, record):
     import dataclasses
 
     layout = dataclasses.replace(LAYOUT, record=record)
-    desc = describe(alg)
-    if isinstance(alg, dxode.AutoSwitch):
-        source = generate_autoswitch(desc, layout)  # type: ignore[arg-type]
-    elif isinstance(alg, dxode.Tsit5):
-        source = generate(desc, layout)  # type: ignore[arg-type]
-    else:
-        source = generate_rosenbrock(desc, layout)  # type: ignore[arg-type]
+    source = _source(alg, layout)
     found = [
         ast.unparse(node)
         for node in ast.walk(ast.parse(source))
@@ -124,13 +118,7 @@ def test_cast_literals_become_module_constants_of_the_same_value_and_dtype(alg, 
     import numpy as np
 
     layout = dataclasses.replace(LAYOUT, dtype=dtype)
-    desc = describe(alg)
-    if isinstance(alg, dxode.AutoSwitch):
-        source = generate_autoswitch(desc, layout)  # type: ignore[arg-type]
-    elif isinstance(alg, dxode.Tsit5):
-        source = generate(desc, layout)  # type: ignore[arg-type]
-    else:
-        source = generate_rosenbrock(desc, layout)  # type: ignore[arg-type]
+    source = _source(alg, layout)
     pooled = pool_constants(source)
     casts = _literal_casts(ast.parse(source))
     assert len(casts) > 50

@@ -31,7 +31,7 @@ from .batch import KernelBatch, check_callback_method, lane_params
 from .description import StepperDescription, describe
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
-from .stability_check import limited_lanes, may_be_limited
+from .stability_check import CheckedBatch, limited_lanes, may_be_limited
 
 __all__ = ["KernelDiscreteAdjoint"]
 
@@ -78,7 +78,9 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
         )
         steps, saved, outcome = recorded_lanes(batch, self.device)
         found = (
-            limited_lanes(static, leaves, u0, t0, t1, save_grid, stops, steps, outcome)
+            limited_lanes(
+                CheckedBatch(static, leaves, u0, t0, t1, save_grid, stops), steps, outcome
+            )
             if may_be_limited(static.options)
             else None
         )

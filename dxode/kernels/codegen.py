@@ -158,7 +158,7 @@ def pool_constants(source: str) -> str:
     """``source`` with each cast literal ``DT(x)`` replaced by a module constant ``DT_k``
     defined after ``DT`` (the same value and dtype: numba freezes global scalars into the
     code), so numba types one global read per use instead of a call: ~450 calls in a Tsit5
-    ensemble kernel, 7 % of its compile."""
+    ensemble kernel, about a tenth of its compile."""
     names: dict[str, str] = {}
 
     def name(match: re.Match[str]) -> str:
@@ -932,7 +932,8 @@ _PRIMITIVES = events_codegen.Primitives(alloc=_alloc, slot=_w, retire=_write_ret
 # Each lane's arithmetic is the general block's, so results are bitwise the same.
 
 # The lane-state rows after the attempt's (besides ``U`` and ``F``, ``n`` rows each): the
-# integer ones (``HIT``, ``USE``, ``ACT``, ``NA``, ``SLOW``) hold exact small integers.
+# integer ones (``HIT``, ``USE``, ``ACT``, ``NA``, ``SLOW``, ``NP``) hold exact small integers;
+# ``HM`` and ``NP`` serve the screen's layouts (``KernelLayout.screen``) only.
 _LANE_ROWS = ("T", "H", "TE", "TG", "HA", "HS", "HIT", "USE", "ACT", "NA", "NS", "SLOW", "HM", "NP")
 
 

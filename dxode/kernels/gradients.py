@@ -130,7 +130,13 @@ class KernelForwardSensitivity(ForwardSensitivity):
         interval (``stability_check``; the plain kernel takes the same steps: first its
         screen, then, for a batch the screen does not clear, its recorded steps)."""
         from .adjoint_record import recorded_lanes
-        from .stability_check import limited_lanes, may_be_limited, probe_steps, screen_clears
+        from .stability_check import (
+            CheckedBatch,
+            limited_lanes,
+            may_be_limited,
+            probe_steps,
+            screen_clears,
+        )
 
         if not may_be_limited(static.options):
             return False
@@ -146,14 +152,14 @@ class KernelForwardSensitivity(ForwardSensitivity):
             static.options,
             screen_steps=probe_steps(naccept),
         )
-        args = (static, leaves, u0, t0, t1, save_grid, stops)
-        if screen_clears(*args, self._run(screen)):
+        checked = CheckedBatch(static, leaves, u0, t0, t1, save_grid, stops)
+        if screen_clears(checked, self._run(screen)):
             return False
         plain = KernelBatch(
             static.f, u0, params, layout, t0, t1, save_grid, stops, static.options, jac=None
         )
         steps, _, outcome = recorded_lanes(plain, self.device)
-        return limited_lanes(*args, steps, outcome) is not None
+        return limited_lanes(checked, steps, outcome) is not None
 
     def event_lanes(
         self, static: Any, callbacks: Any, u0: Any, leaves: list[Any], t0: Any, t1: Any

@@ -16,16 +16,30 @@ recorded (one lane at a time, about 30 µs a lane) and checked step by step (``l
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._retcode import ReturnCode
 from .description import StepperDescription, describe
 
-__all__ = ["limited_lanes", "may_be_limited", "probe_steps", "screen_clears"]
+__all__ = ["CheckedBatch", "limited_lanes", "may_be_limited", "probe_steps", "screen_clears"]
 
 _SUCCEEDED = (int(ReturnCode.Success), int(ReturnCode.Terminated))
+
+
+class CheckedBatch(NamedTuple):
+    """A gradient batch as the check evaluates its ``f`` on the array path (``BatchRHS``):
+    the solve's static part, the parameter leaves, states ``u0`` ``(n, L)``, spans ``(L,)``,
+    save times and tstops."""
+
+    static: Any
+    leaves: list[Any]
+    u0: np.ndarray
+    t0: np.ndarray
+    t1: np.ndarray
+    save_grid: np.ndarray
+    stops: np.ndarray | None
 
 
 def may_be_limited(options: Any) -> bool:
@@ -35,13 +49,7 @@ def may_be_limited(options: Any) -> bool:
 
 
 def limited_lanes(
-    static: Any,
-    leaves: list[Any],
-    u0: np.ndarray,
-    t0: np.ndarray,
-    t1: np.ndarray,
-    save_grid: np.ndarray,
-    stops: np.ndarray | None,
+    batch: CheckedBatch,
     steps: list[tuple[np.ndarray, np.ndarray]],
     outcome: dict[str, np.ndarray],
 ) -> tuple[int, float] | None:
@@ -58,7 +66,7 @@ def limited_lanes(
     counts = np.array([len(t) - 1 for t, _ in steps])
     if counts.size == 0 or counts.max() <= 0:
         return None
-    shape = u0.shape[:-1]
+    shape = batch.u0.shape[:-1]
     last = int(counts.max())
     times = np.full((last + 1, len(steps)), np.nan)
     for lane, (t, _) in enumerate(steps):
@@ -72,10 +80,13 @@ def limited_lanes(
         start = None
         if k in probed:
             rows = np.stack([steps[lane][1][k] for lane in lanes])  # (lanes, *shape)
-            start = (np.moveaxis(rows.reshape(len(lanes), *shape), 0, -1).astype(u0.dtype), None)
+            start = (
+                np.moveaxis(rows.reshape(len(lanes), *shape), 0, -1).astype(batch.u0.dtype),
+                None,
+            )
         trials.append(Trial(lanes, t, h, t + h, np.ones(lanes.size, dtype=bool), (), None, start))
     succeeded = np.isin(outcome["retcode"], _SUCCEEDED)
-    return _limited(static, leaves, u0, t0, t1, save_grid, stops, trials, succeeded)
+    return _limited(batch, trials, succeeded)
 
 
 def probe_steps(naccept: np.ndarray) -> np.ndarray:
@@ -94,13 +105,7 @@ def probe_steps(naccept: np.ndarray) -> np.ndarray:
 
 
 def screen_clears(
-    static: Any,
-    leaves: list[Any],
-    u0: np.ndarray,
-    t0: np.ndarray,
-    t1: np.ndarray,
-    save_grid: np.ndarray,
-    stops: np.ndarray | None,
+    batch: CheckedBatch,
     screen: Any,
 ) -> bool:
     """Whether no succeeded lane's step can be beyond the stability interval, by the
@@ -112,7 +117,7 @@ def screen_clears(
 
     largest, states, times = (np.asarray(a) for a in screen.screen)
     succeeded = np.isin(np.asarray(screen.retcode), _SUCCEEDED)
-    shape = u0.shape[:-1]
+    shape = batch.u0.shape[:-1]
     trials = []
     for k in range(states.shape[1]):
         lanes = np.flatnonzero(succeeded & np.isfinite(states[:, k]).all(axis=1))
@@ -121,17 +126,11 @@ def screen_clears(
         trials.append(Trial(lanes, t, h, t + h, np.ones(lanes.size, dtype=bool), (), None, start))
     if all(trial.lane.size == 0 for trial in trials):
         return True
-    return _limited(static, leaves, u0, t0, t1, save_grid, stops, trials, succeeded) is None
+    return _limited(batch, trials, succeeded) is None
 
 
 def _limited(
-    static: Any,
-    leaves: list[Any],
-    u0: np.ndarray,
-    t0: np.ndarray,
-    t1: np.ndarray,
-    save_grid: np.ndarray,
-    stops: np.ndarray | None,
+    batch: CheckedBatch,
     trials: list[Any],
     succeeded: np.ndarray,
 ) -> tuple[int, float] | None:
@@ -140,11 +139,11 @@ def _limited(
     from ..sensitivity import stability
     from ..sensitivity.passes import BatchRHS
 
-    interval = static.options.alg.tableau.real_stability_interval
+    interval = batch.static.options.alg.tableau.real_stability_interval
     try:
-        batch = BatchRHS.of(static, leaves, u0, t0, t1, save_grid, stops)
+        rhs = BatchRHS.of(*batch)
         limited, rho = stability.stability_limited(
-            batch.backend, batch.rhs_for, batch.params, trials, succeeded, interval
+            rhs.backend, rhs.rhs_for, rhs.params, trials, succeeded, interval
         )
     except Exception:  # an f the array path cannot evaluate: left unchecked
         return None
