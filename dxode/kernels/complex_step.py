@@ -24,6 +24,7 @@ import cmath
 import inspect
 import math
 import textwrap
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -244,14 +245,17 @@ def complex_copy(f: Callable[..., Any], what: str = "f") -> Callable[..., Any]:
 
 def _refused_in_compiled_helpers(f: Callable[..., Any], seen: set[int]) -> list[str]:
     """What complex step cannot take in the ``@numba.njit`` functions ``f`` calls (from its
-    module or its closure), and in those they call: the complex copy calls them with complex
-    numbers, so an ``abs`` in one is the modulus there (a silently wrong derivative)."""
+    module, its closure or an attribute of a module, ``helpers.damping(v)``), and in those
+    they call: the complex copy calls them with complex numbers, so an ``abs`` in one is the
+    modulus there (a silently wrong derivative)."""
     code = getattr(f, "__code__", None)
     if code is None:
         return []
     globals_ = getattr(f, "__globals__", {})
-    values = [globals_.get(name) for name in names_read(code)]
+    names = names_read(code)
+    values = [globals_.get(name) for name in names]
     values += [_cell_contents(cell) for cell in getattr(f, "__closure__", None) or ()]
+    values += _module_attributes_read(values, names)
     refused = []
     for value in values:
         py_func = getattr(value, "py_func", None)
@@ -270,6 +274,23 @@ def _refused_in_compiled_helpers(f: Callable[..., Any], seen: set[int]) -> list[
         refused += [f"{entry} in the compiled helper {name}" for entry in found]
         refused += _refused_in_compiled_helpers(py_func, seen)
     return refused
+
+
+def _module_attributes_read(values: list[Any], names: set[str]) -> list[Any]:
+    """The attributes named in ``names`` of the modules among ``values``, and of the modules
+    among those (``pkg.helpers.damping``), as numba resolves ``module.name`` in ``f``."""
+    modules = [value for value in values if isinstance(value, types.ModuleType)]
+    seen, found = set(), []
+    while modules:
+        module = modules.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        namespace = vars(module)
+        for name in sorted(names & namespace.keys()):
+            value = namespace[name]
+            (modules if isinstance(value, types.ModuleType) else found).append(value)
+    return found
 
 
 def _cell_contents(cell: Any) -> Any:
