@@ -227,6 +227,30 @@ def test_an_f_filling_a_real_array_is_told_to_return_a_list():
     assert "if x > 0" not in str(err.value).split("numba says")[0]
 
 
+def _helper_decay(v):
+    return v * math.exp(-v)
+
+
+def _with_cbrt(u, p, t):
+    x, v = u
+    return [v, -p[0] * np.cbrt(x) - p[1] * v]
+
+
+@pytest.mark.parametrize(
+    ("helper", "told"),
+    [(None, r"no complex version of np\.cbrt"), (_helper_decay, r"math\.exp .*NumPy's twin")],
+    ids=["np.cbrt", "math.exp-in-a-helper"],
+)
+def test_an_f_using_a_function_without_a_complex_version_is_told_which(helper, told):
+    # analytic, but numba defines these for real numbers only; the error blamed comparisons
+    import numba
+
+    f = _with_cbrt if helper is None else _calling_helper(numba.njit(helper))
+    with pytest.raises(KernelUnsupportedError, match=told) as err:
+        _grad_wrt_p(f)
+    assert "if x > 0" not in str(err.value).split("numba says")[0]
+
+
 def test_comparison_on_time_and_math_functions_are_differentiated():
     """``math.sin`` runs as ``cmath.sin`` in the complex copy; the array path differentiates
     the same f written with ``autograd.numpy``."""

@@ -23,6 +23,7 @@ import ast
 import cmath
 import inspect
 import math
+import re
 import textwrap
 import types
 from collections.abc import Callable
@@ -59,6 +60,7 @@ _CMATH_TWINS = frozenset(
     ]
 )
 _MATH_CONSTANTS = frozenset(["pi", "e", "tau", "inf", "nan"])
+_COMPARISONS = frozenset(["lt", "le", "gt", "ge"])  # numba's names of <, <=, >, >=
 _NOT_ANALYTIC_BUILTINS = frozenset(["abs", "min", "max", "round", "int"])
 _NOT_ANALYTIC_NUMPY = frozenset(
     [
@@ -363,7 +365,8 @@ def _likely_cause(reason: str) -> str:
     """What in ``f`` most likely kept its complex copy from compiling, from numba's
     ``reason``: a real array filled with values that depend on ``u`` or ``p`` (``du =
     np.empty(n); du[0] = ...``, which the array path and the plain kernel take), a cast to
-    a real number, or (numba's other refusals) a comparison."""
+    a real number, a function numba does not define for complex numbers (a NumPy ufunc, a
+    ``math`` function in a compiled helper), or (numba's other refusals) a comparison."""
     if "setitem(array(float" in reason and "complex" in reason:
         return (
             "f stores values that depend on u or p in a real array, as du = np.empty(n) "
@@ -375,6 +378,17 @@ def _likely_cause(reason: str) -> str:
             "f casts a value that depends on u or p to a real number (np.float64(x), "
             "float(x), a real array): drop the cast"
         )
+    missing = re.search(r"Function\((.*?)\) found for signature:\s*>>> (\w+)\(", reason)
+    if missing and missing.group(2) not in _COMPARISONS:
+        what, name = missing.groups()
+        if what.startswith("<ufunc"):
+            return f"numba has no complex version of np.{name}"
+        if name in _CMATH_TWINS:
+            return (
+                f"math.{name} takes no complex numbers: f's own math calls become cmath's, "
+                f"but not those of the @numba.njit helpers it calls: call NumPy's twin there"
+            )
+        return f"numba does not define {name} for complex numbers"
     return "comparisons of values that depend on u or p, as in 'if x > 0:', do not"
 
 
