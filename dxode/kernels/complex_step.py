@@ -379,17 +379,19 @@ def _likely_cause(reason: str) -> str:
             "float(x), a real array): drop the cast"
         )
     missing = re.search(r"Function\((.*?)\) found for signature:\s*>>> (\w+)\(", reason)
-    if missing and missing.group(2) not in _COMPARISONS:
-        what, name = missing.groups()
-        if what.startswith("<ufunc"):
-            return f"numba has no complex version of np.{name}"
-        if name in _CMATH_TWINS:
-            return (
-                f"math.{name} takes no complex numbers: f's own math calls become cmath's, "
-                f"but not those of the @numba.njit helpers it calls: call NumPy's twin there"
-            )
-        return f"numba does not define {name} for complex numbers"
-    return "comparisons of values that depend on u or p, as in 'if x > 0:', do not"
+    if missing is None or missing.group(2) in _COMPARISONS:
+        return "comparisons of values that depend on u or p, as in 'if x > 0:', do not"
+    what, name = missing.groups()
+    if what.startswith("<ufunc"):
+        return f"numba has no complex version of np.{name}"
+    if not what.startswith("<built-in function"):
+        return "numba does not take complex numbers in one of f's operations (see below)"
+    if name in _CMATH_TWINS:
+        return (
+            f"math.{name} takes no complex numbers: f's own math calls become cmath's, "
+            f"but not those of the @numba.njit helpers it calls: call NumPy's twin there"
+        )
+    return f"numba does not define {name} for complex numbers"
 
 
 def _map_scalars(func: Callable[[Any], Any], tree: Any) -> Any:
