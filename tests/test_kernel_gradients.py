@@ -518,6 +518,19 @@ def test_continuous_adjoints_are_refused_on_the_kernel_path():
     assert np.array_equal(checked.u, plain.u)
 
 
+def test_the_discrete_adjoint_through_a_stiff_method_names_what_the_kernels_take():
+    # It named the internal KernelDiscreteAdjoint() and told to use InterpolatingAdjoint(),
+    # which the kernels refuse in turn.
+    def loss(p):
+        prob = dxode.ODEProblem(damped, np.array([1.0, 0.5]), (0.0, 1.0), (p[0], p[1]))
+        options = {"saveat": [1.0], "sensealg": dxode.DiscreteAdjoint(), "kernel": True}
+        return anp.sum(dxode.solve(prob, dxode.Rodas5P(), **options).u)
+
+    told = r"^DiscreteAdjoint\(\) cannot .* sensealg=ForwardSensitivity\(\) \(the compiled"
+    with pytest.raises(NotImplementedError, match=told):
+        autograd.grad(loss)(np.array([1.6, 0.3]))
+
+
 SIMULATOR_SCRIPT = textwrap.dedent(
     """
     import autograd, autograd.numpy as anp, numpy as np

@@ -298,11 +298,18 @@ def check_differentiable(
         )
     if is_stiff(alg):
         if sensealg.stiff_refusal:
-            raise NotImplementedError(
-                f"{type(sensealg).__name__}() cannot differentiate through {alg!r}: "
-                f"{sensealg.stiff_refusal}; "
-                "use sensealg=InterpolatingAdjoint() (the default for stiff methods) or "
+            # the compiled kernels' algorithms subclass the user's (KernelDiscreteAdjoint)
+            name = type(sensealg).__name__.removeprefix("Kernel")
+            instead = (
+                "ForwardSensitivity() (the compiled kernels' only one for stiff methods), or "
+                "InterpolatingAdjoint() on the array path (kernel=False)"
+                if sensealg.compiled
+                else "InterpolatingAdjoint() (the default for stiff methods) or "
                 "ForwardSensitivity()"
+            )
+            raise NotImplementedError(
+                f"{name}() cannot differentiate through {alg!r}: {sensealg.stiff_refusal}; "
+                f"use sensealg={instead}"
             )
     elif not isinstance(alg, ExplicitRungeKutta):
         raise NotImplementedError(f"gradients through {alg!r} are not supported yet")
