@@ -798,3 +798,21 @@ def test_an_f_pickled_by_value_keeps_its_kernel_key_and_tuple_returns():
     )
     expected = dxode.solve(plain, "tsit5", dxode.EnsembleKernel(threads=1), saveat=[1.0])
     np.testing.assert_array_equal(sim.u, expected.u)
+
+
+@pytest.mark.parametrize(
+    ("p", "dtype", "limit"),
+    [
+        ((2**53 + 1,), np.float64, 53),
+        ((1.0, np.array([3, -(2**60)])), np.float64, 53),
+        ((2**24 + 1,), np.float32, 24),
+    ],
+    ids=["python-int", "int64-array", "float32-state"],
+)
+def test_an_integer_parameter_the_kernels_would_round_is_refused(p, dtype, limit):
+    """The kernels pass p's numbers as floats of the rows' dtype: an integer beyond what it
+    holds exactly reached f as a neighbouring integer, silently (the array path passes p
+    as given)."""
+    prob = dxode.ODEProblem(_decay, np.ones(1, dtype=dtype), (0.0, 1.0), p)
+    with pytest.raises(KernelUnsupportedError, match=rf"p\[\d\] holds the integer .*2\^{limit}"):
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)

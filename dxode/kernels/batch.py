@@ -328,9 +328,29 @@ def lane_params(
     if not rows:  # an empty tuple or list
         return layout, xp.zeros((0, lanes), dtype=dtype)
     kinds = {np.dtype(dtype) if isinstance(leaf, (int, float)) else _dtype(leaf) for leaf in leaves}
-    row_dtype = np.dtype(dtype) if kinds == {np.dtype(dtype)} else np.float64
+    row_dtype = np.dtype(dtype) if kinds == {np.dtype(dtype)} else np.dtype(np.float64)
+    _check_exact_integers(p, row_dtype)
     stacked = xp.concatenate(rows).astype(row_dtype, copy=False)
     return layout, xp.ascontiguousarray(stacked)
+
+
+def _check_exact_integers(p: Any, row_dtype: np.dtype) -> None:
+    """Refuse an integer parameter the kernels' float rows would round (above ``2^53`` in
+    float64, ``2^24`` in float32): ``f`` would silently see a neighbouring integer."""
+    exact = 2 ** (np.finfo(row_dtype).nmant + 1)
+    for path, leaf in leaf_paths("p", p):
+        kind = "i" if isinstance(leaf, int) else _dtype(leaf).kind
+        if kind not in "iu" or np.size(leaf) == 0:
+            continue
+        values = np.asarray(_host(leaf))
+        largest = max(int(values.max()), -int(values.min()))  # Python ints: no overflow
+        if largest > exact:
+            raise KernelUnsupportedError(
+                f"{path} holds the integer {largest}, which the compiled kernels' "
+                f"{row_dtype.name} parameters cannot hold exactly (integers up to 2^"
+                f"{exact.bit_length() - 1}); pass it as a float if rounding is meant, or use "
+                f"{ARRAY_PATH}"
+            )
 
 
 def _lane_rows(xp: ModuleType, rows: np.ndarray, dtype: Any) -> Any:
