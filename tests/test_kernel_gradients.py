@@ -894,3 +894,35 @@ def test_the_screen_does_not_clear_a_short_stiff_stretch(monkeypatch):
     assert decisions[1][0] == "limited_lanes" and decisions[1][1][0] == 1
     array = autograd.grad(lambda th: loss(th, False))(theta)
     np.testing.assert_allclose(kernel, array, rtol=1e-6, atol=1e-12)
+
+
+def _short_array_later(u, p, t):
+    if t > 0.5:
+        return np.array([-p[0] * u[0]])
+    return np.array([-p[0] * u[0], -u[1]])
+
+
+@pytest.mark.parametrize("with_jacobians", [False, True], ids=["complex-step", "jac"])
+def test_a_gradient_through_an_f_returning_a_short_array_later_names_f(with_jacobians):
+    """The forward sensitivities' augmented RHS read f's rows unchecked: an array short of
+    a row after the compile-time count was read past its end, a gradient from whatever
+    memory held there (the plain kernel's ``rhs`` checks them: ``returned_rows``)."""
+    jac = (lambda u, p, t: np.array([[-p[0], 0.0], [0.0, -1.0]])) if with_jacobians else None
+    paramjac = (lambda u, p, t: np.array([[-u[0]], [0.0]])) if with_jacobians else None
+
+    def loss(theta):
+        prob = dxode.ODEProblem(
+            _short_array_later,
+            np.array([1.0, 2.0]),
+            (0.0, 1.0),
+            (theta[0],),
+            jac=jac,
+            paramjac=paramjac,
+        )
+        # fixed steps: no stability check, whose plain solve checks f's rows on its own
+        sol = dxode.solve(prob, dxode.RK4(), dt=0.1, adaptive=False, saveat=[1.0], kernel=True)
+        return anp.sum(sol.u**2)
+
+    with pytest.raises(ValueError, match=r"read past its end.*fewer rows") as info:
+        autograd.grad(loss)(np.array([0.7]))
+    assert "test_kernel_gradients.py" in str(info.value)

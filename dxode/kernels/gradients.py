@@ -251,7 +251,7 @@ def _build_augmented(
         raise KernelUnsupportedError(CUDA_GRADIENT_U)
     check_jacobian_rows(static, n, as_array, example, params.shape[0])
     return augmented_rhs(
-        static.f, n, layout, rows, as_array, dtype, example, static.jac, static.paramjac
+        static.f, n, layout, rows, as_array, dtype, example, static.jac, static.paramjac, target
     )
 
 

@@ -101,8 +101,10 @@ def _source(
     dtype: str,
     jacobians: bool,
     keys: str,
+    target: str,
 ) -> str:
-    """``f_aug``'s module source."""
+    """``f_aug``'s module source (on the CPU, what the user's functions return passes
+    through ``returned_rows.rows_of``: an array short of rows is refused, not read past)."""
     D = len(rows)
     paths = [] if layout.is_none else param_paths(layout.structure)
     lines = [
@@ -110,6 +112,7 @@ def _source(
         "import numpy as np",
         f"H = {STEP!r}",
         "user_real = user_cplx = user_jac = user_pjac = None  # bound after import",
+        *(["from dxode.kernels.returned_rows import rows_of"] if target == "cpu" else []),
         f"# {keys}",
         "",
         "def f_aug(y, p, t):",
@@ -126,12 +129,20 @@ def _source(
         return name
 
     body(f"    u = {state([f'y[{m}]' for m in range(n)], dtype)}")
+
+    def checked(name: str) -> None:
+        if target == "cpu":
+            body(f"    {name} = rows_of({name}, {n})")
+
     body("    r = user_real(u, p, t)")
+    checked("r")
     out = [f"r[{m}]" for m in range(n)]
     if jacobians:
         body("    J = user_jac(u, p, t)")
+        checked("J")
         if any(r is not None for r in rows):
             body("    PJ = user_pjac(u, p, t)")
+            checked("PJ")
     for d, row in enumerate(rows):
         s = [f"y[{n * (1 + d) + k}]" for k in range(n)]
         if jacobians:
@@ -144,6 +155,7 @@ def _source(
         z = state([f"complex(y[{m}], H * {s[m]})" for m in range(n)], "complex128")
         pc = "p" if row is None else _complex_params(layout.structure, paths, row)
         body(f"    c{d} = user_cplx({z}, {pc}, t)")
+        checked(f"c{d}")
         out += [f"c{d}[{m}].imag / H" for m in range(n)]
     body("    return (" + "".join(f"{x}, " for x in out) + ")")
     return "\n".join(lines) + "\n"
@@ -159,6 +171,7 @@ def augmented_rhs(
     p_example: Any,
     jac: Callable[..., Any] | None = None,
     paramjac: Callable[..., Any] | None = None,
+    target: str = "cpu",
 ) -> Callable[..., Any]:
     """``f_aug(y, p, t)``: ``f`` and its forward sensitivities in the directions ``rows``
     (``None``: a ``u0`` component, in order; an int: that parameter row); ``p_example``
@@ -166,7 +179,7 @@ def augmented_rhs(
 
     ``jac`` and ``paramjac`` (both per lane: ``u`` as ``f`` takes it, ``(n, n)`` and
     ``(n, rows)`` results indexable as ``J[i][k]``) replace complex step when given (``jac``
-    alone does when only ``u0`` is differentiated).
+    alone does when only ``u0`` is differentiated). ``target`` is the kernel's.
     """
     from numba.extending import register_jitable
 
@@ -177,7 +190,7 @@ def augmented_rhs(
         + ([f"jac={function_key(jac)}"] if jacobians else [])  # type: ignore[arg-type]
         + ([f"paramjac={function_key(paramjac)}"] if jacobians and params_needed else [])  # type: ignore[arg-type]
     )
-    source = _source(n, layout, rows, as_array, dtype, jacobians, keys)
+    source = _source(n, layout, rows, as_array, dtype, jacobians, keys, target)
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     module = _MODULES.get(digest)
     if module is None:
@@ -192,5 +205,6 @@ def augmented_rhs(
             copy = complex_copy(f)
             check_compiles(copy, f, n, as_array, p_example)
             module.user_cplx = register_jitable(copy)
+        module.f_aug.user_function = f  # what messages name (rhs_source.where_defined)
         _MODULES[digest] = module
     return module.f_aug
