@@ -328,6 +328,33 @@ def test_a_jac_of_the_wrong_shape_is_refused_naming_it():
     assert f"test_kernel_stiff.py:{_short_rows_jac.__code__.co_firstlineno}" in str(info.value)
 
 
+def _decay_pair(u, p, t):
+    return [-u[0], -2.0 * u[1]]
+
+
+def _jac_short_later(u, p, t):
+    if t > 0.5:
+        return np.array([[-1.0, 0.0]])
+    return np.array([[-1.0, 0.0], [0.0, -2.0]])
+
+
+def _tgrad_short_later(u, p, t):
+    return np.zeros(1) if t > 0.5 else np.zeros(2)
+
+
+@pytest.mark.parametrize("which", ["jac", "tgrad"])
+def test_a_jac_or_tgrad_short_of_rows_after_the_check_gets_a_value_error(which):
+    # The rows are counted once, at t = 0; a NumPy array's reads are not bounds-checked, so a
+    # jac or tgrad short of a row later was read past its end, silently.
+    derivatives = {"jac": _jac_short_later}
+    if which == "tgrad":
+        derivatives = {"jac": lambda u, p, t: [[-1.0, 0.0], [0.0, -2.0]]}
+        derivatives["tgrad"] = _tgrad_short_later
+    prob = dxode.ODEProblem(_decay_pair, np.ones(2), (0.0, 1.0), **derivatives)
+    with pytest.raises(ValueError, match=r"read past its end.*jac, tgrad"):
+        dxode.solve(prob, dxode.Rodas5P(), kernel=True, saveat=[1.0])
+
+
 def test_autograd_and_unknown_methods_are_refused():
     prob = _problem("vdpol")
     with pytest.raises(KernelUnsupportedError, match="autodiff='autograd'"):

@@ -186,7 +186,7 @@ def _write_attempt_function(
         for m in range(n):
             w(f"{lanes.at('F0', m)} = r[{m}]")
         lanes.close(w)
-    write_derivatives(w, desc, lanes, layout.dtype)
+    write_derivatives(w, desc, lanes, layout.dtype, check_rows=layout.target == "cpu")
     if rho_row is not None:
         lanes.open(w)
         write_rho(w, lanes)

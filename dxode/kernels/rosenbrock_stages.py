@@ -86,9 +86,12 @@ def _fill_array(w: _Writer, lanes: Lanes, source: str) -> None:
             w(f"UA[{m}] = {u}")
 
 
-def write_derivatives(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dtype: str) -> None:
+def write_derivatives(
+    w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dtype: str, check_rows: bool
+) -> None:
     """``JM = J`` and ``DF = df/dt`` at ``(UL, t)``, with ``F0 = f(UL, t)`` known (closed lane
-    loops; a difference Jacobian by columns, one ``f`` per column)."""
+    loops; a difference Jacobian by columns, one ``f`` per column); with ``check_rows`` (the
+    CPU), the user's ``jac`` and ``tgrad`` results pass through ``returned_rows.rows_of``."""
     n = lanes.n
     root_eps = _const(math.sqrt(float(np.finfo(dtype).eps)))
     eps = _const(float(np.finfo(dtype).eps))
@@ -116,6 +119,8 @@ def write_derivatives(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dty
         lanes.open(w)
         _fill_array(w, lanes, desc.jac)
         w(f"rj = user_jac({_user_u(lanes, desc.jac)}, p, t)")
+        if check_rows:
+            w(f"rj = rows_of(rj, {n})")
         for i in range(n):
             for m in range(n):
                 w(f"{lanes.jm(i, m)} = DT(rj[{i}][{m}])")
@@ -135,6 +140,8 @@ def write_derivatives(w: _Writer, desc: RosenbrockDescription, lanes: Lanes, dty
     else:
         _fill_array(w, lanes, desc.tgrad)
         w(f"rt = user_tgrad({_user_u(lanes, desc.tgrad)}, p, t)")
+        if check_rows:
+            w(f"rt = rows_of(rt, {n})")
         for m in range(n):
             w(f"{df[m]} = DT(rt[{m}])")
     lanes.close(w)
