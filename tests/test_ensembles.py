@@ -716,6 +716,22 @@ def test_indexing_a_solution_by_trajectory():
             sim[index]
 
 
+def test_output_func_arrays_are_not_taken_for_saved_states():
+    # Values of two or more dimensions (each trajectory's final state, stacked (N, 3)) were
+    # taken for states: sim[0] was an ODESolution of 4 save times holding 3 numbers, and
+    # sim.mean() averaged the values under the save times' labels.
+    final = EnsembleProblem(
+        _prob(), p=_scaled_params(3), output_func=lambda sol, i: (sol.u[-1], False)
+    )
+    sim = dxode.solve(final, trajectories=3, saveat=1.0)
+    assert sim.u.shape == (3, 3)
+    with pytest.raises(TypeError, match=r"sim\[i\] needs the saved states"):
+        sim[0]
+    for summary in (sim.mean, sim.var, sim.summary):
+        with pytest.raises(TypeError, match="summaries need the saved states"):
+            summary()
+
+
 def test_ensemble_array_arguments():
     # lockstep="no" turned lock-step on; a misspelt backend failed only in the first batch.
     with pytest.raises(ValueError, match="backend must be 'numpy', 'cupy' or None, got 'numpyy'"):

@@ -169,7 +169,7 @@ class EnsembleSolution:
         if not -n <= i < n:
             raise IndexError(f"trajectory {i} out of range for {n} trajectories")
         i %= n
-        if not _is_array(self.u) or self.u.ndim < 2:
+        if not self._keeps_states():
             raise TypeError(
                 "sim[i] needs the saved states; this ensemble kept output_func values "
                 "or a reduction instead"
@@ -194,6 +194,14 @@ class EnsembleSolution:
             None if self.events is None else self.events.for_trajectory(i),
             problem_of=functools.partial(self.eprob.trajectory_problem, i, 0, self.seed),
         )
+
+    def _keeps_states(self) -> bool:
+        """Whether ``u`` holds saved states, not ``output_func`` values (which may be arrays
+        of any shape, e.g. each trajectory's final state) or a reduction's accumulator."""
+        kept = self.eprob is not None and (
+            self.eprob.output_func is not None or self.eprob.reduction is not None
+        )
+        return not kept and _is_array(self.u) and self.u.ndim >= 2
 
     def _dense_output(self, i: int) -> DenseOutput | None:
         for batch in self._dense:
@@ -226,7 +234,7 @@ class EnsembleSolution:
         return np.quantile(self._successful_host(), q, axis=0)
 
     def _successful_host(self) -> np.ndarray:
-        if not _is_array(self.u) or self.u.ndim < 2:
+        if not self._keeps_states():
             raise TypeError("summaries need the saved states (no output_func or reduction)")
         retcodes = np.asarray(self.retcodes[...])  # also a Zarr output's array
         ok = (retcodes == ReturnCode.Success) | (retcodes == ReturnCode.Terminated)
