@@ -141,9 +141,9 @@ def test_saveat_outside_a_trajectory_span_names_that_trajectory(alg, saveat, mat
         dxode.solve(eprob, dxode.Tsit5(), alg, saveat=saveat, batch_size=batch_size)
 
 
-def _rows(extra=0, width=1):
+def _rows(extra=0, width=1, key="u0"):
     def batch_func(prob, ctx):
-        return {"u0": np.ones((len(ctx.indices) + extra, width))}
+        return {key: np.ones((len(ctx.indices) + extra, width))}
 
     return batch_func
 
@@ -171,6 +171,9 @@ def _backwards_at_one(prob, i, repeat):
         ({"p": np.arange(1.0, 5.0)}, r"per-trajectory p gives each trajectory one number"),
         ({"batch_func": _scalar_rates}, r"shape \(trajectories, 1\)"),
         ({"batch_func": _shared_p}, r"per-trajectory p needs a leading axis of 2 trajectories"),
+        ({"p": np.ones((4, 3))}, r"a row of shape \(3,\), but prob.p, the form f indexes"),
+        ({"p": np.ones((1, 4))}, r"p looks transposed \(one column per trajectory\): give p.T"),
+        ({"batch_func": _rows(key="p", width=2)}, r"shape \(trajectories, 1\), trajectories"),
     ],
     ids=[
         "arrays-u0-shape",
@@ -180,6 +183,9 @@ def _backwards_at_one(prob, i, repeat):
         "p-rows-for-a-list",
         "batch_func-p-rows",
         "batch_func-shared-p",
+        "p-rows-wider-than-prob-p",
+        "p-transposed",
+        "batch_func-p-rows-wider",
     ],
 )
 def test_every_algorithm_refuses_misfit_arrays_alike(alg, given, match):
@@ -189,6 +195,8 @@ def test_every_algorithm_refuses_misfit_arrays_alike(alg, given, match):
     # first rate for every lane of EnsembleArray (a silent wrong answer), the kernel failed
     # to compile p[0] on a number. A batch_func returning prob.p's own form, [2.0], (a number
     # where each trajectory needs a row) raised an IndexError from inside the batch code.
+    # Rows of 3 numbers for that one-number list were solved with their first (the rest
+    # ignored), and transposed rates, (1, 4), were counted as one trajectory of 4 numbers.
     eprob = EnsembleProblem(_decay(), **given)
     with pytest.raises(ValueError, match=match):
         dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=4, batch_size=2, saveat=[0.5])

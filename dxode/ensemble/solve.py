@@ -20,6 +20,7 @@ from ..backends import to_host
 from ..events.callbacks import CallbackSet, check_preset_times
 from .algorithms import AbstractEnsembleAlgorithm, EnsembleArray
 from .batch import BatchSpec, check_direction, check_span_numbers
+from .param_rows import check_p_rows
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution
 
@@ -71,6 +72,8 @@ def plan_ensemble(
     ) and ensemble_alg is None:
         alg, ensemble_alg = None, alg  # solve(eprob, EnsembleSerial(), ...) is unambiguous
     ensemble_alg = _ensemble_algorithm(ensemble_alg)
+    if "p" in eprob.arrays:  # before counting: transposed rows miscount the trajectories
+        check_p_rows(eprob.arrays["p"], eprob.prob.p)
     n = _trajectory_count(eprob, trajectories)
     size = (
         ensemble_alg.batch_size_for(n)
