@@ -154,6 +154,34 @@ def test_outputs_keep_each_trajectory_s_own_save_times(client, tmp_path, output)
         np.testing.assert_array_equal(zarr.open_group(store, mode="r")["t"][...], spans)
 
 
+def _span_to_two(prob, i, repeat):
+    return prob.remake(tspan=(0.0, 2.0))
+
+
+def _span_to_one_plus_i(prob, i, repeat):
+    return prob.remake(tspan=(0.0, 1.0 + i))
+
+
+@pytest.mark.parametrize("output", ["dask", "zarr"])
+def test_outputs_hold_the_save_times_of_a_span_set_by_prob_func(client, tmp_path, output):
+    # Laid out from prob.tspan (0, 1): saveat=0.5 over the trajectories' (0, 2) saved 5 times
+    # per trajectory, but Zarr kept the first 3 and the dask.array declared 3 (its [:, -1]
+    # was t = 1, not 2) while sim.t listed 5. Spans of different lengths went unnoticed.
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0)
+    opts = {"trajectories": 4, "batch_size": 2, "saveat": 0.5}
+    eprob = EnsembleProblem(prob, prob_func=_span_to_two)
+    local = dxode.solve(eprob, dxode.Tsit5(), **opts)
+    alg = EnsembleDask(client, output=output, store=str(tmp_path / "two.zarr"))
+    sim = dxode.solve(eprob, dxode.Tsit5(), alg, **opts)
+    assert sim.u.shape == local.u.shape == (4, 5, 3)
+    np.testing.assert_array_equal(client.compute(sim.u[:, -1]).result(), local.u[:, -1])
+    np.testing.assert_array_equal(sim.t, local.t)
+    alg = EnsembleDask(client, output=output, store=str(tmp_path / "grow.zarr"))
+    growing = EnsembleProblem(prob, prob_func=_span_to_one_plus_i)
+    with pytest.raises(ValueError, match=r"trajectory \d saved \d+ times, trajectory 0 3"):
+        dxode.solve(growing, dxode.Tsit5(), alg, **{**opts, "batch_size": 1})
+
+
 def _ten_times_x(sol, i):
     return 10 * float(sol.u[-1, 0]), False
 

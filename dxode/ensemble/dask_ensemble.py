@@ -381,7 +381,7 @@ class _Run:
             group.create_array(
                 "t", shape=shape[:2], dtype=dtype, chunks=(chunk, 2), fill_value=float("nan")
             )
-        return {"store": self.alg.store}
+        return {"store": self.alg.store, "n_save": shape[1]}
 
     def _distributed(self, futures: list[Any], target: dict[str, Any] | None) -> EnsembleSolution:
         """Outputs stay on the workers (a dask.array) or in Zarr; metadata comes back."""
@@ -398,6 +398,8 @@ class _Run:
         )
         done = list(self._in_order(metas))
         shape, dtype = _output_layout(self.eprob, self.spec, self._n)
+        for meta in done:  # the dask.array's chunks must have the shape it declares
+            _check_save_count(meta, shape[1])
         u = da.concatenate(
             [
                 da.from_delayed(
@@ -513,6 +515,7 @@ def _dask_task(
     if target is not None:
         import zarr
 
+        _check_save_count(result, target["n_save"])  # Zarr would cut or repeat save times
         group = zarr.open_group(target["store"], mode="r+")
         rows = slice(indices.start, indices.stop)
         group["u"][rows] = result.u
@@ -548,12 +551,31 @@ def _output_layout(eprob: EnsembleProblem, spec: BatchSpec, n: int) -> tuple[tup
     if spec.saveat is None:
         n_save = 2  # each trajectory's start and end
     elif np.ndim(spec.saveat) == 0:
-        # An interval needs one shared tspan (checked per batch), so prob.tspan gives the grid.
-        n_save = len(save_times(spec.saveat, *eprob.prob.tspan))
+        # An interval needs one shared tspan (checked per batch): trajectory 0's, which a
+        # prob_func or batch_func may set (each batch's count is checked against it).
+        tspan = (
+            eprob.prob.tspan
+            if eprob.prob_func is None and eprob.batch_func is None
+            else eprob.trajectory_problem(0, 0, spec.seed).tspan
+        )
+        n_save = len(save_times(spec.saveat, *tspan))
     else:
         n_save = len(spec.saveat)
     dtype = np.dtype(str(eprob.prob.u0.dtype).split(".")[-1])
     return (n, n_save, *tuple(eprob.prob.u0.shape)), dtype
+
+
+def _check_save_count(result: BatchResult, n_save: int) -> None:
+    """Raise unless a batch saved the ``n_save`` times per trajectory that the output holds
+    (trajectory 0's): trajectories whose spans differ save different numbers of times."""
+    saved = result.t.shape[-1]
+    if saved != n_save:
+        raise ValueError(
+            f"{describe_trajectories(result.indices)} saved {saved} times, trajectory 0 "
+            f"{n_save}: saveat as an interval needs one shared tspan; with per-trajectory "
+            f"tspans give the save times as an array inside every trajectory's span (or "
+            f"saveat=None for the ends)"
+        )
 
 
 def _in_order(
