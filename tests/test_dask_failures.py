@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 
@@ -264,3 +265,22 @@ def test_a_large_problem_travels_once_without_a_large_graph_warning(client):
     sim = dxode.solve(eprob, dxode.Tsit5(), client, trajectories=16, batch_size=BATCH)
     local = dxode.solve(eprob, dxode.Tsit5(), trajectories=16, batch_size=BATCH)
     np.testing.assert_array_equal(sim.u, local.u)
+
+
+def test_a_problem_that_does_not_pickle_is_named_with_its_part(client):
+    # Dask said only "Could not serialize object of type LLGExpr" about its own graph.
+    lock = threading.Lock()
+
+    def holding_a_lock(u, p, t):
+        with lock:
+            return lorenz(u, p, t)
+
+    prob = dxode.ODEProblem(holding_a_lock, [1.0, 0.0, 0.0], (0.0, 3.0), P0)
+    with pytest.raises(TypeError, match=r"its prob\.f cannot be pickled \(cannot pickle '_thr"):
+        dxode.solve(EnsembleProblem(prob), dxode.Tsit5(), client, trajectories=2)
+    numbers = (x for x in range(2))
+    eprob = EnsembleProblem(_prob(), output_func=lambda sol, i, numbers=numbers: (i, False))
+    with pytest.raises(TypeError, match=r"its output_func cannot be pickled .*generator"):
+        dxode.solve(eprob, dxode.Tsit5(), client, trajectories=2)
+    # The cluster is usable afterwards.
+    assert len(dxode.solve(EnsembleProblem(_prob()), client, trajectories=2, **SOLVE)) == 2

@@ -354,7 +354,19 @@ class _Run:
 
         # Sent through the scheduler once, deliberately: no "large graph" warning for it.
         with dask.config.set({"distributed.admin.large-graph-warning-threshold": sys.maxsize}):
-            future = self.client.submit(_problem, self.eprob, key=f"dxode-problem-{self.token}")
+            try:
+                future = self.client.submit(_problem, self.eprob, key=f"dxode-problem-{self.token}")
+            except Exception as err:  # Dask's error says only that its graph did not serialize
+                part = _unpicklable_part(self.eprob)
+                if part is None:
+                    raise
+                raise TypeError(
+                    f"EnsembleDask sends the EnsembleProblem to its workers, but its {part[0]} "
+                    f"cannot be pickled ({part[1]}); define functions at module level (or as "
+                    f"closures over picklable values) and create locks, open files, "
+                    f"connections and generators on the workers, not in the problem, or solve "
+                    f"in this process with EnsembleArray()"
+                ) from err
         return self._track([future])[0]
 
     def _track(self, futures: list[Any]) -> list[Any]:
@@ -529,6 +541,21 @@ def _dask_task(
 
 def _problem(eprob: EnsembleProblem) -> EnsembleProblem:
     return eprob
+
+
+def _unpicklable_part(eprob: EnsembleProblem) -> tuple[str, Exception] | None:
+    """The first part of ``eprob`` (``prob.f``, ``prob_func``, ...) that cloudpickle, as Dask
+    uses it, cannot pickle, with its error; ``None`` if every part pickles."""
+    import cloudpickle
+
+    parts = [(f"prob.{name}", value) for name, value in vars(eprob.prob).items()]
+    parts += [(name, value) for name, value in vars(eprob).items() if name != "prob"]
+    for name, value in parts:
+        try:
+            cloudpickle.dumps(value)
+        except Exception as err:
+            return name, err
+    return None
 
 
 def _metadata(result: BatchResult) -> BatchResult:
