@@ -123,6 +123,17 @@ def test_a_number_for_an_array_leaf_of_prob_p_is_refused_by_trajectory(alg):
 
 
 @pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
+def test_an_array_of_another_shape_in_p_is_refused_by_trajectory(alg):
+    # prob.p is the array [1.0]; trajectory 5's [1.0, 2.0] was solved by EnsembleSerial (f
+    # read its first number) while EnsembleArray failed in NumPy's stack ("all input arrays
+    # must have the same shape").
+    prob = dxode.ODEProblem(lambda u, p, t: -p[0] * u, [1.0], (0.0, 1.0), np.array([1.0]))
+    eprob = EnsembleProblem(prob, prob_func=_changed_at_five(p=np.array([1.0, 2.0])))
+    with pytest.raises(ValueError, match=r"trajectory 5's p holds an array of shape \(2,\)"):
+        dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=8, batch_size=4, saveat=[1.0])
+
+
+@pytest.mark.parametrize("alg", _local_algorithms(), ids=lambda a: type(a).__name__)
 @pytest.mark.parametrize(
     ("saveat", "match"),
     [

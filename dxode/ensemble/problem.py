@@ -389,6 +389,18 @@ def check_p_structure(i: int, p: Any, base: Any) -> None:
                 f"{np.shape(base_leaf)}, which f indexes: prob_func must keep the leaf an "
                 f"array (e.g. np.array([rate])), or make prob.p's leaf a number"
             )
+        # a batch stacks the trajectories' arrays, f indexes them as prob.p's
+        if (
+            np.ndim(leaf) >= 1
+            and base_leaf is not None
+            and np.ndim(base_leaf) >= 1
+            and np.shape(leaf) != np.shape(base_leaf)
+        ):
+            raise ValueError(
+                f"trajectory {i}'s p holds an array of shape {np.shape(leaf)} where prob.p "
+                f"holds one of shape {np.shape(base_leaf)}, the form f indexes: prob_func "
+                f"must keep the shapes of p's arrays"
+            )
 
 
 def per_trajectory_leaves(first: list[Any], trajectories: list[list[Any]]) -> list[bool]:
