@@ -182,6 +182,21 @@ def add_ten(u, p, t, fired):
     return u + 10.0
 
 
+def test_a_condition_zero_over_an_interval_fires_where_it_first_reaches_zero():
+    """The condition rises to zero at t = 0.2, stays zero until 0.4 and then goes positive. The
+    event is where it first reaches zero; the root finder used to stop at whichever zero an
+    iterate hit (t = 0.2017 on the falling ball, anywhere in [0.2, 0.4] in general)."""
+
+    def flat(u, p, t):
+        return np.where(t < 0.2, t - 0.2, np.where(t > 0.4, t - 0.4, 0.0)) + 0.0 * u[0]
+
+    for alg in (dxode.Tsit5(), dxode.Vern7(), dxode.Rodas5P()):
+        stop = dxode.ContinuousCallback(flat, terminate=True)
+        sol = dxode.solve(dxode.ODEProblem(fall, [H0, 0.0], (0.0, 1.0)), alg, callback=stop)
+        assert sol.retcode == dxode.ReturnCode.Terminated
+        assert abs(float(sol.events.t[0]) - 0.2) < 1e-12, (alg, sol.events.t)
+
+
 def test_two_callbacks_crossing_at_the_same_time_both_fire():
     """Both conditions are exactly zero at the event: the first listed fires, and the second
     (its condition zero after the affect, so no sign to cross from) right after it, at the

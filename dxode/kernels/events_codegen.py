@@ -426,7 +426,7 @@ def _write_scan(w: Any, desc: Any, layout: Any, prims: Primitives) -> None:
 
 def _write_root(w: Any, desc: Any, layout: Any, prims: Primitives, k: int) -> None:
     """Narrow callback ``k``'s bracket (``dxode.events.roots.bracket_root``, one lane):
-    leaves ``ea``, the fraction of the step just before the crossing."""
+    leaves ``ea``, the fraction of the step just before the crossing (or the zero found)."""
     n, eps = layout.n, float(np.finfo(layout.dtype).eps)
     cb = layout.events.callbacks[k]
     c = prims.const
@@ -440,10 +440,9 @@ def _write_root(w: Any, desc: Any, layout: Any, prims: Primitives, k: int) -> No
     w(f"ea, eb, ega, egb = ea{k}, eb{k}, ega{k}, egb{k}")
     w("if ega == DT(0.0):")
     w("    eb = ea")
-    w("if egb == DT(0.0) and ega != DT(0.0):")
-    w("    ea = eb")
-    w("edone = (eb - ea <= etol) or ega == DT(0.0) or egb == DT(0.0)")
+    w("edone = (eb - ea <= etol) or ega == DT(0.0)")
     w("elast = 0")
+    w("eprobed = False")
     w("eit = 0")
     w(f"while not edone and eit < {_MAX_ITERATIONS}:")
     w.indent()
@@ -455,20 +454,23 @@ def _write_root(w: Any, desc: Any, layout: Any, prims: Primitives, k: int) -> No
     w("    ex = eb - egb * (eb - ea) / (egb - ega)")
     w("    if not (ex > ea and ex < eb):")
     w("        ex = emid")
+    w("eprobe = egb == DT(0.0) and not eprobed")
+    w("if eprobe:")
+    w("    ex = maximum(ea, eb - etol)")
+    w("    eprobed = True")
     _write_interpolant(w, desc, layout, prims, "ex", "v")
     w(f"egx = lcond{k}({_us(n, 'v')}, p, t + ex * hs)")
     if desc.extra_stages:
         w(f"NFX[j] += {desc.extra_stages}")
-    w("ezero = egx == DT(0.0)")
-    w(f"eto_a = (not ezero) and {_sign('egx')} == {_sign('ega')}")
-    w("eto_b = (not ezero) and not eto_a")
+    w(f"eto_a = egx != DT(0.0) and {_sign('egx')} == {_sign('ega')}")
+    w("eto_b = not eto_a")
     w("if eto_b and elast == 1:")
     w("    ega = DT(0.5) * ega")
     w("if eto_a and elast == -1:")
     w("    egb = DT(0.5) * egb")
-    w("if eto_a or ezero:")
+    w("if eto_a:")
     w("    ea = ex")
-    w("if eto_b or ezero:")
+    w("if eto_b:")
     w("    eb = ex")
     w("if eto_a:")
     w("    ega = egx")
@@ -476,8 +478,10 @@ def _write_root(w: Any, desc: Any, layout: Any, prims: Primitives, k: int) -> No
     w("if eto_b:")
     w("    egb = egx")
     w("    elast = 1")
-    w("edone = ezero or (eb - ea <= etol)")
+    w("edone = (eb - ea <= etol) or (eprobe and eto_a)")
     w.dedent()
+    w("if egb == DT(0.0):")
+    w("    ea = eb")
 
 
 def _write_fire_all(w: Any, layout: Any, prims: Primitives, discrete: bool) -> None:
