@@ -74,8 +74,9 @@ class CompiledKernel:
             raise ValueError(
                 f"a list or array returned by a user function was read past its end inside "
                 f"the compiled kernel ({err}): most likely the right-hand side f defined at "
-                f"{where_defined(self.f)} (or its jac, tgrad or a callback) returned fewer "
-                f"rows than the state has components on some call; the kernels check the "
+                f"{where_defined(getattr(self.f, 'user_function', self.f))} (or its jac, "
+                f"tgrad or a callback) returned fewer rows than the state has components on "
+                f"some call; the kernels check the "
                 f"number of rows once, at u = (1, ..., 1) and t = 0, so f must return one row "
                 f"per component on every call, as the array path requires"
             ) from None

@@ -47,9 +47,7 @@ __all__ = [
 
 
 def where_defined(f: Callable[..., Any]) -> str:
-    """``file:line`` of ``f``'s definition (for messages), or of the user's function that a
-    generated wrapper wraps (its ``user_function``: forward sensitivities' ``f_aug``)."""
-    f = getattr(f, "user_function", f)
+    """``file:line`` of ``f``'s definition (for messages; also part of a kernel's key)."""
     code = getattr(f, "__code__", None)
     if code is None:
         return repr(f)

@@ -205,6 +205,6 @@ def augmented_rhs(
             copy = complex_copy(f)
             check_compiles(copy, f, n, as_array, p_example)
             module.user_cplx = register_jitable(copy)
-        module.f_aug.user_function = f  # what messages name (rhs_source.where_defined)
+        module.f_aug.user_function = f  # what CompiledKernel.call's messages name
         _MODULES[digest] = module
     return module.f_aug
