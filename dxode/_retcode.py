@@ -40,8 +40,9 @@ _MESSAGES = {
     ReturnCode.Unstable: (
         "the solution became non-finite (NaN or inf) and smaller steps did not help; check "
         "the right-hand side for invalid operations (e.g. log or sqrt of negatives) at the "
-        "states reached, and a callback's affect for the state it sets; with fixed steps, an implicit method (TRBDF2) also stops here when "
-        "its Newton iteration fails: try a smaller dt"
+        "states reached, and a callback's affect for the state it sets; with fixed steps, "
+        "an implicit method (TRBDF2) also stops here when its Newton iteration fails: try a "
+        "smaller dt"
     ),
     ReturnCode.Terminated: "a callback terminated the integration",
 }
