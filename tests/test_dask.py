@@ -526,3 +526,33 @@ def test_a_solve_submitted_to_a_worker_comes_back_with_its_dense_output(client, 
     np.testing.assert_array_equal(there([0.25, 0.5]), here([0.25, 0.5]))
     solved_again = dxode.solve(prob, there.alg, rtol=1e-8, atol=1e-8)  # its method still runs
     np.testing.assert_array_equal(np.asarray(solved_again.u), np.asarray(here.u))
+
+
+def test_batches_run_in_batch_order_so_results_stream_back_while_later_ones_run():
+    # The driver folds results in batch order; a batch 0 that ran last held every result back
+    # until the end (Dask ran 8 batches as 4, 5, 3, 7, 2, 6, 1, 0 without priorities).
+    with (
+        dxode.local_cluster(n_workers=1) as cluster,
+        distributed.Client(cluster, set_as_default=False) as one,
+        distributed.get_task_stream(one) as stream,
+    ):
+        dxode.solve(_eprob(), dxode.Tsit5(), one, trajectories=N, batch_size=8, **SOLVE)
+    starts = {
+        int(task["key"].rsplit("-", 1)[1]): task["startstops"][0]["start"]
+        for task in stream.data
+        if task["key"].startswith("dxode-batch-")
+    }
+    assert len(starts) == N // 8
+    assert sorted(starts, key=starts.get) == list(range(N // 8))
+
+
+def test_a_local_cluster_s_results_come_from_its_workers_not_through_the_scheduler(client):
+    from dxode.ensemble.dask_ensemble import _gathers_directly
+
+    assert _gathers_directly(client) is True  # the in-process LocalCluster's workers
+    with distributed.Client(client.scheduler.address, set_as_default=False) as by_address:
+        assert _gathers_directly(by_address) is None  # maybe reachable only via the scheduler
+    with distributed.Client(
+        client.scheduler.address, set_as_default=False, direct_to_workers=False
+    ) as relayed:
+        assert _gathers_directly(relayed) is False  # the user's choice stands

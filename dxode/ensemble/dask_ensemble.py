@@ -228,10 +228,18 @@ class _Tasks:
         self._groups: list[list[Any]] = []
 
     def submit(self, func: Callable[..., Any], batch_args: Sequence[tuple], label: str) -> list:
-        """One keyed task with retries per batch, tracked for ``abandon``."""
+        """One keyed task with retries per batch, tracked for ``abandon``; earlier batches
+        first (Dask's own order is arbitrary), so that results, gathered in batch order, come
+        back while later batches run."""
         return self.track(
             [
-                self.client.submit(func, *args, key=f"dxode-{label}-{self.token}-{k}", retries=2)
+                self.client.submit(
+                    func,
+                    *args,
+                    key=f"dxode-{label}-{self.token}-{k}",
+                    retries=2,
+                    priority=len(batch_args) - k,
+                )
                 for k, args in enumerate(batch_args)
             ]
         )
@@ -613,6 +621,7 @@ def _in_order(
     from distributed import as_completed
 
     bar = _progress_bar(len(futures)) if progress else None
+    direct = _gathers_directly(client)
     ready: dict[int, Any] = {}
     position = {f.key: k for k, f in enumerate(futures)}
     next_k = 0
@@ -625,7 +634,7 @@ def _in_order(
             if bar is not None:
                 bar.update(1)
             while next_k in ready:
-                yield ready.pop(next_k).result()
+                yield client.gather(ready.pop(next_k), direct=direct)
                 futures[next_k] = None  # release the worker's copy once folded
                 next_k += 1
     finally:
@@ -634,6 +643,19 @@ def _in_order(
         pending = [f for f in futures if f is not None and not f.done()]
         if pending:
             cancel_and_wait(client, pending)
+
+
+def _gathers_directly(client: Any) -> bool | None:
+    """Whether to fetch results from the workers themselves: yes for an in-process
+    ``LocalCluster``'s client (its workers run on this machine; Dask's default relays every
+    result through the scheduler, which here shares the driver's process and cores), else
+    the client's own setting (``direct_to_workers``, default: through the scheduler, which
+    works wherever only the scheduler is reachable)."""
+    if client.direct_to_workers is not None:
+        return client.direct_to_workers
+    from distributed import LocalCluster
+
+    return True if isinstance(getattr(client, "cluster", None), LocalCluster) else None
 
 
 def _raise_for_batch(future: Any, k: int, batch: range | None) -> None:
