@@ -185,6 +185,7 @@ def _backwards_at_one(prob, i, repeat):
         ({"p": np.ones((4, 3))}, r"a row of shape \(3,\), but prob.p, the form f indexes"),
         ({"p": np.ones((1, 4))}, r"p looks transposed \(one column per trajectory\): give p.T"),
         ({"batch_func": _rows(key="p", width=2)}, r"shape \(trajectories, 1\), trajectories"),
+        ({"p": (np.ones(4), np.ones(4))}, r"p is a tuple of 2, but prob.p, .* a list of 1"),
     ],
     ids=[
         "arrays-u0-shape",
@@ -197,6 +198,7 @@ def _backwards_at_one(prob, i, repeat):
         "p-rows-wider-than-prob-p",
         "p-transposed",
         "batch_func-p-rows-wider",
+        "p-entries-unlike-prob-p",
     ],
 )
 def test_every_algorithm_refuses_misfit_arrays_alike(alg, given, match):
@@ -208,6 +210,7 @@ def test_every_algorithm_refuses_misfit_arrays_alike(alg, given, match):
     # where each trajectory needs a row) raised an IndexError from inside the batch code.
     # Rows of 3 numbers for that one-number list were solved with their first (the rest
     # ignored), and transposed rates, (1, 4), were counted as one trajectory of 4 numbers.
+    # A tuple of per-trajectory arrays unlike prob.p's entries failed inside f (unpacking).
     eprob = EnsembleProblem(_decay(), **given)
     with pytest.raises(ValueError, match=match):
         dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=4, batch_size=2, saveat=[0.5])

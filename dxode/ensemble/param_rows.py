@@ -29,7 +29,14 @@ def check_p_rows(p: Any, base: Any) -> None:
                 check_p_rows(p[key], base[key])
         return
     if isinstance(p, (list, tuple)):
-        if isinstance(base, (list, tuple)) and len(p) == len(base):
+        if isinstance(base, (list, tuple)):
+            if len(p) != len(base):
+                raise ValueError(
+                    f"per-trajectory p is a {type(p).__name__} of {len(p)}, but prob.p, the "
+                    f"form f unpacks or indexes, a {type(base).__name__} of {len(base)}: give "
+                    f"one per-trajectory array (trajectories first) for each of prob.p's "
+                    f"{len(base)} entries, or p as one array (trajectories, {len(base)})"
+                )
             for leaf, base_leaf in zip(p, base, strict=True):
                 check_p_rows(leaf, base_leaf)
         return
