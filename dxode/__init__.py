@@ -86,6 +86,9 @@ from .solvers import (
     ExplicitRungeKutta as ExplicitRungeKutta,
 )
 from .solvers import (
+    LargeStiffSystemWarning as LargeStiffSystemWarning,
+)
+from .solvers import (
     Rodas4 as Rodas4,
 )
 from .solvers import (
@@ -137,6 +140,7 @@ __all__ = [
     "ForwardSensitivity",
     "IController",
     "InterpolatingAdjoint",
+    "LargeStiffSystemWarning",
     "ODEProblem",
     "ODESolution",
     "PIController",

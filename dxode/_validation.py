@@ -221,3 +221,18 @@ def check_arguments(
         ) from None
     with contextlib.suppress(TypeError):  # unhashable callables are checked every time
         _CALLABLE_OK.setdefault(fn, set()).add(count)
+
+
+def user_stacklevel() -> int:
+    """``warnings.warn``'s ``stacklevel`` for the innermost caller outside dxode (and
+    autograd, which a differentiated solve runs under), so that a warning names the user's
+    line (Python 3.11 has no ``skip_file_prefixes``)."""
+    import sys
+
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
+        "dxode",
+        "autograd",
+    ):
+        frame, level = frame.f_back, level + 1
+    return level

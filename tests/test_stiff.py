@@ -464,3 +464,23 @@ def test_dask_batches_equal_the_local_ensemble():
         )
     np.testing.assert_array_equal(sim.u, local.u)
     np.testing.assert_array_equal(sim.stats.nf, local.stats.nf)
+
+
+def _decay_jac(u, p, t):
+    minus_one = -np.eye(u.shape[0])
+    return minus_one if u.ndim == 1 else minus_one[:, :, None] * np.ones(u.shape[1])
+
+
+@pytest.mark.parametrize("method", [dxode.Rodas5P(), dxode.AutoSwitch()], ids=repr)
+def test_a_large_state_warns_once_of_its_dense_linear_algebra(method):
+    # A stiff solve of n components builds and factors n x n matrices at every step: at 10^4
+    # components 800 MB and 2e12 operations each, a crawl that said nothing.
+    n = dxode.solvers.stiff.LARGE_STATE
+    prob = dxode.ODEProblem(lambda u, p, t: -u, np.ones(n), (0.0, 1e-3), None, jac=_decay_jac)
+    eprob = dxode.EnsembleProblem(prob, u0=np.ones((2, n)))
+    with pytest.warns(dxode.LargeStiffSystemWarning, match=r"1,000 components .* O\(n\^3\)") as w:
+        sim = dxode.solve(eprob, method, trajectories=2, batch_size=1, saveat=[1e-3])
+    assert len(w) == 1 and w[0].filename == __file__  # once, at the user's line
+    np.testing.assert_allclose(sim.u[:, -1], np.exp(-1e-3), rtol=1e-6)
+    smaller = prob.remake(u0=np.ones(n - 1))
+    dxode.solve(smaller, method, saveat=[1e-3])  # filterwarnings = error: none below

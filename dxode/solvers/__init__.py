@@ -16,6 +16,7 @@ from .rodas5p import Rodas5P
 from .rosenbrock import Rosenbrock, RosenbrockTableau
 from .rosenbrock23 import Rosenbrock23
 from .step import Step
+from .stiff import LargeStiffSystemWarning
 from .trbdf2 import TRBDF2
 from .tsit5 import Tsit5
 from .vern7 import Vern7
@@ -31,6 +32,7 @@ __all__ = [
     "Euler",
     "ExplicitRungeKutta",
     "LaneRHS",
+    "LargeStiffSystemWarning",
     "Rodas4",
     "Rodas5P",
     "Rosenbrock",

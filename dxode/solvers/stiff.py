@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 from .._jacobian import check_autodiff, lane_jacobian, lane_tgrad
+from .._validation import user_stacklevel
 
 Array = Any
+
+# Components per lane from which a stiff solve warns of its dense n x n linear algebra.
+LARGE_STATE = 1000
+
+
+class LargeStiffSystemWarning(UserWarning):
+    """A stiff method was given a state so large that its dense Jacobians and their
+    factorizations, ``O(n^2)`` memory and ``O(n^3)`` work per step, dominate the solve."""
 
 
 def check_state(method: Any, u: Array) -> None:
@@ -70,8 +80,12 @@ class StiffMethod:
         self.autodiff = check_autodiff(autodiff)
 
     def check_state_shape(self, shape: tuple[int, ...]) -> None:
-        """Stiff methods work on 1-D states ``(n,)``: ``J`` is ``(n, n)``."""
+        """Stiff methods work on 1-D states ``(n,)``: ``J`` is ``(n, n)``; a large ``n``
+        gets a ``LargeStiffSystemWarning``."""
         check_vector_state(self, shape)
+        if shape[0] >= LARGE_STATE:
+            message = _large_state_message(self, shape[0])
+            warnings.warn(message, LargeStiffSystemWarning, stacklevel=user_stacklevel())
 
     def with_autodiff(self, autodiff: str) -> Any:
         """A copy of this method (its other settings kept) computing Jacobians by ``autodiff``."""
@@ -97,3 +111,17 @@ class StiffMethod:
     def __repr__(self) -> str:
         arg = "" if self.autodiff == "auto" else f"autodiff={self.autodiff!r}"
         return f"{type(self).__name__}({arg})"
+
+
+def _large_state_message(method: Any, n: int) -> str:
+    megabytes = 8 * n * n / 2**20
+    return (
+        f"{type(method).__name__} on a state of {n:,} components builds a dense {n:,} x {n:,} "
+        f"Jacobian at every step ({megabytes:,.0f} MB per trajectory in float64; {n:,} "
+        f"evaluations of f, or autograd's {n:,} passes, unless the problem has jac) and "
+        f"factors it (about {2 * n**3:.0e} operations): the solve costs O(n^3) per step. "
+        f"dxode's stiff methods suit many small systems; for one large sparse stiff system "
+        f"use scipy.integrate.solve_ivp(method='BDF', jac_sparsity=...), and if the problem "
+        f"is not stiff, Tsit5(). Silence this with warnings.filterwarnings('ignore', "
+        f"category=dxode.LargeStiffSystemWarning)"
+    )
