@@ -39,11 +39,20 @@ def save_times(saveat: Any, t0: float, t1: float) -> np.ndarray | None:
                 f"pass the save times you need as an array"
             )
         times = t0 + direction * interval * np.arange(n + 1)
-        if span - n * interval > 1e-12 * span:
-            times = np.append(times, t1)
-        times[-1] = t1 if abs(times[-1] - t1) <= 1e-12 * span else times[-1]
-        return times
+        return _ending_at(times, t1, span)
     return _checked_grid("saveat", saveat, t0, t1, direction)
+
+
+def _ending_at(times: np.ndarray, t1: float, span: float) -> np.ndarray:
+    """An interval's grid ``times`` (from ``t0``) ending at ``t1`` exactly: points within
+    rounding of ``t1``, or past it, give way to ``t1``. Rounding is the span's (``1e-12``
+    of it) and the times' own, an ulp of ``t1``, which counts far from ``t = 0`` (with
+    ``t0 = 1e6``, ``t0 + 3 * 0.1`` is ``t1 = 1e6 + 0.3`` to the bit, but the span,
+    ``0.30000000004656613``, seemed to leave a sliver, and ``t1`` was saved twice)."""
+    close = 1e-12 * span + float(np.spacing(abs(t1)))
+    before = (t1 - times) * np.sign(t1 - times[0]) > close
+    before[0] = True  # t0 itself, however short the span
+    return np.append(times[before], t1)
 
 
 def _interval(saveat: Any) -> float:

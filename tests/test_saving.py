@@ -36,6 +36,16 @@ def test_saveat_interval_and_array():
     np.testing.assert_allclose(sol.u[:, 0], np.cos([0.25, 1.0]), atol=1e-7)
 
 
+@pytest.mark.parametrize("tspan", [(1e6, 1e6 + 0.3), (1e6 + 0.3, 1e6), (0.0, 0.3)])
+def test_saveat_interval_saves_its_end_once_far_from_zero(tspan):
+    # t0 + 3 * 0.1 rounds to t1 = 1e6 + 0.3 itself, though the stored span is 0.3 + 4.7e-11.
+    prob = dxode.ODEProblem(decay, [1.0], tspan, 1.0)
+    sol = dxode.solve(prob, saveat=0.1, rtol=1e-10, atol=1e-10)
+    assert sol.t.shape == (4,) and float(sol.t[-1]) == tspan[1]
+    np.testing.assert_allclose(np.abs(np.diff(sol.t)), 0.1, rtol=1e-9)
+    np.testing.assert_allclose(sol.u[:, 0], np.exp(-(sol.t - tspan[0])), rtol=1e-9)
+
+
 def test_saveat_with_dense_keeps_interpolation():
     sol = dxode.solve(_oscillator(), saveat=[1.0], dense=True, rtol=1e-8, atol=1e-8)
     assert sol.t.shape == (1,)
