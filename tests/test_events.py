@@ -448,6 +448,21 @@ def test_lane_mask_protects_lanes_that_did_not_fire():
     assert sim.events.trajectory.tolist() == [1]
 
 
+def test_a_preset_time_some_spans_miss_is_passed_by_on_every_algorithm():
+    # 0.25 lies in trajectory 0's span only: EnsembleSerial refused it for trajectory 1.
+    spans = np.array([[0.0, 1.0], [0.5, 2.0]])
+    prob = dxode.ODEProblem(decay, np.array([1.0]), (0.0, 2.0), [0.5])
+    eprob = dxode.EnsembleProblem(prob, tspan=spans)
+    kw = {"callback": dxode.PresetTimeCallback([0.25, 0.75], dose), "rtol": 1e-10}
+    sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=2, **kw)
+    assert sim.events.trajectory.tolist() == [0, 0, 1]
+    np.testing.assert_allclose(sim.events.t, [0.25, 0.75, 0.75])
+    for alg, size in [(dxode.EnsembleSerial(), 2), (dxode.EnsembleSerial(), 1), (None, 1)]:
+        other = dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=2, batch_size=size, **kw)
+        np.testing.assert_array_equal(other.u, sim.u)
+        _same(other.events, sim.events)
+
+
 def test_ensemble_events_array_api(xp):
     one = xp.asarray([1.0], dtype=xp.float64)
     prob = dxode.ODEProblem(growth, one, (0.0, 1.0), one)
