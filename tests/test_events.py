@@ -463,6 +463,18 @@ def test_a_preset_time_some_spans_miss_is_passed_by_on_every_algorithm():
         _same(other.events, sim.events)
 
 
+def test_a_preset_time_inside_the_spans_prob_func_builds_is_not_checked_against_prob():
+    # prob.tspan is (0, 1); every trajectory's own span, (0, 3), holds the dose at 2.
+    prob = dxode.ODEProblem(decay, np.array([1.0]), (0.0, 1.0), [0.5])
+    eprob = dxode.EnsembleProblem(prob, prob_func=lambda prob, i, r: prob.remake(tspan=(0, 3)))
+    cb = dxode.PresetTimeCallback([2.0], dose)
+    for alg in (dxode.EnsembleArray(), dxode.EnsembleSerial()):
+        sim = dxode.solve(eprob, dxode.Tsit5(), alg, trajectories=2, callback=cb, rtol=1e-10)
+        np.testing.assert_allclose(sim.events.t, [2.0, 2.0])
+        exact = np.exp(-1.5) + np.exp(-0.5)  # decayed to t = 3, plus the dose decayed from 2
+        np.testing.assert_allclose(sim.u[:, -1, 0], exact, rtol=1e-8)
+
+
 def test_ensemble_events_array_api(xp):
     one = xp.asarray([1.0], dtype=xp.float64)
     prob = dxode.ODEProblem(growth, one, (0.0, 1.0), one)

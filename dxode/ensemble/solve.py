@@ -134,13 +134,14 @@ def _check_times(
 ) -> None:
     """Check the save grid, the stops and the callbacks' preset times now, before any work
     (spans a ``prob_func`` or ``batch_func`` builds are checked batch by batch: a shared
-    ``saveat`` must lie inside each, and ``tstops`` outside them all are passed by)."""
+    ``saveat`` must lie inside each, and ``tstops`` and preset times outside them all are
+    passed by)."""
     if "tspan" not in eprob.arrays and eprob.batch_func is None:
         t0, t1 = eprob.prob.tspan
         if eprob.prob_func is None:  # else prob.tspan need not be any trajectory's
             lane_save_grid(saveat, np.array([t0]), np.array([t1]))
             stop_times(tstops, t0, t1)
-        check_preset_times(callback, *sorted(eprob.prob.tspan))
+            check_preset_times(callback, *sorted(eprob.prob.tspan))
     elif "tspan" in eprob.arrays:
         spans = eprob.arrays["tspan"]
         spans = to_host(spans) if array_api_compat.is_array_api_obj(spans) else np.asarray(spans)
