@@ -14,6 +14,7 @@ import autograd.numpy as anp  # noqa: E402
 import dxode  # noqa: E402
 from dxode import (  # noqa: E402
     BacksolveAdjoint,
+    CallbackSet,
     ContinuousCallback,
     DiscreteAdjoint,
     DiscreteCallback,
@@ -220,6 +221,59 @@ def test_preset_time_dose_gradient():
         lambda x: dosed(x[0], x[1], x[2], 3.0, 1.0) + x[0] * anp.exp(-x[1] * 0.5)
     )(theta)
     np.testing.assert_allclose(autograd.grad(loss)(theta), reference, rtol=1e-7)
+
+
+def test_float32_save_at_a_dose_time_holds_the_state_before_the_dose():
+    """A float32 solve keeps its times in float32, so the dose at 0.9 happens at
+    float32(0.9) < 0.9, where the save at 0.9 is too: the save holds the state before the
+    dose, with and without gradients (it held the one after, its gradient in the dose 1)."""
+
+    def loss(theta, kept):
+        prob = ODEProblem(decay, theta[:1], (0.0, 1.5), theta[1:])
+        callback = PresetTimeCallback([0.9], dose)
+        sol = dxode.solve(prob, saveat=[0.9, 1.5], callback=callback, rtol=1e-6, atol=1e-7)
+        kept.append(sol)
+        return sol.u[0, 0]
+
+    theta = np.array([1.0, 0.5, 2.0], dtype=np.float32)
+    plain, traced = [], []
+    before = loss(theta, plain)
+    gradient = autograd.grad(lambda x: loss(x, traced))(theta)
+    assert autograd.tracer.getval(traced[0].u).dtype == np.float32
+    np.testing.assert_array_equal(autograd.tracer.getval(traced[0].u)[0], plain[0].u[0])
+    assert before == pytest.approx(np.exp(-0.45), rel=1e-5)
+    np.testing.assert_allclose(gradient, [np.exp(-0.45), -0.9 * np.exp(-0.45), 0.0], rtol=1e-5)
+
+
+def test_float32_lanes_apart_save_at_a_dose_time():
+    """Lanes whose events differ end their segments at the save times too; in float32 the
+    save at 0.3 and the dose at float32(0.3) > 0.3 made a segment empty in float32, which
+    failed every lane (NaN rows and gradient)."""
+    passing = ContinuousCallback(lambda u, p, t: u[0] - 0.5)  # in lane 1 only, at t = 0.67
+    doses = PresetTimeCallback([0.3], dose)
+
+    def loss(theta):  # (u0, amount, k of lane 0, k of lane 1)
+        prob = ODEProblem(decay, theta[:1], (0.0, 1.0), theta[1:3])
+        u0 = anp.stack([theta[:1], theta[:1]])
+        p = anp.stack([anp.stack([theta[2], theta[1]]), anp.stack([theta[3], theta[1]])])
+        sim = dxode.solve(
+            EnsembleProblem(prob, u0=u0, p=p),
+            callback=CallbackSet(passing, doses),
+            saveat=[0.3, 1.0],
+            rtol=1e-6,
+            atol=1e-7,
+        )
+        assert sim.events.trajectory.tolist() == [0, 1, 1]
+        return anp.sum(sim.u)
+
+    def reference(theta):
+        u0, amount, k = theta[0], theta[1], theta[2:]
+        return anp.sum(u0 * anp.exp(-0.3 * k) + dosed(u0, k, amount, 1.0, 0.3))
+
+    theta = np.array([1.0, 0.5, 1.0, 2.0])
+    gradient = autograd.grad(loss)(theta.astype(np.float32))
+    assert gradient.dtype == np.float32
+    np.testing.assert_allclose(gradient, autograd.grad(reference)(theta), rtol=1e-4)
 
 
 @pytest.mark.parametrize("closed_over", ["condition", "affect"])

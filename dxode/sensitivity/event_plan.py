@@ -127,11 +127,22 @@ def plan_segments(
     t1: np.ndarray,
     save_grid: np.ndarray | None,
     tstops: np.ndarray | None,
+    dtype: Any = np.float64,
 ) -> SegmentPlan:
     """The segments of lanes on spans ``t0``, ``t1`` (``(L,)``) with the events of ``log``,
     saving at ``save_grid`` (shared, or ``None`` for each lane's ends). Where every lane has
     the same span and events (a single problem, preset times), save times fall inside the
-    segments; otherwise they end segments too."""
+    segments; otherwise they end segments too.
+
+    The solves keep their times in the state's ``dtype``, and so do the event times of
+    ``log``: the spans, save times and ``tstops`` are rounded to it first, as the solve
+    without gradients rounds them. (In float32 a save at 0.9 fell after a dose logged at
+    float32(0.9) < 0.9 and held the state after it; with lanes apart, a save at 0.3 made a
+    segment from float32(0.3) - 1e-8 to it, empty in float32, and failed the lane.)"""
+    t0, t1, save_grid, tstops = (
+        None if x is None else np.asarray(x).astype(dtype).astype(np.float64)
+        for x in (t0, t1, save_grid, tstops)
+    )
     n_lanes = t0.shape[0]
     direction = 1.0 if t1[0] > t0[0] else -1.0
     starts = np.searchsorted(log.lane, np.arange(n_lanes + 1))
