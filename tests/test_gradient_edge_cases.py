@@ -222,3 +222,28 @@ def test_forward_sensitivity_takes_a_per_component_atol(alg, ensemble):
     decay = np.exp(-2 * k * 1.5)
     expected = scale * np.concatenate([2 * u0 * decay, -2 * 1.5 * u0**2 * decay])
     np.testing.assert_allclose(autograd.grad(loss)(theta), expected, rtol=1e-8)
+
+
+def _decay(u, p, t):
+    return -p[0] * u
+
+
+@pytest.mark.parametrize("with_dose", [False, True], ids=["plain", "dose"])
+def test_float32_every_step_output_ends_at_a_t1_float32_cannot_hold(with_dose):
+    """Without ``saveat`` a differentiated solve saves the steps of the solve without
+    gradients, whose times are float32: float32(1.1) lies past t1 = 1.1, and was refused as
+    a save time "outside tspan (0.1, 1.1)" the user never gave."""
+    dose = dxode.PresetTimeCallback([1.1], lambda u, p, t, fired: u + 1.0)
+    callback = dose if with_dose else None
+
+    def solve(theta):
+        prob = dxode.ODEProblem(_decay, theta[:1], (0.1, 1.1), theta[1:])
+        return dxode.solve(prob, callback=callback, rtol=1e-6, atol=1e-7)
+
+    theta = np.array([1.0, 0.5], dtype=np.float32)
+    plain = solve(theta)
+    kept = []
+    gradient = autograd.grad(lambda x: kept.append(solve(x)) or kept[-1].u[-1, 0])(theta)
+    np.testing.assert_array_equal(kept[0].t, plain.t)
+    np.testing.assert_allclose(autograd.tracer.getval(kept[0].u), plain.u, rtol=1e-6)
+    np.testing.assert_allclose(gradient, [np.exp(-0.5), -np.exp(-0.5)], rtol=1e-5)

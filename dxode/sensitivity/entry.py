@@ -58,7 +58,10 @@ def solve_single_traced(
     every_step = saveat is None
     if every_step:
         direction = 1.0 if t1 > t0 else -1.0
-        steps = to_host(plain_steps(untraced_problem(prob), callbacks))
+        steps = to_host(plain_steps(untraced_problem(prob), callbacks)).astype(np.float64)
+        # The steps' times are in the state's dtype, so float32(t1) may lie past t1 (1.1):
+        # clipped to the span, they round back to the same times.
+        steps = np.clip(steps, min(t0, t1), max(t0, t1))
         saveat = direction * np.unique(direction * steps)  # an event's time once: its step end
     grid = lane_save_grid(saveat, np.array([t0]), np.array([t1]))[:, 0]
     leaves = _pytree.leaves(prob.p)
