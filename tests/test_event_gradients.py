@@ -4,6 +4,8 @@ per-lane parameters, float32, and the sensitivity algorithms that can and cannot
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -291,6 +293,44 @@ def test_a_callback_closing_over_a_differentiated_value_is_refused_by_name(close
 
     with pytest.raises(TypeError, match=f"callback 0: {closed_over} returned a value autograd"):
         autograd.grad(loss)(np.array([G, 0.5]))
+
+
+def _bounce_in_place(u, p, t, fired):
+    u[1] = -p[1] * u[1]
+    return u
+
+
+@pytest.mark.parametrize(
+    ("condition", "affect", "message"),
+    [
+        (ground, lambda u, p, t, fired: np.array([u[0], -p[1] * u[1]]), "affect .*plain `numpy`"),
+        (ground, _bounce_in_place, "affect .*changes u in place.*return the new state"),
+        (lambda u, p, t: np.array(u[0]), bounce, "condition .*plain `numpy`"),
+        (lambda u, p, t: math.sin(u[0]), bounce, "condition .*autograd says: must be real"),
+    ],
+    ids=["np.array affect", "in-place affect", "np.array condition", "math.sin condition"],
+)
+@pytest.mark.parametrize("lanes", [False, True], ids=["single", "ensemble"])
+def test_a_callback_autograd_cannot_trace_is_refused_by_name(condition, affect, message, lanes):
+    if lanes and "must be real" in message:
+        pytest.skip("math.sin takes one number: a single problem's condition only")
+    # They ran without gradients; differentiated, the affect's object array went on into the
+    # next segment and failed there as "row 0 of the right-hand side's result has shape ()",
+    # and the in-place affect and math.sin failed with autograd's messages about ArrayBox.
+    ball = ContinuousCallback(condition, affect, direction="down")
+
+    def loss(theta):
+        rhs = lanes_fall if lanes else fall
+        prob = ODEProblem(rhs, anp.array([theta[0], 0.0]), (0.0, 0.6), anp.array([G, theta[1]]))
+        ensemble = {"trajectories": 2} if lanes else {}
+        if lanes:
+            prob = EnsembleProblem(prob)
+        sol = dxode.solve(prob, saveat=[0.6], callback=ball, **ensemble, **TIGHT)
+        return anp.sum(sol.u)
+
+    assert np.isfinite(loss(np.array([1.0, 0.8])))
+    with pytest.raises(TypeError, match=f"callback 0: {message}"):
+        autograd.grad(loss)(np.array([1.0, 0.8]))
 
 
 def test_discrete_callback_gradient_holds_its_firing_time_fixed():

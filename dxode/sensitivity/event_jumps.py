@@ -34,6 +34,14 @@ from .passes import plain_rhs_for
 
 Array = Any
 
+_IN_PLACE = "it changes u in place (u[1] = ...), which autograd cannot trace"
+_PLAIN_NUMPY = (
+    "it applied a plain `numpy` function (np.array, np.stack, np.concatenate, ...) to a value "
+    "autograd is tracing"
+)
+_FIX = "write it with `autograd.numpy` (import autograd.numpy as anp), operators and indexing"
+_NEW_STATE = ", and return the new state (a new array, or a list of rows: [u[0], -e * u[1]])"
+
 
 @dataclasses.dataclass
 class Jump:
@@ -81,11 +89,10 @@ class EventJumps:
         for slot in fires:
             before.append(u)
             for k in np.unique(slot[slot >= 0]):
-                cb = self._callbacks[int(k)]
-                if cb.affect is None:
+                if self._callbacks[int(k)].affect is None:
                     continue
                 fired = slot == k
-                new = self._affect(cb, u, t_event, fired)
+                new = self._affect(int(k), u, t_event, fired)
                 u = anp.where(fired, new, u)
             after.append(u)
         start = u - self._f(u, t) * delta if moving else u
@@ -110,14 +117,13 @@ class EventJumps:
             )
             first = np.where((first < 0) & continuous, slot, first)
         for k in np.unique(first[first >= 0]):
-            cb = self._callbacks[int(k)]
             fired = first == k
 
-            def along_f(eps: Array, cb: Any = cb) -> Array:
-                return self._condition(cb, u_value + eps * f_value, self._p_value, t + eps)
+            def along_f(eps: Array, k: int = int(k)) -> Array:
+                return self._condition(k, u_value + eps * f_value, self._p_value, t + eps)
 
             slope = elementwise_grad(along_f)(np.zeros(t.shape, dtype=self._dtype))
-            g = self._condition(cb, u_pre, self._p, t)
+            g = self._condition(int(k), u_pre, self._p, t)
             step = -(g - getval(g)) / np.where(fired, slope, 1.0)
             part = anp.where(fired, step, 0.0)
             delta = part if delta is None else delta + part
@@ -129,21 +135,23 @@ class EventJumps:
 
         return np.asarray(self._rhs(np.asarray(getval(u)), t))
 
-    def _condition(self, cb: Any, u: Array, p: Any, t: Array) -> Array:
+    def _condition(self, k: int, u: Array, p: Any, t: Array) -> Array:
         import autograd.numpy as anp
 
+        condition = self._callbacks[k].condition
         if self._single:
-            return anp.reshape(cb.condition(u[..., 0], p, t[0]), (1,))
-        return anp.reshape(cb.condition(u, p, t), (-1,))
+            return anp.reshape(_traced_call(k, "condition", condition, u[..., 0], p, t[0]), (1,))
+        return anp.reshape(_traced_call(k, "condition", condition, u, p, t), (-1,))
 
-    def _affect(self, cb: Any, u: Array, t: Array, fired: np.ndarray) -> Array:
+    def _affect(self, k: int, u: Array, t: Array, fired: np.ndarray) -> Array:
         import autograd.numpy as anp
 
+        affect = self._callbacks[k].affect
         state = u[..., 0] if self._single else u
         if self._single:
-            new = cb.affect(state, self._p, t[0], True)
+            new = _traced_call(k, "affect", affect, state, self._p, t[0], True)
         else:
-            new = cb.affect(state, self._p, t, fired)
+            new = _traced_call(k, "affect", affect, state, self._p, t, fired)
         # A list of rows is stacked as f's are: a row that does not vary over the lanes (a
         # number, a shared parameter) is broadcast to the state's row shape.
         new = _as_traced_array(new, state)
@@ -154,3 +162,26 @@ class EventJumps:
                 f"shape {shape}"
             )
         return anp.expand_dims(new, -1) if self._single else new
+
+
+def _traced_call(k: int, what: str, fn: Any, *args: Any) -> Any:
+    """Callback ``k``'s ``what`` on values autograd traces. What autograd cannot follow in it
+    is refused by name: it failed further on, with autograd's own message or one about the
+    right-hand side's rows (an affect's ``np.array`` of traced values made an object array,
+    which the next segment's start carried into ``f``)."""
+    try:
+        out = fn(*args)
+    except (TypeError, AttributeError) as exc:
+        if "Box" not in str(exc):
+            raise
+        why = _IN_PLACE if "item assignment" in str(exc) else f"autograd says: {exc}"
+        raise TypeError(_refusal(k, what, why)) from exc
+    rows = out if type(out) in (list, tuple) else [out]
+    if any(getattr(row, "dtype", None) == np.dtype(object) for row in rows):
+        raise TypeError(_refusal(k, what, _PLAIN_NUMPY))
+    return out
+
+
+def _refusal(k: int, what: str, why: str) -> str:
+    fix = _FIX + (_NEW_STATE if what == "affect" else "")
+    return f"callback {k}: {what} cannot be differentiated: {why}; {fix}"
