@@ -455,15 +455,22 @@ def test_ensemble_preset_dose_with_a_continuous_adjoint():
     )
 
 
-def test_terminated_lanes_save_their_own_end_times():
+def test_terminated_lanes_save_what_the_plain_solve_saves_their_ends_are_events():
+    # Without saveat a differentiated ensemble saved each lane's state at its termination,
+    # at its own time, where the same solve without gradients saves NaN at the span's end:
+    # the loss evaluated was NaN, its gradient a finite number.
     stop = ContinuousCallback(ground, terminate=True)
+    prob = ODEProblem(lanes_fall, np.array([1.0, 0.0]), (0.0, 5.0), np.array([G, 0.0]))
 
     def loss(heights):
-        prob = ODEProblem(lanes_fall, np.array([1.0, 0.0]), (0.0, 5.0), np.array([G, 0.0]))
+        value = autograd.tracer.getval
         u0 = anp.stack([heights, anp.zeros(2)], axis=1)
         sim = dxode.solve(EnsembleProblem(prob, u0=u0), callback=stop, **TIGHT)
-        np.testing.assert_allclose(sim.t[:, 1], np.sqrt(2 * autograd.tracer.getval(heights) / G))
-        return anp.sum(sim.u[:, -1, 1])
+        plain = dxode.solve(EnsembleProblem(prob, u0=value(u0)), callback=stop, **TIGHT)
+        np.testing.assert_array_equal(value(sim.u), plain.u)  # NaN at t = 5
+        np.testing.assert_array_equal(sim.t, plain.t)
+        np.testing.assert_allclose(value(sim.events.t), np.sqrt(2 * value(heights) / G))
+        return anp.sum(sim.events.u_before[:, 1])  # the speed at impact
 
     heights = np.array([1.0, 2.0])
     np.testing.assert_allclose(autograd.grad(loss)(heights), -np.sqrt(G / (2 * heights)), rtol=1e-7)

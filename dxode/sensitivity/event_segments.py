@@ -87,16 +87,19 @@ def _saved(
 ) -> tuple[Array, np.ndarray]:
     """The saved states from the segments' saved ``rows`` (``(L, k, *shape)`` blocks): at
     the save times, the states before any event there (NaN after a lane ended, and on lanes
-    whose forward pass failed); without a save grid each lane's start and its final state
-    (after the events at its end)."""
+    whose forward pass failed); without a save grid, as the solve without gradients, each
+    lane's start and the end of its span: its final state (after the events there), NaN
+    where a terminating callback ended the lane before it (its state is in the events)."""
     import autograd.numpy as anp
 
     n_lanes = plan.points.shape[0]
     if plan.save_at is None:
         last = marks[-1].after[-1] if marks[-1].after else marks[-1].start
         saved = anp.concatenate([rows[0], anp.moveaxis(last, -1, 0)[:, None]], axis=1)
-        t = plan.points[:, [0, -1]]
+        ends = np.asarray(static.t1, dtype=np.float64).astype(static.dtype).astype(np.float64)
+        t = np.stack([plan.points[:, 0], ends], axis=1)
         missing = np.zeros((n_lanes, 2), dtype=bool)
+        missing[:, 1] = plan.points[:, -1] != ends  # terminated
         t = t[0] if np.all(t == t[:1]) else t
     else:
         every = anp.concatenate(rows, axis=1)  # (L, rows, *shape)
