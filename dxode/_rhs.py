@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ._error_context import add_note
+
 Array = Any
 
 SCIPY_ORDER = (
@@ -24,6 +26,13 @@ RAGGED_ROWS = (
     "the states lanes last, so a state row (u[1]) holds one value per trajectory, while a "
     "parameter shared by all trajectories (p[0]) is one number. Return the rows as a list, "
     "[u[1], -p[0]], which dxode broadcasts, instead of np.array([...])"
+)
+
+FILLED_ARRAY = (
+    "f(u, p, t) wrote a value holding many trajectories into one element of an array: in an "
+    "ensemble f receives the states lanes last, u of shape {shape} here, one column per "
+    "trajectory, so a state row (u[1]) holds a value per trajectory. Allocate what f fills "
+    "like u (du = np.empty_like(u)), or return the rows as a list, [u[1], -p[0] * u[0]]"
 )
 
 
@@ -58,6 +67,9 @@ def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
             raise TypeError(SCIPY_ORDER) from exc
         if isinstance(exc, ValueError) and "inhomogeneous" in str(exc):
             raise ValueError(f"{RAGGED_ROWS} (NumPy says: {exc})") from exc
+        filled = isinstance(exc, ValueError) and "array element with a sequence" in str(exc)
+        if filled and getattr(u, "ndim", 0) > 1:  # a batch of lanes
+            add_note(exc, FILLED_ARRAY.format(shape=tuple(u.shape)))
         raise
     if traced:
         raise TypeError(TRACED_CLOSURE)

@@ -25,9 +25,22 @@ from .backends._base import ordered_sum
 Array = Any
 
 _PLAIN_NUMPY = (
-    "the right-hand side applied a plain `numpy` function to a value autograd is tracing; "
-    "write f with `autograd.numpy` (import autograd.numpy as anp) to differentiate it"
+    "the right-hand side applied a plain `numpy` function to a value autograd is tracing, or "
+    "wrote one into a NumPy array (du[0] = ...); to differentiate it, write f with "
+    "`autograd.numpy` (import autograd.numpy as anp) and return its rows as a list "
+    "([u[1], -k * u[0]]), or differentiate through the compiled kernels (kernel=True), "
+    "which do not trace f"
 )
+
+
+def _hides_the_trace(exc: Exception) -> bool:
+    """Whether ``exc``, raised while autograd traced ``f``, comes from plain NumPy meeting a
+    traced value: a function that cannot take autograd's boxes, or a traced value written
+    into a float array ("setting an array element with a sequence")."""
+    text = str(exc)
+    if isinstance(exc, ValueError):
+        return "setting an array element with a sequence" in text
+    return "Box" in text or "Node" in text
 
 
 @dataclasses.dataclass
@@ -105,8 +118,8 @@ class TracedRHS:
                 vjp, value = autograd.make_vjp(call, argnum=argnums)(
                     y, *[leaves[i] for i in diff_idx]
                 )
-        except (TypeError, AttributeError) as exc:
-            if "Box" not in str(exc):
+        except (TypeError, AttributeError, ValueError) as exc:
+            if not _hides_the_trace(exc):
                 raise
             raise TypeError(_PLAIN_NUMPY) from exc
         if getattr(value, "dtype", None) == np.dtype(object):
@@ -200,8 +213,8 @@ class TracedRHS:
                 warnings.filterwarnings("ignore", "Output seems independent of input")
                 jvp = autograd.make_jvp(call, argnum=argnums)(y, *[leaves[i] for i in idx])
                 value, value_dot = jvp((y_dot, *[leaf_dots[i] for i in idx]))
-        except (TypeError, AttributeError) as exc:
-            if "Box" not in str(exc) and "Node" not in str(exc):
+        except (TypeError, AttributeError, ValueError) as exc:
+            if not _hides_the_trace(exc):
                 raise
             raise TypeError(_PLAIN_NUMPY) from exc
         if getattr(value_dot, "dtype", None) == np.dtype(object):

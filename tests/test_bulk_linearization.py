@@ -372,3 +372,20 @@ def test_a_plain_numpy_function_in_f_names_the_fix(traces):
     with pytest.raises(TypeError, match="plain `numpy` function"):
         autograd.grad(loss)(np.array([1.5]))
     assert traces and all(traces)
+
+
+def _fills_an_array(u, p, t):
+    du = np.empty(2)
+    du[0] = u[1]
+    du[1] = -p[0] * u[0]
+    return du
+
+
+def test_an_f_writing_traced_values_into_an_array_names_the_fix():
+    # NumPy's own "setting an array element with a sequence" came out of the traced f.
+    def loss(theta):
+        prob = dxode.ODEProblem(_fills_an_array, np.array([1.0, 0.0]), (0.0, 1.0), theta)
+        return anp.sum(dxode.solve(prob, saveat=[1.0]).u)
+
+    with pytest.raises(TypeError, match=r"wrote one into a NumPy array \(du\[0\] = \.\.\.\)"):
+        autograd.grad(loss)(np.array([2.0]))

@@ -266,3 +266,24 @@ def test_an_ensemble_f_building_one_array_from_lane_rows_and_numbers_is_told_to_
     ensemble = dxode.EnsembleProblem(prob, u0=np.array([[1.0, 0.0], [2.0, 0.0]]))
     with pytest.raises(ValueError, match=r"lanes last.*\[u\[1\], -p\[0\]\].*NumPy says"):
         dxode.solve(ensemble, dxode.Tsit5(), saveat=[0.5])
+
+
+def _fills_one_trajectory(u, p, t):
+    du = np.empty(2)  # one trajectory's shape; in an ensemble u is (2, lanes)
+    du[0] = u[1]
+    du[1] = -p[0] * u[0]
+    return du
+
+
+def test_an_ensemble_f_filling_an_array_of_one_trajectory_s_shape_is_told_to_allocate_like_u():
+    # NumPy's "setting an array element with a sequence" at the user's du[0] = u[1] said
+    # nothing of the lanes; a note now names u's shape and the fix.
+    prob = dxode.ODEProblem(_fills_one_trajectory, [1.0, 0.0], (0.0, 0.5), np.array([9.81]))
+    ensemble = dxode.EnsembleProblem(prob, u0=np.array([[1.0, 0.0], [2.0, 0.0]]))
+    with pytest.raises(ValueError, match="array element with a sequence") as raised:
+        dxode.solve(ensemble, dxode.Tsit5(), saveat=[0.5])
+    note = " ".join(getattr(raised.value, "__notes__", []))
+    assert "u of shape (2, 2)" in note and "np.empty_like(u)" in note
+    single = dxode.solve(prob, dxode.Tsit5(), saveat=[0.5], rtol=1e-8, atol=1e-8)  # fine
+    w = np.sqrt(9.81)
+    np.testing.assert_allclose(single.u[-1], [np.cos(w / 2), -w * np.sin(w / 2)], atol=1e-6)
