@@ -135,19 +135,21 @@ def test_zarr_output(client, reference, tmp_path):
     np.testing.assert_array_equal(sim.mean(), reference.mean())
 
 
+@pytest.mark.parametrize("batch_size", [3, 1])
 @pytest.mark.parametrize("output", ["memory", "dask", "zarr"])
-def test_outputs_keep_each_trajectory_s_own_save_times(client, tmp_path, output):
+def test_outputs_keep_each_trajectory_s_own_save_times(client, tmp_path, output, batch_size):
     # With per-trajectory spans and saveat=None every trajectory saves at its own start and
-    # end; a Zarr output's sim.t was trajectory 0's times (2,), so sim[5].t was [0, 1].
+    # end; a Zarr output's sim.t was trajectory 0's times (2,), so sim[5].t was [0, 1]. It
+    # still was when every batch's trajectories shared their span (batch_size=1): a batch's
+    # times were compared with themselves, not with the first batch's.
     import zarr
 
     spans = np.column_stack([np.zeros(7), np.linspace(1.0, 2.0, 7)])
     prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0)
     eprob = EnsembleProblem(prob, tspan=spans)
     store = str(tmp_path / "spans.zarr")
-    sim = dxode.solve(
-        eprob, dxode.Tsit5(), EnsembleDask(client, output=output, store=store), batch_size=3
-    )
+    alg = EnsembleDask(client, output=output, store=store)
+    sim = dxode.solve(eprob, dxode.Tsit5(), alg, batch_size=batch_size)
     np.testing.assert_array_equal(np.asarray(sim.t), spans)
     np.testing.assert_array_equal(sim[5].t, spans[5])
     if output == "zarr":

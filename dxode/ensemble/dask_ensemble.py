@@ -503,9 +503,10 @@ class _Run:
         )
         total: dict[str, Any] = {}
         for part in self._in_order(small):
-            t = total.setdefault("t", part.pop("t"))
-            # Batches whose trajectories share save times may still save at other times.
-            part["own_times"] += int(not np.array_equal(part.pop("t", t), t))
+            t = part.pop("t")
+            # Batches whose trajectories share save times may still save at other times
+            # than the first batch (compared with it: its times were those of the batch).
+            part["own_times"] += int(not np.array_equal(t, total.setdefault("t", t)))
             for key, value in part.items():
                 total[key] = total[key] + value if key in total else value
         total["totals"] = tuple(int(x) for x in total["totals"])
