@@ -65,6 +65,31 @@ def test_a_prob_func_changing_p_in_place_gives_each_trajectory_its_own(client, r
     np.testing.assert_array_equal(sim.u, reference.u)
 
 
+COUPLING = np.array([[-0.5, 1.0], [-1.0, -0.3]])  # one array every trajectory shares
+
+
+def _coupled(u, p, t):
+    weights, rate = p
+    return rate * (weights @ u)  # the shared matrix itself, not a stack of one per lane
+
+
+def _shared_weights(prob, i, repeat):
+    return prob.remake(p=(COUPLING, 0.5 + 0.2 * i))
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3])
+def test_a_leaf_every_trajectory_shares_reaches_f_unchanged_on_the_workers(client, batch_size):
+    # The workers compared the leaves a module-level prob_func returned with the driver's
+    # trajectory 0, unpickled: never the same object, so the shared matrix was stacked per
+    # lane and `weights @ u` failed in matmul (or, for 2 lanes, returned the wrong shape).
+    prob = dxode.ODEProblem(_coupled, [1.0, 0.5], (0.0, 1.0), (COUPLING, 1.0))
+    eprob = EnsembleProblem(prob, prob_func=_shared_weights)
+    opts = {"trajectories": 6, "batch_size": batch_size, "saveat": [0.5, 1.0]}
+    local = dxode.solve(eprob, dxode.Tsit5(), **opts)
+    sim = dxode.solve(eprob, dxode.Tsit5(), client, **opts)
+    np.testing.assert_array_equal(sim.u, local.u)
+
+
 def test_a_client_is_shorthand_and_worker_count_does_not_matter(client, reference):
     sim = dxode.solve(_eprob(), dxode.Tsit5(), client, trajectories=N, batch_size=8, **SOLVE)
     np.testing.assert_array_equal(sim.u, reference.u)

@@ -198,6 +198,22 @@ class EnsembleProblem:
         # What prob_func or batch_func already built (see ``remembering``), by its arguments.
         self._built_trajectory: tuple[tuple[int, int, int], ODEProblem] | None = None
         self._built_batch: tuple[BatchContext, dict[str, Any]] | None = None
+        # Set in a copy unpickled from one that remembered trajectory 0: it builds its own
+        # trajectory 0 once and remembers it (see ``__getstate__``).
+        self._own_first = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (for Dask workers) without the trajectory 0 built here. Its snapshot holds
+        the objects ``prob_func`` returned in this process, with which every trajectory's
+        parameter leaves are compared by identity (see ``per_trajectory_leaves``); unpickled
+        elsewhere they are copies, never the objects that process's ``prob_func`` returns, so
+        a leaf every trajectory shares (a module's weight matrix) became a lane-stacked array
+        there. The copy builds trajectory 0 itself, once, and remembers it instead."""
+        state = self.__dict__.copy()
+        if state["_built_trajectory"] is not None:
+            state["_built_trajectory"] = None
+            state["_own_first"] = True
+        return state
 
     def remembering(
         self,
@@ -208,6 +224,7 @@ class EnsembleProblem:
         calling them again: ``trajectory`` is ``((index, repeat, seed), problem)``, ``batch``
         ``(context, data)``."""
         new = copy.copy(self)
+        new._own_first = self._own_first  # (copy.copy goes through __getstate__)
         new._built_trajectory = trajectory
         new._built_batch = batch
         return new
@@ -225,9 +242,16 @@ class EnsembleProblem:
         # changes prob in place must not interleave with another thread's batch (Dask workers
         # run several batches on one copy of the problem).
         with _PROB_FUNC_LOCK:
+            remember = first is None and self._own_first
+            built = self._built_trajectory
+            if remember and built is not None and built[0] == (index, repeat, seed):
+                return built[1]  # another thread built it meanwhile
             prob = self._call_prob_func(index, repeat, seed)
             check_trajectory(index, prob, self.prob)
-            return snapshot(prob, first)
+            frozen = snapshot(prob, first)
+            if remember:
+                self._built_trajectory = ((index, repeat, seed), frozen)
+            return frozen
 
     def trajectory_problem(self, index: int, repeat: int, seed: int) -> ODEProblem:
         """Trajectory ``index`` (attempt ``repeat``) as the ODEProblem it solves, however the
