@@ -132,6 +132,13 @@ def test_lazy_dask_array_output(client, reference):
     # Downstream Dask work on the distributed result: the mean over trajectories.
     mean = sim.u.mean(axis=0).compute(scheduler=client)
     np.testing.assert_allclose(mean, reference.u.mean(axis=0))
+    # The solution's own API computes with that client, not the default scheduler (which
+    # failed, the client not being the default, with Dask's "Missing dependency dxode-batch-").
+    np.testing.assert_array_equal(sim.to_host(), reference.u)
+    np.testing.assert_array_equal(sim.mean(), reference.mean())
+    np.testing.assert_array_equal(sim.summary().quantiles[0.5], reference.quantile(0.5))
+    np.testing.assert_array_equal(sim[5].u, reference.u[5])
+    np.testing.assert_array_equal(np.stack([sol.u for sol in sim]), reference.u)
 
 
 def test_zarr_output(client, reference, tmp_path):

@@ -64,7 +64,8 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
         Where the saved states go. ``"memory"``: gathered into host memory (``sim.u`` a
         NumPy array). ``"dask"``: kept on the workers as a ``dask.array`` with one chunk per
         batch, for further Dask work (compute it with the cluster's client, e.g.
-        ``sim.u.mean(axis=0).compute(scheduler=client)``, or with that client as default).
+        ``sim.u.mean(axis=0).compute(scheduler=client)``, or with that client as default;
+        ``sim.to_host()``, ``sim[i]`` and the summaries compute with it themselves).
         ``"zarr"``: written by the workers into a Zarr array at ``store``, for ensembles
         larger than the driver's memory (``sim.u`` then reads it lazily as a
         ``dask.array``). Return codes and statistics always come back.
@@ -431,6 +432,7 @@ class _Run:
         sim = assemble(self.eprob, done, self.spec.options.alg, self.spec.seed, self._n)
         sim.u = u
         sim._futures = futures  # keep the workers' results alive as long as the solution
+        sim._scheduler = self.client  # sim.to_host(), sim[i], summaries: computed there
         return sim
 
     def _tree_reduce(self, futures: list[Any]) -> EnsembleSolution:

@@ -125,6 +125,9 @@ class EnsembleSolution:
         self.seed = seed
         self._dense = dense
         self.events = events
+        # The Dask client whose workers hold an ``output="dask"`` u's chunks (``None``: the
+        # default scheduler, which reads a Zarr output's u).
+        self._scheduler: Any = None
 
     def __len__(self) -> int:
         if self.retcodes is None:
@@ -152,10 +155,13 @@ class EnsembleSolution:
 
     def to_host(self) -> np.ndarray:
         """``u`` as a NumPy array on the host (a ``dask.array`` of an ``EnsembleDask`` output
-        computed, with the default scheduler)."""
-        if hasattr(self.u, "dask") and hasattr(self.u, "compute"):
-            return np.asarray(self.u.compute())
-        return to_host(self.u)
+        computed: by the client whose workers hold it, or read from its Zarr store)."""
+        return self._host(self.u)
+
+    def _host(self, u: Any) -> Any:
+        if _is_dask(u):
+            return np.asarray(u.compute(scheduler=self._scheduler))
+        return to_host(u)
 
     def __getitem__(self, i: int) -> ODESolution:
         n = len(self)
@@ -183,9 +189,10 @@ class EnsembleSolution:
             nswitch=0 if nswitch is None else int(nswitch[i]),
         )
         dense = self._dense_output(i) if self._dense is not None else None
+        u = self.u[i, ...]
         return ODESolution(
             t,
-            self.u[i, ...],
+            self._host(u) if _is_dask(u) else u,
             ReturnCode(int(self.retcodes[i])),
             stats,
             None,
@@ -280,6 +287,11 @@ class EnsembleSolution:
 
 def _is_array(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def _is_dask(x: Any) -> bool:
+    """Whether ``x`` is a ``dask.array`` (an ``EnsembleDask`` output's ``u``)."""
+    return hasattr(x, "dask") and hasattr(x, "compute")
 
 
 def dense_output_for_lane(data: Any, position: int) -> DenseOutput | None:
