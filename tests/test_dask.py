@@ -113,6 +113,14 @@ def test_default_client_then_embedded_cluster(reference):
         distributed.default_client()
 
 
+def test_a_dask_output_needs_a_cluster_that_outlives_the_solve():
+    # Without a client the LocalCluster started for the call was closed on return, and with
+    # it the chunks: sim.u could never be computed ("Client is closed").
+    alg = EnsembleDask(output="dask")
+    with pytest.raises(ValueError, match=r"output='dask' keeps the saved states on the workers"):
+        dxode.solve(_eprob(), dxode.Tsit5(), alg, trajectories=4, **SOLVE)
+
+
 def test_lazy_dask_array_output(client, reference):
     import dask.array as da
 

@@ -213,6 +213,13 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
                 f"{func}'s values instead, which come back to the driver: use output='memory' "
                 f"(the default), or no {func} to keep the states on the workers or in Zarr"
             )
+        if self.output == "dask" and self.client is None and not _has_default_client():
+            raise ValueError(
+                "output='dask' keeps the saved states on the workers, but without a client "
+                "EnsembleDask starts a LocalCluster for the call and closes it afterwards, with "
+                "them: pass EnsembleDask(client, output='dask') or start a default client (e.g. "
+                "in dxode.local_cluster()), or use output='memory' or 'zarr'"
+            )
         with _client_for(self.client) as client:
             return _Run(self, client, eprob, batches, spec).solve()
 
@@ -713,6 +720,15 @@ def _import_distributed() -> Any:
             'EnsembleDask needs Dask: pip install "dxode[dask]" (dask[array] and distributed)'
         ) from exc
     return distributed
+
+
+def _has_default_client() -> bool:
+    distributed = _import_distributed()
+    try:
+        distributed.default_client()
+    except ValueError:  # no client yet
+        return False
+    return True
 
 
 @contextlib.contextmanager
