@@ -188,6 +188,22 @@ def test_an_error_on_a_worker_names_its_trajectory_and_batch(client, where, traj
     ]
 
 
+def _failing_combine(a, b):
+    raise BoomError("cannot merge")
+
+
+def test_an_error_in_combine_says_so(client):
+    # It arrived with no note at all, not even that it came from an EnsembleDask solve.
+    reduced = {"reduction": _sum_last, "u_init": np.zeros(3), "combine": _failing_combine}
+    eprob = EnsembleProblem(_prob(), prob_func=_varied, **reduced)
+    with pytest.raises(BoomError) as raised:
+        dxode.solve(eprob, dxode.Tsit5(), client, trajectories=8, batch_size=BATCH, **SOLVE)
+    assert raised.value.__notes__ == [
+        "raised by combine, merging batches' reductions on the workers of an EnsembleDask solve"
+    ]
+    assert _eventually(lambda: not any(client.has_what().values()))
+
+
 def _killing_prob_func(marker, pids):
     """At trajectory BAD, once: kill every worker process at the same moment."""
 

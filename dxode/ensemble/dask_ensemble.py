@@ -465,10 +465,19 @@ class _Run:
                 ]
             )
             depth += 1
-        summary = self._summaries(futures)
+        summary = self._summaries(futures)  # raises a batch's error, noted, first
+        try:
+            reduced = level[0].result()
+        except Exception as err:
+            add_note(
+                err,
+                "raised by combine, merging batches' reductions on the workers of an "
+                "EnsembleDask solve",
+            )
+            raise
         return EnsembleSolution(
             t=summary.pop("t"),
-            u=level[0].result(),
+            u=reduced,
             retcodes=None,
             stats=EnsembleStats(None, None, None, totals=summary["totals"]),
             eprob=self.eprob,
