@@ -811,3 +811,30 @@ def test_a_float32_trajectory_s_problem_holds_its_values_as_its_lanes_do():
     own = dxode.solve(eprob, "tsit5", trajectories=2, saveat=[1.0])[1].prob
     assert own.u0.dtype == own.p.dtype == np.float32
     assert own.u0[0] == 2.0 and own.p[0] == 2.0
+
+
+def _unpacked_lorenz(u, p, t):  # numba compiles it for the kernel
+    x, y, z = u
+    sigma, rho, beta = p
+    return [sigma * (y - x), x * (rho - z) - y, x * y - beta * z]
+
+
+def _float64_rates(prob, ctx):
+    return prob.remake(p=tuple(np.array(P0) * (0.5 + ctx.rng.random(3))))  # np.float64 each
+
+
+@pytest.mark.parametrize("ensemble_alg", [EnsembleArray(), dxode.EnsembleKernel()], ids=repr)
+def test_trajectory_0_alone_in_a_batch_gets_its_parameters_as_the_others_do(ensemble_alg):
+    # A batch holding trajectory 0 alone compared its parameter leaves with trajectory 0
+    # itself, so they were shared: passed uncast, np.float64 for a float32 state, and refused
+    # ("f returned dtype float64"), while any larger batch cast them as per-trajectory rows.
+    u0 = np.array([1.0, 0.0, 0.0], np.float32)
+    prob = dxode.ODEProblem(_unpacked_lorenz, u0, (0.0, 1.0), P0)
+    eprob = EnsembleProblem(prob, prob_func=_float64_rates)
+    opts = {"trajectories": 3, "saveat": [0.5, 1.0], "seed": 4}
+    whole = dxode.solve(eprob, dxode.Tsit5(), ensemble_alg, batch_size=3, **opts)
+    alone = dxode.solve(eprob, dxode.Tsit5(), ensemble_alg, batch_size=1, **opts)
+    assert alone.u.dtype == np.float32
+    np.testing.assert_array_equal(alone.u, whole.u)
+    single = dxode.solve(eprob, dxode.Tsit5(), ensemble_alg, **{**opts, "trajectories": 1})
+    np.testing.assert_array_equal(single.u, whole.u[:1])

@@ -173,12 +173,15 @@ def build_lanes(
     prob = eprob.prob
     n = len(indices)
     if eprob.prob_func is not None:
-        return _lanes_from_problems(
-            [eprob.trajectory(int(i), int(r), seed) for i, r in zip(indices, repeat, strict=True)],
-            prob,
-            eprob.trajectory(0, 0, seed),
-            backend,
-        )
+        problems = [
+            eprob.trajectory(int(i), int(r), seed) for i, r in zip(indices, repeat, strict=True)
+        ]
+        first = eprob.trajectory(0, 0, seed)
+        # Trajectory 0 alone has nothing to compare its leaves with: every leaf would be
+        # shared (passed as it is, not cast to the state's dtype as other batches' rows are).
+        # Its leaves are per trajectory where prob_func hands out a new object each call.
+        again = [eprob.trajectory_again(seed)] if all(t is first for t in problems) else []
+        return _lanes_from_problems(problems, prob, first, backend, again)
     if eprob.batch_func is not None:
         data = eprob.batch(index_array(indices), repeat, seed)
         return _lanes_from_arrays(data, prob, n, backend, take=None)
@@ -278,11 +281,16 @@ def _lanes_from_arrays(
 
 
 def _lanes_from_problems(
-    problems: list[ODEProblem], prob: ODEProblem, first: ODEProblem, backend: Backend
+    problems: list[ODEProblem],
+    prob: ODEProblem,
+    first: ODEProblem,
+    backend: Backend,
+    compared: list[ODEProblem] | None = None,
 ) -> _Lanes:
     """Lanes from one ODEProblem per trajectory (the ``prob_func`` path, each checked by
     ``check_trajectory`` as it was built); ``first`` is the ensemble's trajectory 0, whose
-    parameter leaves the others may share."""
+    parameter leaves the others may share; ``compared`` more problems whose leaves decide
+    which are shared, without a lane of their own."""
     xp = backend.xp
     dtype = _state_dtype(prob, backend)
     u0s = [t.u0 for t in problems]
@@ -299,7 +307,8 @@ def _lanes_from_problems(
     check_direction(t0, t1)
     per_traj = [_pytree.leaves(traj.p) for traj in problems]  # checked as each was built
     shared_leaves = _pytree.leaves(first.p)
-    lane_leaf = per_trajectory_leaves(shared_leaves, per_traj)
+    others = [_pytree.leaves(traj.p) for traj in compared or []]
+    lane_leaf = per_trajectory_leaves(shared_leaves, per_traj + others)
     new_leaves = []
     for k, shared in enumerate(shared_leaves):
         if lane_leaf[k]:

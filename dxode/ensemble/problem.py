@@ -253,6 +253,16 @@ class EnsembleProblem:
                 self._built_trajectory = ((index, repeat, seed), frozen)
             return frozen
 
+    def trajectory_again(self, seed: int) -> ODEProblem:
+        """Trajectory 0 built once more, snapshotted against the one ``trajectory`` gives: its
+        parameter leaves are that one's objects exactly where ``prob_func`` hands every call
+        the same object (a leaf the trajectories share), and new ones elsewhere."""
+        first = self.trajectory(0, 0, seed)
+        with _PROB_FUNC_LOCK:
+            prob = self._call_prob_func(0, 0, seed)
+            check_trajectory(0, prob, self.prob)
+            return snapshot(prob, first)
+
     def trajectory_problem(self, index: int, repeat: int, seed: int) -> ODEProblem:
         """Trajectory ``index`` (attempt ``repeat``) as the ODEProblem it solves, however the
         ensemble describes it: ``prob_func``'s problem, or ``prob`` remade with row ``index``
