@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 pytest.importorskip("numba")
 
 import dxode
+from dxode.kernels.errors import KernelUnsupportedError
 
 from problems import ARENSTORF, DECAY, DETEST, lorenz
 
@@ -189,3 +192,45 @@ def test_dtmin_after_accepted_steps_like_the_array_path(dtmin, code):
     assert kernel.retcode == array.retcode == dxode.ReturnCode[code]
     assert _same_stats(array, kernel)
     np.testing.assert_allclose(kernel.u, np.asarray(array.u), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "controller",
+    [
+        dxode.IController(),
+        dxode.PIDController(beta1=0.5, beta2=-0.2, beta3=0.1),
+        dxode.PIController(safety=0.5, factor_min=0.9, factor_max=1.1),
+    ],
+    ids=["I", "PID", "narrow"],
+)
+def test_controller_parameters_are_compiled_in(controller):
+    array, kernel = _solve_both(LORENZ, "tsit5", saveat=1.0, controller=controller, **TOL)
+    assert _same_stats(array, kernel)
+    np.testing.assert_allclose(kernel.u, np.asarray(array.u), rtol=0, atol=1e-9)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SlowGrowth(dxode.PIController):
+    """PI, but a step grows by 1 % at most: a rule of its own, which the kernels cannot run."""
+
+    def adapt(self, xp, error_norm, h, memory, error_order):
+        accept, h_next, memory = super().adapt(xp, error_norm, h, memory, error_order)
+        return accept, xp.minimum(h_next, 1.01 * h), memory
+
+
+def test_a_controller_with_its_own_adapt_is_refused():
+    # The kernel compiled in the PID rule with the subclass's constants and ignored its adapt:
+    # 15 steps where the array path, running it, takes 574.
+    prob = dxode.ODEProblem(lambda u, p, t: [-u[0] + np.sin(t)], np.array([1.0]), (0.0, 3.0))
+    array = dxode.solve(prob, "tsit5", controller=_SlowGrowth(), dt=1e-4)
+    assert array.stats.naccept > 500
+    with pytest.raises(KernelUnsupportedError, match=r"_SlowGrowth.*its own.*array path"):
+        dxode.solve(prob, "tsit5", controller=_SlowGrowth(), dt=1e-4, kernel=True)
+    with pytest.raises(KernelUnsupportedError, match="_SlowGrowth"):
+        dxode.solve(
+            dxode.EnsembleProblem(prob, u0=np.array([[1.0], [2.0]])),
+            "tsit5",
+            dxode.EnsembleKernel(),
+            controller=_SlowGrowth(),
+            saveat=[3.0],
+        )

@@ -17,6 +17,7 @@ from array_api_compat import is_cupy_array
 from .. import _pytree
 from .._options import SolverOptions
 from .._validation import leaf_paths
+from ..controllers import PIDController
 from .autoswitch_description import AutoSwitchDescription
 from .codegen import KernelLayout
 from .compiler import CompiledKernel, compile_kernel, dtype_name, user_function_mode
@@ -144,17 +145,7 @@ class KernelBatch:
         """The compiled kernel for this batch on ``target`` (``"cpu"`` or ``"cuda"``)."""
         opts = self.options
         desc = describe(opts.alg)
-        ctrl = opts.controller
-        try:
-            controller = tuple(
-                float(getattr(ctrl, name))
-                for name in ("beta1", "beta2", "beta3", "safety", "factor_min", "factor_max")
-            )
-        except AttributeError:
-            raise KernelUnsupportedError(
-                f"the compiled kernels use PID-type controllers (PIController, IController, "
-                f"PIDController), not {ctrl!r}; use {ARRAY_PATH}"
-            ) from None
+        controller = _controller_constants(opts.controller)
         dtype = dtype_name(self.dtype)
         example = eval(
             self.param_layout.expression("COL").replace("COL", "0"),
@@ -390,6 +381,28 @@ def check_parameter_dtypes(p: Any, lane_leaf: list[bool], dtype: Any) -> None:
                 f"float64 (the array path refuses it too); cast the parameters to float32 "
                 f"(e.g. p.astype(np.float32)) or pass Python floats"
             )
+
+
+_CONTROLLER_FIELDS = ("beta1", "beta2", "beta3", "safety", "factor_min", "factor_max")
+
+
+def _controller_constants(ctrl: Any) -> tuple[float, ...]:
+    """``(beta1, beta2, beta3, safety, factor_min, factor_max)`` of a PID controller, which
+    the kernels compile in; a controller whose ``init`` or ``adapt`` is not
+    ``PIDController``'s (a subclass that overrides them, or another controller) is refused:
+    the kernels would run the plain PID rule with its constants instead."""
+    own = all(
+        getattr(type(ctrl), name, None) is getattr(PIDController, name)
+        for name in ("init", "adapt")
+    )
+    if not isinstance(ctrl, PIDController) or not own:
+        raise KernelUnsupportedError(
+            f"the compiled kernels run the PID rule of PIController, IController and "
+            f"PIDController (any beta1, beta2, beta3, safety, factor_min, factor_max), not "
+            f"{ctrl!r}, whose init or adapt is its own; give those parameters to a "
+            f"PIDController, or use {ARRAY_PATH}, which runs any controller"
+        )
+    return tuple(float(getattr(ctrl, name)) for name in _CONTROLLER_FIELDS)
 
 
 def check_callback_method(callbacks: Any, alg: Any) -> None:
