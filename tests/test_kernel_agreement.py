@@ -234,3 +234,36 @@ def test_a_controller_with_its_own_adapt_is_refused():
             controller=_SlowGrowth(),
             saveat=[3.0],
         )
+
+
+class _LinearTsit5(dxode.Tsit5):
+    """Tsit5 saving by linear interpolation between its step ends."""
+
+    def interpolate(self, step, theta):
+        return step.u0 + theta * (step.u1 - step.u0)
+
+
+class _LaggedRodas5P(dxode.Rodas5P):
+    """Rodas5P with a Jacobian computation of its own (here: the inherited one)."""
+
+    def derivatives(self, *args, **kwargs):
+        return super().derivatives(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("alg", "name"),
+    [
+        (_LinearTsit5(), r"ExplicitRungeKutta\.interpolate"),
+        (_LaggedRodas5P(), r"Rosenbrock\.derivatives"),
+        (dxode.AutoSwitch(stiff=_LaggedRodas5P()), r"Rosenbrock\.derivatives"),
+    ],
+    ids=["interpolate", "derivatives", "autoswitch"],
+)
+def test_a_method_with_its_own_step_is_refused(alg, name):
+    # The kernels generated the base method from the tableau and ignored the override: the
+    # linear interpolant's saves at t = 1, 2 were 0.7049, 0.8600 on the array path and Tsit5's
+    # own 0.7024, 0.8657 in the kernel.
+    prob = dxode.ODEProblem(lambda u, p, t: [-u[0] + np.sin(t)], np.array([1.0]), (0.0, 3.0))
+    dxode.solve(prob, alg, saveat=[1.0, 2.0])
+    with pytest.raises(KernelUnsupportedError, match=rf"_\w+ overrides {name}.*array path"):
+        dxode.solve(prob, alg, saveat=[1.0, 2.0], kernel=True)

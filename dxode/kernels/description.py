@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..solvers import AutoSwitch, ExplicitRungeKutta
+from ..solvers import TRBDF2, AutoSwitch, ExplicitRungeKutta, Rosenbrock, Rosenbrock23
 from ..solvers.tableau import ButcherTableau
 from .autoswitch_description import AutoSwitchDescription
-from .errors import KernelUnsupportedError
+from .errors import ARRAY_PATH, KernelUnsupportedError
 from .rosenbrock_description import RosenbrockDescription, describe_rosenbrock
 
 __all__ = ["StepperDescription", "describe"]
@@ -118,6 +118,7 @@ def describe(stepper: Any) -> StepperDescription | RosenbrockDescription | AutoS
             stepper.nonstiff_steps,
             float(stepper.boundary),
         )
+    _refuse_own_steps(stepper)
     if isinstance(stepper, ExplicitRungeKutta):
         return StepperDescription.from_tableau(type(stepper).__name__, stepper.tableau)
     rosenbrock = describe_rosenbrock(stepper)
@@ -128,3 +129,31 @@ def describe(stepper: Any) -> StepperDescription | RosenbrockDescription | AutoS
         f"Euler), Rosenbrock23, Rodas4, Rodas5P and TRBDF2, not {stepper!r}; "
         f"for other methods use the array path (kernel=False, or EnsembleArray())"
     )
+
+
+# The classes whose arithmetic the kernels generate from their data (tableau, coefficients),
+# with the methods that arithmetic replaces.
+_GENERATED = (
+    (ExplicitRungeKutta, ("step", "interpolate", "interpolation_weights")),
+    (TRBDF2, ("step", "interpolate", "derivatives")),
+    (Rosenbrock23, ("step", "interpolate", "derivatives")),
+    (Rosenbrock, ("step", "interpolate", "derivatives")),
+)
+
+
+def _refuse_own_steps(stepper: Any) -> None:
+    """Refuse a subclass that overrides how a step is taken, interpolated or differentiated:
+    the kernels generate those from the tableau and would silently run the base method."""
+    for base, names in _GENERATED:
+        if isinstance(stepper, base):
+            own = [
+                name for name in names if getattr(type(stepper), name) is not getattr(base, name)
+            ]
+            if own:
+                raise KernelUnsupportedError(
+                    f"{type(stepper).__name__} overrides {base.__name__}.{own[0]}, and the "
+                    f"compiled kernels generate their steps, interpolation and Jacobians from "
+                    f"the method's coefficients and the problem's jac, so they would ignore "
+                    f"it; use {ARRAY_PATH}, which calls it"
+                )
+            return
