@@ -24,7 +24,7 @@ class PIDController(AbstractController):
     e_{n-2}^{-\beta_3/k},\ f_{\min},\ f_{\max}\big)
     $$
 
-    A step is accepted when $e_n \le 1$; after a rejection the factor is at most 1 and
+    A step is accepted when $e_n \le 1$; after a rejection the factor is at most $s$ and
     the history is left unchanged.
 
     Parameters
