@@ -705,6 +705,63 @@ def test_serial_casts_float64_trajectory_parameters_to_a_float32_state_like_arra
     np.testing.assert_allclose(serial.u[:, -1, 0], np.exp([-0.5, -1.5]), rtol=1e-4)
 
 
+def _decay(u, p, t):
+    return -p[0] * u
+
+
+def test_summaries_refuse_trajectories_with_their_own_save_times():
+    # Without saveat each trajectory saves its own start and end: sim.mean() averaged the
+    # states at t = 1, 2, 3, 4 and summary() labelled the average with trajectory 0's t = 1.
+    prob = dxode.ODEProblem(_decay, [1.0], (0.0, 1.0), [1.0])
+    spans = np.column_stack([np.zeros(4), [1.0, 2.0, 3.0, 4.0]])
+    sim = dxode.solve(EnsembleProblem(prob, tspan=spans), trajectories=4)
+    for summary in (sim.mean, sim.var, sim.summary, lambda: sim.quantile(0.5)):
+        with pytest.raises(ValueError, match=r"saved at their own times.*saveat array"):
+            summary()
+    shared = dxode.solve(EnsembleProblem(prob, tspan=spans), trajectories=4, saveat=[0.5, 1.0])
+    np.testing.assert_allclose(shared.mean()[:, 0], np.exp([-0.5, -1.0]), rtol=1e-3)
+
+
+def test_summaries_count_a_terminated_trajectory_up_to_its_event():
+    # A terminated trajectory's save points after its event hold NaN, and it counts as
+    # successful: every summary after the first event was NaN.
+    prob = dxode.ODEProblem(_decay, [1.0], (0.0, 1.0), [1.0])
+    stop = dxode.ContinuousCallback(lambda u, p, t: u[0] - 0.3, terminate=True)
+    rates = np.array([[1.0], [2.0], [4.0]])
+    sim = dxode.solve(
+        EnsembleProblem(prob, p=rates),
+        trajectories=3,
+        saveat=0.25,
+        callback=stop,
+        rtol=1e-8,
+        atol=1e-8,
+    )
+    assert list(sim.retcodes) == [ReturnCode.Success, ReturnCode.Terminated, ReturnCode.Terminated]
+    u = sim.u[..., 0]
+    expected = np.array([np.mean(u[:, 0]), np.mean(u[:, 1]), np.mean(u[:2, 2]), u[0, 3], u[0, 4]])
+    np.testing.assert_allclose(sim.mean()[:, 0], expected)
+    summary = sim.summary(quantiles=(0.5,))
+    np.testing.assert_allclose(summary.mean[:, 0], expected)
+    median = [1.0, np.median(u[:, 1]), np.median(u[:2, 2]), u[0, 3], u[0, 4]]
+    np.testing.assert_allclose(summary.quantiles[0.5][:, 0], median)
+    expected_var = [0.0, np.var(u[:, 1]), np.var(u[:2, 2]), 0.0, 0.0]
+    np.testing.assert_allclose(sim.var()[:, 0], expected_var, atol=1e-15)
+    assert summary.count == 3
+
+
+def test_quantile_levels_are_checked():
+    # "0.5" failed inside NumPy ("ufunc 'minimum' did not contain a loop"), quantiles=0.5
+    # with "'float' object is not iterable".
+    sim = dxode.solve(EnsembleProblem(_prob(), p=_scaled_params(3)), trajectories=3, **SOLVE)
+    with pytest.raises(TypeError, match=r"quantile level must be a number in \[0, 1\], got '0.5'"):
+        sim.quantile("0.5")
+    with pytest.raises(ValueError, match=r"quantile level must be in \[0, 1\].*got 50"):
+        sim.quantile(50)
+    with pytest.raises(TypeError, match="quantiles must be a tuple of levels"):
+        sim.summary(quantiles=0.5)
+    np.testing.assert_array_equal(sim.quantile(np.float32(0.5)), np.median(sim.u, axis=0))
+
+
 def test_indexing_a_solution_by_trajectory():
     sim = dxode.solve(EnsembleProblem(_prob(), p=_scaled_params(3)), trajectories=3, saveat=[1.0])
     np.testing.assert_array_equal(sim[-1].u, sim.u[2])

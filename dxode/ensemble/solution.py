@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from typing import Any
 
 import numpy as np
@@ -220,34 +221,62 @@ class EnsembleSolution:
     # ---- summaries over trajectories ------------------------------------------------------
 
     def summary(self, quantiles: tuple[float, ...] = (0.05, 0.5, 0.95)) -> EnsembleSummary:
-        """Mean, variance and quantiles over the successful trajectories at each save time."""
-        u = self._successful_host()
-        t = to_host(self.t if self.t.ndim == 1 else self.t[0, ...])
-        qs = {float(q): np.quantile(u, q, axis=0) for q in quantiles}
+        """Mean, variance and quantiles over the successful trajectories at each save time.
+
+        A terminated trajectory counts at the save times before its event (its later points
+        are NaN); a save time that no successful trajectory reached gets NaN. Trajectories
+        that saved at their own times (their own ``tspan`` with ``saveat=None``) are refused:
+        there is no shared time to summarize at.
+        """
+        if isinstance(quantiles, (str, bytes)) or not isinstance(quantiles, (tuple, list)):
+            raise TypeError(
+                f"quantiles must be a tuple of levels in [0, 1] such as (0.05, 0.5, 0.95), "
+                f"got {quantiles!r}"
+            )
+        levels = [_quantile_level(q) for q in quantiles]
+        u, t = self._successful_host()
+        qs = {q: _statistic("quantile", u, q) for q in levels}
         return EnsembleSummary(
-            t=t, mean=u.mean(axis=0), var=u.var(axis=0), quantiles=qs, count=int(u.shape[0])
+            t=t,
+            mean=_statistic("mean", u),
+            var=_statistic("var", u),
+            quantiles=qs,
+            count=int(u.shape[0]),
         )
 
     def mean(self) -> np.ndarray:
-        """Mean over successful trajectories, ``(nsave, *shape)``."""
-        return self._successful_host().mean(axis=0)
+        """Mean over successful trajectories, ``(nsave, *shape)`` (see ``summary``)."""
+        return _statistic("mean", self._successful_host()[0])
 
     def var(self) -> np.ndarray:
-        """Variance over successful trajectories, ``(nsave, *shape)``."""
-        return self._successful_host().var(axis=0)
+        """Variance over successful trajectories, ``(nsave, *shape)`` (see ``summary``)."""
+        return _statistic("var", self._successful_host()[0])
 
     def quantile(self, q: float) -> np.ndarray:
-        """Quantile ``q`` over successful trajectories, ``(nsave, *shape)``."""
-        return np.quantile(self._successful_host(), q, axis=0)
+        """Quantile ``q`` (in ``[0, 1]``) over successful trajectories, ``(nsave, *shape)``
+        (see ``summary``)."""
+        return _statistic("quantile", self._successful_host()[0], _quantile_level(q))
 
-    def _successful_host(self) -> np.ndarray:
+    def _successful_host(self) -> tuple[np.ndarray, np.ndarray]:
+        """The successful trajectories' states and their shared save times, on the host."""
         if not self._keeps_states():
             raise TypeError("summaries need the saved states (no output_func or reduction)")
         retcodes = np.asarray(self.retcodes[...])  # also a Zarr output's array
         ok = (retcodes == ReturnCode.Success) | (retcodes == ReturnCode.Terminated)
         if not np.any(ok):
             raise ValueError("no trajectory succeeded, so there is nothing to summarize")
-        return self.to_host()[ok]
+        t = to_host(self.t)
+        if t.ndim == 2:
+            t = t[ok]
+            if not np.array_equal(t, np.broadcast_to(t[:1], t.shape)):
+                raise ValueError(
+                    "summaries combine trajectories at shared save times, but these saved at "
+                    "their own times (sim.t is (trajectories, nsave): their own tspan with "
+                    "saveat=None); solve with a saveat array inside every span, or combine "
+                    "sim.u yourself by sim.t"
+                )
+            t = t[0]
+        return self.to_host()[ok], t
 
     def plot(
         self,
@@ -283,6 +312,25 @@ class EnsembleSolution:
             f"EnsembleSolution({len(self)} trajectories, u: {shape}, failures={self.failures()}, "
             f"steps={self.stats.total_steps}, nf={self.stats.total_nf})"
         )
+
+
+def _quantile_level(q: Any) -> float:
+    """``q`` as a float in ``[0, 1]``, or a TypeError/ValueError naming it."""
+    if isinstance(q, (bool, np.bool_, str, bytes)) or not isinstance(q, (int, float, np.number)):
+        raise TypeError(f"a quantile level must be a number in [0, 1], got {q!r}")
+    if not 0.0 <= float(q) <= 1.0:
+        raise ValueError(f"a quantile level must be in [0, 1] (0.5 is the median), got {q!r}")
+    return float(q)
+
+
+def _statistic(name: str, u: np.ndarray, *args: Any) -> np.ndarray:
+    """``np.<name>(u, *args, axis=0)``, ignoring NaN (a terminated trajectory's save points
+    after its event); NaN where every trajectory is NaN."""
+    if not np.isnan(u).any():
+        return getattr(np, name)(u, *args, axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN save times give NaN
+        return getattr(np, "nan" + name)(u, *args, axis=0)
 
 
 def _is_array(x: Any) -> bool:
