@@ -58,7 +58,7 @@ def _ending_at(times: np.ndarray, t1: float, span: float) -> np.ndarray:
 def _interval(saveat: Any) -> float:
     """A scalar ``saveat`` as a float, refusing what is not a number (a string, a bool)."""
     try:
-        if isinstance(saveat, (bool, np.bool_)):
+        if isinstance(saveat, (bool, np.bool_, str, bytes)):  # float("0.1") is 0.1
             raise TypeError
         return float(saveat)
     except (TypeError, ValueError):
@@ -142,7 +142,10 @@ def _checked_grid(name: str, values: Any, t0: float, t1: float, direction: float
     if array_api_compat.is_array_api_obj(values) and not isinstance(values, np.ndarray):
         values = to_host(values)
     try:
-        grid = np.asarray(values, dtype=np.float64)
+        grid = np.asarray(values)
+        if grid.dtype.kind not in "fiu":  # float64 would read "0.5" as 0.5, True as 1
+            raise TypeError
+        grid = grid.astype(np.float64)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must be a 1-D sequence of times, got {values!r}") from exc
     if grid.ndim == 0:  # saveat's scalars are intervals, handled before

@@ -152,7 +152,7 @@ def positive_float(name: str, value: Any, allow_none: bool = False) -> float | N
     if value is None and allow_none:
         return None
     try:
-        if isinstance(value, (bool, np.bool_)):  # float(True) is 1.0
+        if isinstance(value, (bool, np.bool_, str, bytes)):  # float(True) is 1.0, "1e-3" 0.001
             raise TypeError
         number = float(value)
     except (TypeError, ValueError) as exc:

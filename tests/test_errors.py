@@ -108,6 +108,15 @@ def test_integer_u0_becomes_float64():
         ({"atol": [1e-6 + 1j, 1e-6]}, TypeError, "atol must be a positive number or an array"),
         ({"bogus": 1}, TypeError, r"unknown option\(s\) \['bogus'\]"),
         ({"controller": "pi"}, TypeError, "controller must be a step-size controller"),
+        # Numbers given as strings were read by float() (rtol="1e-3" solved at 1e-3).
+        ({"rtol": "1e-3"}, TypeError, "rtol must be a positive number, got '1e-3'"),
+        ({"dt": "0.1"}, TypeError, "dt must be a positive number, got '0.1'"),
+        ({"dtmax": "1"}, TypeError, "dtmax must be a positive number, got '1'"),
+        ({"saveat": "0.1"}, TypeError, "saveat must be None, a positive interval .* got '0.1'"),
+        ({"saveat": ["0.5"]}, TypeError, r"saveat must be a 1-D sequence of times, got \['0.5'\]"),
+        ({"saveat": [True]}, TypeError, r"saveat must be a 1-D sequence of times, got \[True\]"),
+        ({"tstops": ["0.5"]}, TypeError, r"tstops must be a 1-D sequence of times, got \['0.5'\]"),
+        ({"tstops": [None]}, TypeError, r"tstops must be a 1-D sequence of times, got \[None\]"),
     ],
 )
 def test_option_validation(kwargs, error, match):
@@ -246,6 +255,11 @@ def test_dense_output_errors():
         dense("a")
     with pytest.raises(ValueError, match=r"1-D array of times, got shape \(1, 2\)"):
         dense([[0.25, 0.5]])
+    # "0.5" was read as 0.5, True as t = 1, None as nan ("cannot interpolate at t = nan").
+    for t in ("0.5", True, None, ["0.5"]):
+        with pytest.raises(TypeError, match=r"sol\(t\) takes a time or a 1-D array of times"):
+            dense(t)
+    np.testing.assert_array_equal(dense(np.int64(1)), dense(1.0))
 
 
 def test_retcode_messages_are_actionable():

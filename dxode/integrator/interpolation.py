@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..solvers import Step
 
 Array = Any
@@ -55,6 +57,9 @@ class DenseOutput:
         xp, d, steps = self._xp, self._direction, self._steps
         like = steps["t"]
         try:
+            # Numbers only: asarray would read "0.5" as 0.5, True as 1 and None as nan.
+            if _dtype_kind(t) not in "fiu":
+                raise TypeError
             tq = xp.asarray(t, dtype=like.dtype, device=getattr(like, "device", None))
         except (TypeError, ValueError):
             raise TypeError(f"sol(t) takes a time or a 1-D array of times, got {t!r}") from None
@@ -90,3 +95,8 @@ class DenseOutput:
             at_end = xp.reshape(tq == self.t_end, (-1,) + (1,) * (values.ndim - 1))
             values = xp.where(at_end, self._end_state, values)
         return values[0, ...] if scalar else values
+
+
+def _dtype_kind(t: Any) -> str:
+    """The NumPy kind of ``t``'s dtype (of its array, or of a number or a list of them)."""
+    return np.dtype(t.dtype if hasattr(t, "dtype") else np.asarray(t).dtype).kind
