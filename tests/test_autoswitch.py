@@ -219,6 +219,11 @@ def test_bad_method_pairs_and_settings_are_refused():
         dxode.AutoSwitch(nonstiff_tol=0.95)
     with pytest.raises(ValueError, match="stiff_steps"):
         dxode.AutoSwitch(stiff_steps=0)
+    # A string failed with "'<=' not supported between instances of 'float' and 'str'".
+    with pytest.raises(TypeError, match=r"stiff_tol must be a number, got '0\.9'"):
+        dxode.AutoSwitch(stiff_tol="0.9")
+    # NumPy integers were refused ("stiff_steps must be a positive integer, got np.int64(3)").
+    assert dxode.AutoSwitch(stiff_steps=np.int64(3)).stiff_steps == 3
     # A state the stiff method cannot take is refused before the first step, not at a switch.
     matrix_state = dxode.ODEProblem(lambda u, p, t: -u, np.ones((2, 2)), (0.0, 1.0))
     with pytest.raises(ValueError, match="1-D state"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -67,6 +69,14 @@ def test_pi_uses_the_previous_error():
 def test_invalid_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
         dxode.PIDController(**kwargs)
+
+
+@pytest.mark.parametrize("value", ["0.7", None, True])
+def test_parameters_that_are_not_numbers_are_named(value):
+    # "0.7" and None failed in math.isfinite ("must be real number, not str").
+    message = f"controller parameter 'beta1' must be a number, got {value!r}"
+    with pytest.raises(TypeError, match=re.escape(message)):
+        dxode.PIDController(beta1=value)
 
 
 @pytest.mark.parametrize(

@@ -215,6 +215,10 @@ def test_options_and_repr():
         dxode.TRBDF2(max_iters=0)
     with pytest.raises(ValueError, match="autodiff"):
         dxode.TRBDF2(autodiff="forward")
+    # NumPy scalars were refused ("kappa must be a number in (0, 1), got np.float32(0.1)").
+    numpy_scalars = dxode.TRBDF2(kappa=np.float32(0.1), max_iters=np.int64(5))
+    assert repr(numpy_scalars) == "TRBDF2(kappa=0.10000000149011612, max_iters=5)"
+    assert type(numpy_scalars.max_iters) is int
 
 
 def test_an_approximate_jacobian_costs_iterations_not_accuracy():

@@ -6,6 +6,8 @@ import dataclasses
 import math
 from typing import Any
 
+import numpy as np
+
 from .base import AbstractController, Array
 
 __all__ = ["IController", "PIController", "PIDController"]
@@ -59,7 +61,10 @@ class PIDController(AbstractController):
 
     def __post_init__(self) -> None:
         for name in ("beta1", "beta2", "beta3", "safety", "factor_min", "factor_max"):
-            if not math.isfinite(getattr(self, name)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise TypeError(f"controller parameter {name!r} must be a number, got {value!r}")
+            if not math.isfinite(value):
                 raise ValueError(f"controller parameter {name!r} must be finite")
         if not 0.0 < self.safety <= 1.0:
             raise ValueError(f"safety must be in (0, 1], got {self.safety}")

@@ -39,6 +39,8 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .base import AbstractStepper, LaneRHS, StepResult
 from .explicit_rk import ExplicitRungeKutta
 from .step import Step
@@ -106,19 +108,23 @@ class AutoSwitch(AbstractStepper):
         nonstiff = Tsit5() if nonstiff is None else nonstiff
         stiff = Rodas5P() if stiff is None else stiff
         _check_methods(nonstiff, stiff)
+        for name, value in (("stiff_tol", stiff_tol), ("nonstiff_tol", nonstiff_tol)):
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise TypeError(f"{name} must be a number, got {value!r}")
         if not 0.0 < nonstiff_tol <= stiff_tol:
             raise ValueError(
                 f"need 0 < nonstiff_tol <= stiff_tol, got nonstiff_tol={nonstiff_tol!r}, "
                 f"stiff_tol={stiff_tol!r}"
             )
         for name, value in (("stiff_steps", stiff_steps), ("nonstiff_steps", nonstiff_steps)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            integer = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            if not integer or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.nonstiff = nonstiff
         self.stiff = copy.copy(stiff)
         self.stiff.estimate_stiffness = True
         self.stiff_tol, self.nonstiff_tol = float(stiff_tol), float(nonstiff_tol)
-        self.stiff_steps, self.nonstiff_steps = stiff_steps, nonstiff_steps
+        self.stiff_steps, self.nonstiff_steps = int(stiff_steps), int(nonstiff_steps)
         self.boundary = nonstiff.tableau.real_stability_interval
         self.order = nonstiff.order
         self.error_order = nonstiff.error_order

@@ -6,6 +6,8 @@ import copy
 import math
 from typing import Any
 
+import numpy as np
+
 from .base import AbstractStepper, LaneRHS, StepResult
 from .newton import solve_stage
 from .step import Step
@@ -72,12 +74,14 @@ class TRBDF2(StiffMethod, AbstractStepper):
         max_iters: int = DEFAULT_MAX_ITERS,
     ) -> None:
         super().__init__(autodiff)
-        if not (isinstance(kappa, (int, float)) and 0.0 < kappa < 1.0):
+        number = isinstance(kappa, (int, float, np.number)) and not isinstance(kappa, bool)
+        if not (number and 0.0 < kappa < 1.0):
             raise ValueError(f"kappa must be a number in (0, 1), got {kappa!r}")
-        if isinstance(max_iters, bool) or not isinstance(max_iters, int) or max_iters < 1:
+        integer = isinstance(max_iters, (int, np.integer)) and not isinstance(max_iters, bool)
+        if not integer or max_iters < 1:
             raise ValueError(f"max_iters must be a positive integer, got {max_iters!r}")
         self.kappa = float(kappa)
-        self.max_iters = max_iters
+        self.max_iters = int(max_iters)
         self._tolerances: tuple[float, Any] | None = None
 
     def configure(self, rtol: float, atol: Any) -> TRBDF2:
