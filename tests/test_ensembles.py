@@ -760,6 +760,10 @@ def test_quantile_levels_are_checked():
     with pytest.raises(TypeError, match="quantiles must be a tuple of levels"):
         sim.summary(quantiles=0.5)
     np.testing.assert_array_equal(sim.quantile(np.float32(0.5)), np.median(sim.u, axis=0))
+    both = sim.quantile([0.0, 1.0])  # a sequence of levels: one slice each
+    np.testing.assert_array_equal(both, [sim.u.min(axis=0), sim.u.max(axis=0)])
+    with pytest.raises(ValueError, match=r"quantile level must be in \[0, 1\].*got 2"):
+        sim.quantile([0.5, 2])
 
 
 def test_indexing_a_solution_by_trajectory():

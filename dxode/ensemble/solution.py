@@ -252,10 +252,14 @@ class EnsembleSolution:
         """Variance over successful trajectories, ``(nsave, *shape)`` (see ``summary``)."""
         return _statistic("var", self._successful_host()[0])
 
-    def quantile(self, q: float) -> np.ndarray:
-        """Quantile ``q`` (in ``[0, 1]``) over successful trajectories, ``(nsave, *shape)``
-        (see ``summary``)."""
-        return _statistic("quantile", self._successful_host()[0], _quantile_level(q))
+    def quantile(self, q: Any) -> np.ndarray:
+        """Quantile ``q`` (in ``[0, 1]``) over successful trajectories, ``(nsave, *shape)``;
+        for a sequence of levels, ``(len(q), nsave, *shape)`` (see ``summary``)."""
+        if isinstance(q, (list, tuple, np.ndarray)) and np.ndim(q) == 1:
+            levels: Any = np.array([_quantile_level(level) for level in np.asarray(q).tolist()])
+        else:
+            levels = _quantile_level(q)
+        return _statistic("quantile", self._successful_host()[0], levels)
 
     def _successful_host(self) -> tuple[np.ndarray, np.ndarray]:
         """The successful trajectories' states and their shared save times, on the host."""
