@@ -27,7 +27,7 @@ import numpy as np
 from .. import _pytree
 from ..sensitivity.algorithms import DiscreteAdjoint
 from .adjoint_record import recorded_lanes
-from .batch import KernelBatch, check_callback_method, lane_params
+from .batch import KernelBatch, lane_params
 from .description import StepperDescription, describe
 from .ensemble_batch import check_state
 from .errors import ARRAY_PATH, KernelUnsupportedError
@@ -98,14 +98,11 @@ class KernelDiscreteAdjoint(DiscreteAdjoint):
     def event_lanes(
         self, static: Any, callbacks: Any, u0: Any, leaves: list[Any], t0: Any, t1: Any
     ) -> tuple[np.ndarray, ...] | None:
-        """The event pass by the plain CPU kernel with the callbacks (``None`` on CUDA: the
-        array path's pass, as for ``KernelForwardSensitivity``)."""
+        """The event pass by the plain kernel with the callbacks, on this device (as for
+        ``KernelForwardSensitivity``)."""
         from .event_pass import kernel_event_log
 
-        if self.device != "cpu":
-            check_callback_method(callbacks, static.options.alg)
-            return None
-        return kernel_event_log(static, callbacks, u0, leaves, t0, t1)
+        return kernel_event_log(static, callbacks, u0, leaves, t0, t1, self.device)
 
     def backward(
         self, static: Any, record: Any, leaves: list[Any], retcode: Any, t0: Any, g: Any

@@ -2,8 +2,9 @@
 
 A differentiated solve with callbacks first finds the events without gradients
 (``sensitivity.event_plan``); on the kernel path that pass is the plain kernel solve with the
-callbacks, so the events (and so the segments) are those of ``solve(kernel=True)`` without
-gradients, bit for bit, at a kernel's cost instead of the array path's.
+callbacks on the sensitivity algorithm's device, so the events (and so the segments) are those
+of the same solve without gradients on that device, bit for bit, at a kernel's cost instead of
+the array path's.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ def kernel_event_log(
     leaves: list[Any],
     t0: np.ndarray,
     t1: np.ndarray,
+    device: str = "cpu",
     **run: Any,
 ) -> tuple[np.ndarray, ...]:
     """The events of lanes ``u0`` ``(n, L)`` on spans ``t0``, ``t1`` ``(L,)`` with parameter
     leaf values ``leaves``: ``(lane, t, callback, retcode)`` as ``event_plan`` logs them (by
-    lane, in firing order), from the CPU kernel (``run``: ``run_cpu``'s block and threads).
+    lane, in firing order), from the kernel on ``device`` (``"cpu"``, with ``run``:
+    ``run_cpu``'s block and threads, or ``"cuda"``).
     A method the kernels run no callbacks with raises (``KernelBatch``), as without
     gradients."""
     u0 = np.ascontiguousarray(u0)
@@ -55,7 +58,12 @@ def kernel_event_log(
         tgrad=static.tgrad,
         callbacks=callbacks,
     )
-    result, events = run_events(lambda b: run_cpu(b, **run), batch)
+    if device == "cuda":
+        from .cuda import run_cuda
+
+        result, events = run_events(run_cuda, batch)
+    else:
+        result, events = run_events(lambda b: run_cpu(b, **run), batch)
     assert events is not None
     return (
         np.asarray(events.trajectory, dtype=np.int64),

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import _pytree
 from ..sensitivity.algorithms import DiscreteAdjoint, ForwardSensitivity
-from .batch import KernelBatch, check_callback_method, lane_params
+from .batch import KernelBatch, lane_params
 from .compiler import dtype_name, user_function_mode
 from .ensemble_batch import MAX_COMPONENTS, check_state
 from .errors import ARRAY_PATH, CUDA_GRADIENT_U, KernelUnsupportedError
@@ -164,17 +164,14 @@ class KernelForwardSensitivity(ForwardSensitivity):
     def event_lanes(
         self, static: Any, callbacks: Any, u0: Any, leaves: list[Any], t0: Any, t1: Any
     ) -> tuple[np.ndarray, ...] | None:
-        """The event pass by the plain CPU kernel with the callbacks (``None`` on CUDA: the
-        array path's pass). A method the kernels run no callbacks with raises, as without
-        gradients (on the CPU the kernel batch refuses it)."""
-        if self.device != "cpu":
-            check_callback_method(callbacks, static.options.alg)
-            return None
+        """The event pass by the plain kernel with the callbacks, on this device (on CUDA the
+        array path's pass found events where the array path's steps ended, not the CUDA
+        kernel's). A method the kernels run no callbacks with raises, as without gradients
+        (the kernel batch refuses it)."""
         from .event_pass import kernel_event_log
 
-        return kernel_event_log(
-            static, callbacks, u0, leaves, t0, t1, block=self.block_size, threads=self.threads
-        )
+        run = {"block": self.block_size, "threads": self.threads} if self.device == "cpu" else {}
+        return kernel_event_log(static, callbacks, u0, leaves, t0, t1, self.device, **run)
 
     def _adjoint_instead(self, static: Any, n: int, inputs: int) -> bool:
         """Whether the default hands this batch to the discrete adjoint: more than
