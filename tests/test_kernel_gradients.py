@@ -259,6 +259,49 @@ def test_comparison_on_time_and_math_functions_are_differentiated():
     np.testing.assert_allclose(kernel, array, rtol=1e-7)
 
 
+def _with_fixed_leaves(u, p, t):
+    x, v = u
+    k, terms, switch = p  # terms (an integer) and switch are not differentiated
+    series = 0.0
+    for _ in range(terms):
+        series = series * x + 1.0
+    drive = 0.5 if t > switch else 0.0
+    return [v, -k * x + 0.01 * series - drive * v]
+
+
+@pytest.mark.parametrize(
+    "sensealg",
+    [dxode.ForwardSensitivity(), dxode.DiscreteAdjoint(), "complex-step-parameter-pass"],
+)
+def test_leaves_that_are_not_differentiated_stay_real_in_the_complex_copy(sensealg, monkeypatch):
+    # f counts with one leaf and compares t with another; neither is differentiated, so
+    # complex step needs neither complex. The complex copy took every leaf as complex and
+    # refused f as not real-analytic, though the plain kernel and the array path take it.
+    if sensealg == "complex-step-parameter-pass":  # the adjoint's fallback to autograd
+        monkeypatch.setattr("dxode.kernels.adjoint_backward.autograd_rows", lambda *a: None)
+        sensealg = dxode.DiscreteAdjoint()
+
+    def loss(theta, kernel):
+        prob = dxode.ODEProblem(_with_fixed_leaves, theta[:2], (0.0, 2.0), (theta[2], 3, 1.0))
+        options = {"saveat": [1.0, 2.0], "tstops": [1.0], "rtol": 1e-10, "atol": 1e-10}
+        sensealg_of = sensealg if kernel else None
+        sol = dxode.solve(prob, "tsit5", kernel=kernel, sensealg=sensealg_of, **options)
+        return anp.sum(sol.u**2)
+
+    theta = np.array([0.7, 0.2, 1.3])
+    kernel = autograd.grad(loss)(theta, True)
+    np.testing.assert_allclose(kernel, autograd.grad(loss)(theta, False), rtol=1e-7)
+
+
+def test_a_comparison_on_a_differentiated_leaf_is_still_refused():
+    def loss(p):
+        prob = dxode.ODEProblem(_with_fixed_leaves, [0.7, 0.2], (0.0, 2.0), (1.3, 3, p))
+        return anp.sum(dxode.solve(prob, "tsit5", saveat=[2.0], kernel=True).u ** 2)
+
+    with pytest.raises(KernelUnsupportedError, match="comparisons"):
+        autograd.grad(loss)(1.0)
+
+
 def test_an_f_written_with_autograd_numpy_is_compiled_and_differentiated():
     """The array path's differentiable f (``anp.sin``, ``anp.exp``) runs in the kernel as
     NumPy, and complex step differentiates it."""
@@ -633,10 +676,14 @@ def test_parameter_rows_map_to_the_scalars_of_a_nested_p():
     lane_p = eval(layout.expression("0"), {"P": np.arange(1.0, 6.0)[:, None]})
     assert [eval(path, {"p": lane_p}) for path in paths] == [1.0, 2.0, 3.0, 4.0, 5.0]
     for row in range(5):
-        stepped = eval(_complex_params(layout.structure, paths, row), {"p": lane_p, "H": 1.0})
-        flat = [eval(path, {"p": stepped}) for path in paths]
+        text = _complex_params(layout.structure, paths, row, range(5))
+        flat = [eval(path, {"p": eval(text, {"p": lane_p, "H": 1.0})}) for path in paths]
         assert [z.imag for z in flat] == [1.0 if k == row else 0.0 for k in range(5)]
         assert [z.real for z in flat] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    # only the leaves holding a differentiated row are complex: here the first array
+    text = _complex_params(layout.structure, paths, 1, [0, 1])
+    flat = [eval(path, {"p": eval(text, {"p": lane_p, "H": 1.0})}) for path in paths]
+    assert [isinstance(z, complex) for z in flat] == [True, True, False, False, False]
 
 
 def _shifted_start(theta):

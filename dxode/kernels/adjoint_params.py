@@ -30,9 +30,9 @@ import numpy as np
 
 from .. import _pytree
 from .compiler import _import, _write_source
-from .complex_step import STEP, complex_copy
+from .complex_step import STEP, check_compiles, complex_copy
 from .rhs_source import ParamLayout, function_key, numba_ready, where_defined
-from .sensitivity_rhs import _complex_params, _RowsToTuples, param_paths
+from .sensitivity_rhs import _complex_params, _RowsToTuples, complex_rows, param_paths
 
 __all__ = ["autograd_rows", "compiled_rows"]
 
@@ -150,7 +150,8 @@ def compiled_rows(
 ) -> np.ndarray:
     """``(len(rows), L)``: each lane's cotangent of parameter rows ``rows``, from the
     problem's ``paramjac`` (``PJ[i][r]``) or by complex step, compiled."""
-    module = _module(f, n, as_array, layout, rows, paramjac)
+    example = None if layout.is_none else eval(layout.expression("0"), {"P": params[:, :1]})
+    module = _module(f, n, as_array, layout, rows, paramjac, example)
     out = np.zeros((len(rows), params.shape[1]))
     module.pbar(record["y"], record["t"], record["kbar"], record["lane"], params, out)
     return out
@@ -189,9 +190,8 @@ def _source(
             terms = " + ".join(f"PJ[{m}][{row}] * KB[e, {m}]" for m in range(n))
         else:
             u = state([f"complex(YS[e, {m}], 0.0)" for m in range(n)], "complex128")
-            lines.append(
-                f"        c = user_cplx({u}, {_complex_params(layout.structure, paths, row)}, t)"
-            )
+            pc = _complex_params(layout.structure, paths, row, rows)
+            lines.append(f"        c = user_cplx({u}, {pc}, t)")
             terms = " + ".join(f"(c[{m}].imag / H) * KB[e, {m}]" for m in range(n))
         lines.append(f"        OUT[{d}, g] += {terms}")
     return "\n".join(lines) + "\n"
@@ -204,6 +204,7 @@ def _module(
     layout: ParamLayout,
     rows: list[int],
     paramjac: Callable[..., Any] | None,
+    p_example: Any,
 ) -> Any:
     import numba
 
@@ -220,7 +221,9 @@ def _module(
         if paramjac is not None:
             module.user_pjac = inline(numba_ready(paramjac, _RowsToTuples()))
         else:
-            module.user_cplx = inline(complex_copy(f))
+            copy = complex_copy(f)
+            check_compiles(copy, f, n, as_array, p_example, complex_rows(layout.structure, rows))
+            module.user_cplx = inline(copy)
         module.pbar = numba.njit(cache=True, nogil=True, error_model="numpy")(module.pbar)
         _MODULES[digest] = module
     return module

@@ -22,11 +22,12 @@ from __future__ import annotations
 import ast
 import cmath
 import inspect
+import itertools
 import math
 import re
 import textwrap
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -337,20 +338,28 @@ def _refused_by_name(f: Callable[..., Any]) -> list[str]:
 
 
 def check_compiles(
-    copy: Callable[..., Any], f: Callable[..., Any], n: int, as_array: bool, p_example: Any
+    copy: Callable[..., Any],
+    f: Callable[..., Any],
+    n: int,
+    as_array: bool,
+    p_example: Any,
+    complex_rows: Collection[int] = (),
 ) -> None:
     """Type-check the complex copy for complex ``u`` (a tuple, or an array with ``as_array``)
-    and ``p`` (real and complex): a ``KernelUnsupportedError`` with numba's reason where it
-    does not compile (typically a comparison of a value that depends on ``u`` or ``p``)."""
+    and ``p`` real, and with its parameter rows ``complex_rows`` complex (those of the
+    differentiated leaves, as ``sensitivity_rhs.complex_params`` passes them): a
+    ``KernelUnsupportedError`` with numba's reason where it does not compile (typically a
+    comparison of a value that depends on ``u`` or ``p``)."""
     import numba
     from numba.core import types
 
     u_type = (
         types.Array(types.complex128, 1, "C") if as_array else types.UniTuple(types.complex128, n)
     )
-    as_complex = _map_scalars(lambda x: complex(x), p_example)
+    rows = itertools.count()  # the scalars of p in parameter-row order
+    as_complex = _map_scalars(lambda x: complex(x) if next(rows) in complex_rows else x, p_example)
     try:
-        for p in (p_example, as_complex):
+        for p in (p_example, as_complex) if complex_rows else (p_example,):
             numba.njit(copy).compile((u_type, numba.typeof(p), types.float64))
     except numba_refusals() as err:
         reason = str(err).split("During: ")[0].strip()

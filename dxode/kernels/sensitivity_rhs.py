@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -79,15 +79,40 @@ def param_paths(structure: Any, prefix: str = "p") -> list[str]:
     return [f"{prefix}[{k}]" for k in range(structure)]
 
 
-def _complex_params(structure: Any, paths: list[str], row: int) -> str:
-    """One lane's ``p`` as complex numbers, parameter row ``row`` stepped by ``i STEP``."""
+def complex_rows(structure: Any, stepped: Collection[int]) -> set[int]:
+    """The parameter rows of the leaves of ``p`` that hold a row of ``stepped``: the rows the
+    complex copy of ``f`` takes as complex numbers."""
+    counter = iter(range(len(param_paths(structure))))
+    found: set[int] = set()
+
+    def visit(item: Any) -> None:
+        if isinstance(item, tuple):
+            for x in item:
+                visit(x)
+            return
+        rows = [next(counter) for _ in range(max(item, 1))]
+        if any(k in stepped for k in rows):
+            found.update(rows)
+
+    visit(structure)
+    return found
+
+
+def _complex_params(structure: Any, paths: list[str], row: int, stepped: Collection[int]) -> str:
+    """One lane's ``p`` with parameter row ``row`` stepped by ``i STEP``: the leaves holding a
+    row of ``stepped`` (the differentiated ones) as complex numbers, the others as they are,
+    so that a leaf ``f`` uses as an integer (``range(p[1])``) or compares is not complex."""
     counter = iter(range(len(paths)))
+    as_complex = complex_rows(structure, stepped)
 
     def build(item: Any) -> str:
         if isinstance(item, tuple):
             return "(" + "".join(f"{build(x)}, " for x in item) + ")"
         rows = [next(counter) for _ in range(max(item, 1))]
-        texts = [f"complex({paths[k]}, {'H' if k == row else '0.0'})" for k in rows]
+        texts = [
+            f"complex({paths[k]}, {'H' if k == row else '0.0'})" if k in as_complex else paths[k]
+            for k in rows
+        ]
         return texts[0] if item == 0 else "(" + "".join(f"{x}, " for x in texts) + ")"
 
     return build(structure)
@@ -107,6 +132,7 @@ def _source(
     through ``returned_rows.rows_of``: an array short of rows is refused, not read past)."""
     D = len(rows)
     paths = [] if layout.is_none else param_paths(layout.structure)
+    stepped = {row for row in rows if row is not None}
     lines = [
         f'"""dxode forward sensitivities: n={n}, {D} directions (generated)."""',
         "import numpy as np",
@@ -153,7 +179,7 @@ def _source(
                 out.append(total if row is None else f"({total} + PJ[{m}][{row}])")
             continue
         z = state([f"complex(y[{m}], H * {s[m]})" for m in range(n)], "complex128")
-        pc = "p" if row is None else _complex_params(layout.structure, paths, row)
+        pc = "p" if row is None else _complex_params(layout.structure, paths, row, stepped)
         body(f"    c{d} = user_cplx({z}, {pc}, t)")
         checked(f"c{d}")
         out += [f"c{d}[{m}].imag / H" for m in range(n)]
@@ -203,7 +229,9 @@ def augmented_rhs(
                 module.user_pjac = register_jitable(numba_ready(paramjac, _RowsToTuples()))  # type: ignore[arg-type]
         else:
             copy = complex_copy(f)
-            check_compiles(copy, f, n, as_array, p_example)
+            stepped = {row for row in rows if row is not None}
+            as_complex = set() if layout.is_none else complex_rows(layout.structure, stepped)
+            check_compiles(copy, f, n, as_array, p_example, as_complex)
             module.user_cplx = register_jitable(copy)
         module.f_aug.user_function = f  # what CompiledKernel.call's messages name
         _MODULES[digest] = module
