@@ -302,6 +302,65 @@ def test_a_comparison_on_a_differentiated_leaf_is_still_refused():
         autograd.grad(loss)(1.0)
 
 
+def _duffing(u, p, t):
+    x, v = u
+    k, n = p  # n: an integer power, as an argument
+    return [v, -k * x - x**3 - 0.1 * v + 0.2 * x**n + pow(x, 5.0) * np.power(x, -1)]
+
+
+@pytest.mark.parametrize("sensealg", [dxode.ForwardSensitivity(), dxode.DiscreteAdjoint()])
+def test_powers_of_a_negative_base_are_differentiated(sensealg):
+    # numba raises a complex number to a power through its polar form; for a negative base
+    # its angle (about pi) rounds by 1e-16, which swamped complex step's 1e-30: the gradient
+    # came out 1e10 times too large, silently, once x went negative
+    def loss(theta, kernel):
+        prob = dxode.ODEProblem(_duffing, theta[:2], (0.0, 2.0), (theta[2], 2))
+        options = {"saveat": [1.0, 2.0], "rtol": 1e-10, "atol": 1e-10}
+        sol = dxode.solve(prob, "tsit5", kernel=kernel, sensealg=sensealg, **options)
+        return anp.sum(sol.u**2)
+
+    theta = np.array([0.7, 0.2, 1.3])
+    kernel = autograd.grad(loss)(theta, True)
+    np.testing.assert_allclose(kernel, autograd.grad(loss)(theta, False), rtol=1e-7)
+
+
+def test_the_power_by_parts_is_the_real_power_and_its_derivative():
+    from dxode.kernels.complex_step import complex_copy, complex_power
+
+    h = 2.0**-100
+    for x in (-2.0, -0.3, 0.3):
+        for e in (1, 3, -1, 3.0):
+            z = complex_power(complex(x, h), e)
+            assert z.real == x**e and z.imag / h == pytest.approx(e * x ** (e - 1), rel=1e-14)
+    assert complex_power(0.5, 3) == 0.125  # real arguments: the real power
+
+    import numba
+
+    copy = numba.njit(complex_copy(_duffing))
+    for x in (-2.0, -0.3, 0.3):
+        c = copy((complex(x, h), 0.0j), (1.3, 2), 0.0)
+        slope = -1.3 - 3 * x**2 + 0.4 * x + 4 * x**3  # pow(x, 5.0) * x**-1 is x**4
+        assert c[1].imag / h == pytest.approx(slope, rel=1e-13)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [lambda u, p, t: [u[1], -p[0] * u[0] ** 3 - p[1] * u[1]], "helper"],
+    ids=["lambda", "compiled-helper"],
+)
+def test_powers_complex_step_cannot_rewrite_are_refused(f):
+    import numba
+
+    if f == "helper":
+        f = _calling_helper(numba.njit(_helper_cube))
+    with pytest.raises(KernelUnsupportedError, match=r"\*\*"):
+        _grad_wrt_p(f)
+
+
+def _helper_cube(v):
+    return v**3
+
+
 def test_an_f_written_with_autograd_numpy_is_compiled_and_differentiated():
     """The array path's differentiable f (``anp.sin``, ``anp.exp``) runs in the kernel as
     NumPy, and complex step differentiates it."""

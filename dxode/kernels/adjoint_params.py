@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
+from .codegen import CODEGEN_VERSION
 from .compiler import _import, _write_source
 from .complex_step import STEP, check_compiles, complex_copy
 from .rhs_source import ParamLayout, function_key, numba_ready, where_defined
@@ -162,7 +163,8 @@ def _source(
 ) -> str:
     paths = param_paths(layout.structure)
     lines = [
-        f'"""dxode kernel adjoint parameter rows: n={n}, {len(rows)} rows (generated)."""',
+        f'"""dxode kernel adjoint parameter rows: n={n}, {len(rows)} rows '
+        f'(generated; codegen {CODEGEN_VERSION})."""',
         "import numpy as np",
         f"H = {STEP!r}",
         "user_cplx = user_pjac = None  # bound after import",

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .codegen import CODEGEN_VERSION
 from .compiler import _import, _write_source
 from .complex_step import STEP, check_compiles, complex_copy
 from .errors import CUDA_GRADIENT_U, KernelUnsupportedError
@@ -172,7 +173,8 @@ def _source(
     and the lane loop ``lanes`` (``params``: one lane's ``p`` from ``P[k, g]``; ``stages``:
     the method's main and extra stages, a constant of the CUDA module only)."""
     lines = [
-        f'"""dxode kernel discrete adjoint sweep: n={n}, target {target} (generated)."""',
+        f'"""dxode kernel discrete adjoint sweep: n={n}, target {target} '
+        f'(generated; codegen {CODEGEN_VERSION})."""',
         "import numpy as np",
         f"H = {STEP!r}",
         "user_real = user_cplx = user_jac = None  # bound after import",

@@ -15,12 +15,18 @@ what takes a complex number apart (``np.conj``, ``np.real``, ``.real``, ``.conju
 derivative of something else (the modulus, the real part), a silently wrong gradient.
 Comparisons of values that depend on ``u`` or ``p`` (``if x > 0:``) do not compile for
 complex numbers; ``compiler``-time errors say so (comparisons on ``t`` alone are fine).
+
+Powers (``**``, ``pow``, ``np.power``, ``math.pow``) become ``complex_power``: numba's complex
+power goes through the polar form, which loses the step for a negative base (``x ** 3`` at
+``x < 0``). Where they cannot be rewritten (an ``f`` without source, a compiled helper ``f``
+calls) they are refused.
 """
 
 from __future__ import annotations
 
 import ast
 import cmath
+import dis
 import inspect
 import itertools
 import math
@@ -130,13 +136,84 @@ NOT_ANALYTIC_HINT = (
 )
 
 
+def complex_power(z, w):  # type: ignore[no-untyped-def]
+    """``z ** w`` for the complex copy: the real power ``x ** c`` of the real parts, and as
+    imaginary part its first-order change ``c x^(c-1) Im z + x^c log(x) Im w``.
+
+    numba (and CPython for non-integer exponents) raise a complex number to a power through
+    its polar form, ``exp(w log z)``: for a base with a negative real part the angle is
+    about pi, whose rounding (1e-16) swamps the step's 1e-30 imaginary part, so complex
+    step returned derivatives of 1e13 for ``x ** 3`` at ``x = -0.3`` (numba writes out only
+    the square). Real arguments give the real power, as in ``f``; so does this function
+    under numba (an overload, ``_register_power``) and in Python (the CUDA simulator)."""
+    if not (np.iscomplexobj(z) or np.iscomplexobj(w)):
+        return z**w
+    x, dx, c, dc = np.real(z), np.imag(z), np.real(w), np.imag(w)
+    with np.errstate(all="ignore"):
+        value = x**c
+        slope = np.where(dx != 0, dx * (c * x ** (c - 1)), 0.0)
+        slope = slope + np.where(dc != 0, dc * value * np.log(x), 0.0)
+    if np.ndim(value) == 0:
+        return complex(value, slope)
+    return value + 1j * slope
+
+
+def _register_power() -> None:
+    """``complex_power`` under numba: ``z ** w`` for real arguments, else the power by parts
+    (scalars by branches, arrays elementwise)."""
+    global _POWER_REGISTERED
+    if _POWER_REGISTERED:
+        return
+    from numba.core import types
+    from numba.extending import overload
+
+    def is_complex(ty: Any) -> bool:
+        return isinstance(getattr(ty, "dtype", ty), types.Complex)
+
+    # no annotations: numba compares the typing and implementation signatures, annotations
+    # included
+    @overload(complex_power, target="generic")
+    def _power(z, w):  # type: ignore[no-untyped-def]
+        if not (is_complex(z) or is_complex(w)):
+            return lambda z, w: z**w
+        if isinstance(z, types.Array) or isinstance(w, types.Array):
+
+            def by_elements(z, w):  # type: ignore[no-untyped-def]
+                x, dx, c, dc = np.real(z), np.imag(z), np.real(w), np.imag(w)
+                value = x**c
+                slope = np.where(dx != 0, dx * (c * x ** (c - 1)), 0.0)
+                slope = slope + np.where(dc != 0, dc * value * np.log(x), 0.0)
+                return value + 1j * slope
+
+            return by_elements
+
+        def by_parts(z, w):  # type: ignore[no-untyped-def]
+            x, dx, c, dc = z.real, z.imag, w.real, w.imag
+            value = x**c
+            slope = 0.0
+            if dx != 0 and c != 0:
+                slope += dx * (c * x ** (c - 1))
+            if dc != 0:
+                slope += dc * value * (np.log(x) if x > 0 else np.nan)
+            return complex(value, slope)
+
+        return by_parts
+
+    _POWER_REGISTERED = True
+
+
+_POWER_REGISTERED = False
+
+
 class _ToComplex(ast.NodeTransformer):
-    """``math.X`` becomes ``cmath.X``; non-analytic calls are collected as ``refused``."""
+    """``math.X`` becomes ``cmath.X`` and powers ``complex_power``; non-analytic calls are
+    collected as ``refused``."""
 
     def __init__(self, globals_: dict[str, Any]) -> None:
         self.globals = globals_
         self.refused: list[str] = []
         self.rewrote = False  # whether f's source was there to rewrite
+        self.powers: list[str] = []  # the powers rewritten (refused in compiled helpers)
 
     def _module(self, node: ast.AST) -> Any:
         return numpy_twin(self.globals.get(node.id)) if isinstance(node, ast.Name) else None
@@ -161,6 +238,39 @@ class _ToComplex(ast.NodeTransformer):
             self.refused.append(f"np.linalg.{node.attr} (line {node.lineno})")
         elif module is None and node.attr in _NOT_ANALYTIC_ATTRIBUTES:
             self.refused.append(f".{node.attr} (line {node.lineno})")
+        return self.generic_visit(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> Any:
+        node = self.generic_visit(node)
+        if not isinstance(node.op, ast.Pow):
+            return node
+        self.powers.append(f"** (line {node.lineno})")
+        return ast.copy_location(_power_call(node.left, node.right), node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> Any:
+        node = self.generic_visit(node)
+        if not isinstance(node.op, ast.Pow) or not isinstance(node.target, ast.Name):
+            return node
+        self.powers.append(f"**= (line {node.lineno})")
+        value = _power_call(ast.Name(id=node.target.id, ctx=ast.Load()), node.value)
+        return ast.copy_location(ast.Assign(targets=[node.target], value=value), node)
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        function = node.func
+        name = function.id if isinstance(function, ast.Name) else None
+        module = self._module(function.value) if isinstance(function, ast.Attribute) else None
+        value = numpy_twin(self.globals.get(name)) if name is not None else None
+        power = (
+            (name == "pow" and value is None and name not in getattr(self, "local", ()))
+            or value is np.power
+            or value is math.pow
+            or (module is np and function.attr == "power")
+            or (module is math and function.attr == "pow")
+        )
+        if power and len(node.args) == 2 and not node.keywords:
+            self.powers.append(f"{ast.unparse(function)} (line {node.lineno})")
+            args = [self.visit(arg) for arg in node.args]
+            return ast.copy_location(_power_call(*args), node)
         return self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
@@ -199,6 +309,12 @@ class _ToComplex(ast.NodeTransformer):
         return node
 
 
+def _power_call(base: ast.expr, exponent: ast.expr) -> ast.Call:
+    return ast.Call(
+        func=ast.Name(id="_dxode_power", ctx=ast.Load()), args=[base, exponent], keywords=[]
+    )
+
+
 def _is_linalg(module: Any, node: ast.AST, globals_: dict[str, Any]) -> bool:
     """Whether ``node`` (whose module, if a name, is ``module``) is ``np.linalg``: a name
     bound to it, or the attribute ``linalg`` of NumPy."""
@@ -229,7 +345,8 @@ def complex_copy(f: Callable[..., Any], what: str = "f") -> Callable[..., Any]:
     ``p``: its ``math`` calls become ``cmath`` calls. Raises ``KernelUnsupportedError``
     naming what complex step cannot differentiate."""
     rewrite = _ToComplex(getattr(f, "__globals__", {}))
-    copy = numba_ready(f, rewrite, {"_dxode_cmath": cmath})
+    _register_power()
+    copy = numba_ready(f, rewrite, {"_dxode_cmath": cmath, "_dxode_power": complex_power})
     refused, how = rewrite.refused, ""
     if not rewrite.rewrote and hasattr(f, "__code__"):
         refused = _refused_by_name(f)
@@ -270,7 +387,9 @@ def _refused_in_compiled_helpers(f: Callable[..., Any], seen: set[int]) -> list[
             tree = ast.parse(textwrap.dedent(inspect.getsource(py_func)))
             ast.increment_lineno(tree, py_func.__code__.co_firstlineno - 1)
             rewrite.visit(tree)
-            found = rewrite.refused
+            # powers too: the helper runs as compiled, with numba's complex power (see
+            # complex_power), not rewritten
+            found = rewrite.refused + rewrite.powers
         except (OSError, TypeError, SyntaxError):
             found = _refused_by_name(py_func)
         name = getattr(py_func, "__name__", "?")
@@ -334,7 +453,24 @@ def _refused_by_name(f: Callable[..., Any]) -> list[str]:
             refused.add(f"np.linalg.{name}")
         if math in modules and hasattr(math, name) and name not in _MATH_CONSTANTS:
             refused.add(f"math.{name}")
+        if (name == "pow" and value is None) or value is np.power:
+            refused.add(name)  # numba's complex power (see complex_power)
+        if np in modules and name == "power":
+            refused.add("np.power")
+    if _raises_to_powers(f.__code__):
+        refused.add("**")
     return sorted(refused)
+
+
+def _raises_to_powers(code: types.CodeType) -> bool:
+    """Whether ``code`` (or a function defined in it) has a ``**``: without the source to
+    rewrite it into ``complex_power``, numba's complex power would differentiate it."""
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("BINARY_POWER", "INPLACE_POWER") or (
+            instruction.opname == "BINARY_OP" and instruction.argrepr in ("**", "**=")
+        ):
+            return True
+    return any(_raises_to_powers(c) for c in code.co_consts if isinstance(c, types.CodeType))
 
 
 def check_compiles(
