@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import array_api_compat
 import numpy as np
 
 from ..solvers import Step
@@ -58,7 +59,7 @@ class DenseOutput:
         like = steps["t"]
         try:
             # Numbers only: asarray would read "0.5" as 0.5, True as 1 and None as nan.
-            if _dtype_kind(t) not in "fiu":
+            if not _real_numbers(t):
                 raise TypeError
             tq = xp.asarray(t, dtype=like.dtype, device=getattr(like, "device", None))
         except (TypeError, ValueError):
@@ -97,6 +98,10 @@ class DenseOutput:
         return values[0, ...] if scalar else values
 
 
-def _dtype_kind(t: Any) -> str:
-    """The NumPy kind of ``t``'s dtype (of its array, or of a number or a list of them)."""
-    return np.dtype(t.dtype if hasattr(t, "dtype") else np.asarray(t).dtype).kind
+def _real_numbers(t: Any) -> bool:
+    """Whether ``t`` holds real numbers (integers or floats): an array of any array-API
+    library by its dtype, a number or a list of them as NumPy reads it."""
+    if array_api_compat.is_array_api_obj(t) and hasattr(t, "dtype"):
+        xp = array_api_compat.array_namespace(t)
+        return bool(xp.isdtype(t.dtype, ("real floating", "integral")))
+    return np.asarray(t).dtype.kind in "fiu"
