@@ -8,7 +8,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ._validation import refuse_traced
+from ._validation import holds_real_numbers, refuse_traced
 from .backends import to_host
 
 # The most points a ``saveat`` interval may make (explicit arrays of times are not limited).
@@ -142,10 +142,9 @@ def _checked_grid(name: str, values: Any, t0: float, t1: float, direction: float
     if array_api_compat.is_array_api_obj(values) and not isinstance(values, np.ndarray):
         values = to_host(values)
     try:
-        grid = np.asarray(values)
-        if grid.dtype.kind not in "fiu":  # float64 would read "0.5" as 0.5, True as 1
+        if not holds_real_numbers(values):  # float64 would read "0.5" as 0.5, True as 1
             raise TypeError
-        grid = grid.astype(np.float64)
+        grid = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must be a 1-D sequence of times, got {values!r}") from exc
     if grid.ndim == 0:  # saveat's scalars are intervals, handled before

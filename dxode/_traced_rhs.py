@@ -33,7 +33,7 @@ _PLAIN_NUMPY = (
 )
 
 
-def _hides_the_trace(exc: Exception) -> bool:
+def hides_the_trace(exc: Exception) -> bool:
     """Whether ``exc``, raised while autograd traced ``f``, comes from plain NumPy meeting a
     traced value: a function that cannot take autograd's boxes, or a traced value written
     into a float array ("setting an array element with a sequence")."""
@@ -119,7 +119,7 @@ class TracedRHS:
                     y, *[leaves[i] for i in diff_idx]
                 )
         except (TypeError, AttributeError, ValueError) as exc:
-            if not _hides_the_trace(exc):
+            if not hides_the_trace(exc):
                 raise
             raise TypeError(_PLAIN_NUMPY) from exc
         if getattr(value, "dtype", None) == np.dtype(object):
@@ -214,7 +214,7 @@ class TracedRHS:
                 jvp = autograd.make_jvp(call, argnum=argnums)(y, *[leaves[i] for i in idx])
                 value, value_dot = jvp((y_dot, *[leaf_dots[i] for i in idx]))
         except (TypeError, AttributeError, ValueError) as exc:
-            if not _hides_the_trace(exc):
+            if not hides_the_trace(exc):
                 raise
             raise TypeError(_PLAIN_NUMPY) from exc
         if getattr(value_dot, "dtype", None) == np.dtype(object):

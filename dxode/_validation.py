@@ -65,6 +65,16 @@ def as_state_array(name: str, value: Any) -> Array:
     return array
 
 
+def holds_real_numbers(values: Any) -> bool:
+    """Whether ``values`` holds real numbers (integers or floats; not booleans, strings or
+    complex numbers): an array of any array-API library by its dtype, a number or a sequence
+    of them as NumPy reads it (``ValueError`` for a ragged one)."""
+    if array_api_compat.is_array_api_obj(values) and hasattr(values, "dtype"):
+        xp = array_api_compat.array_namespace(values)
+        return bool(xp.isdtype(values.dtype, ("real floating", "integral")))
+    return np.asarray(values).dtype.kind in "fiu"
+
+
 def check_finite(name: str, array: Array) -> None:
     """Raise if a floating array holds NaN or inf."""
     if isinstance(array, np.ndarray):  # directly: the namespace lookup costs more than the check

@@ -300,15 +300,28 @@ def _bounce_in_place(u, p, t, fired):
     return u
 
 
+def _bounce_into_a_new_array(u, p, t, fired):
+    new = np.empty(u.shape)
+    new[0], new[1] = u[0], -p[1] * u[1]
+    return new
+
+
 @pytest.mark.parametrize(
     ("condition", "affect", "message"),
     [
         (ground, lambda u, p, t, fired: np.array([u[0], -p[1] * u[1]]), "affect .*plain `numpy`"),
         (ground, _bounce_in_place, "affect .*changes u in place.*return the new state"),
+        (ground, _bounce_into_a_new_array, "affect .*writes a traced value into a NumPy"),
         (lambda u, p, t: np.array(u[0]), bounce, "condition .*plain `numpy`"),
         (lambda u, p, t: math.sin(u[0]), bounce, "condition .*autograd says: must be real"),
     ],
-    ids=["np.array affect", "in-place affect", "np.array condition", "math.sin condition"],
+    ids=[
+        "np.array affect",
+        "in-place affect",
+        "affect writing into np.empty",
+        "np.array condition",
+        "math.sin condition",
+    ],
 )
 @pytest.mark.parametrize("lanes", [False, True], ids=["single", "ensemble"])
 def test_a_callback_autograd_cannot_trace_is_refused_by_name(condition, affect, message, lanes):

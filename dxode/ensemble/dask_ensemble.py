@@ -165,15 +165,14 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
     def _lasting_client(self) -> Any:
         if self.client is not None:
             return _running(self.client)
-        distributed = _import_distributed()
-        try:
-            return distributed.default_client()
-        except ValueError:
+        client = _default_client()
+        if client is None:
             raise ValueError(
                 "a differentiated EnsembleDask solve needs a running cluster (its backward "
                 "pass runs later on the workers that hold the forward pass's steps): pass "
                 "EnsembleDask(client) or start a default client, e.g. with dxode.local_cluster()"
-            ) from None
+            )
+        return client
 
     def _progress(self) -> bool:
         return self.progress if self.progress is not None else sys.stderr.isatty()
@@ -213,7 +212,7 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
                 f"{func}'s values instead, which come back to the driver: use output='memory' "
                 f"(the default), or no {func} to keep the states on the workers or in Zarr"
             )
-        if self.output == "dask" and self.client is None and not _has_default_client():
+        if self.output == "dask" and self.client is None and _default_client() is None:
             raise ValueError(
                 "output='dask' keeps the saved states on the workers, but without a client "
                 "EnsembleDask starts a LocalCluster for the call and closes it afterwards, with "
@@ -700,10 +699,8 @@ def _progress_bar(total: int) -> Any:
 def _thread_count(client: Any) -> int:
     """Worker threads of ``client`` (or of the default client, or this machine's cores)."""
     if client is None:
-        with contextlib.suppress(ImportError, ValueError):
-            from distributed import default_client
-
-            client = default_client()
+        with contextlib.suppress(ImportError):
+            client = _default_client()
     if client is not None:
         return max(1, sum(_running(client).nthreads().values()))
     return os.cpu_count() or 1
@@ -731,27 +728,23 @@ def _import_distributed() -> Any:
     return distributed
 
 
-def _has_default_client() -> bool:
-    distributed = _import_distributed()
+def _default_client() -> Any:
+    """The running default client, or ``None`` when there is none yet."""
     try:
-        distributed.default_client()
+        return _import_distributed().default_client()
     except ValueError:  # no client yet
-        return False
-    return True
+        return None
 
 
 @contextlib.contextmanager
 def _client_for(client: Any) -> Iterator[Any]:
     """The given client, the current default client, or an embedded LocalCluster's."""
-    distributed = _import_distributed()
     if client is None:
-        try:
-            client = distributed.default_client()
-        except ValueError:  # no client yet
-            client = None
+        client = _default_client()
     if client is not None:
         yield _running(client)
         return
+    distributed = _import_distributed()
     from .cluster import local_cluster
 
     with local_cluster() as cluster, distributed.Client(cluster) as embedded:

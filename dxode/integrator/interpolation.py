@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import array_api_compat
-import numpy as np
-
+from .._validation import holds_real_numbers
 from ..solvers import Step
 
 Array = Any
@@ -59,7 +57,7 @@ class DenseOutput:
         like = steps["t"]
         try:
             # Numbers only: asarray would read "0.5" as 0.5, True as 1 and None as nan.
-            if not _real_numbers(t):
+            if not holds_real_numbers(t):
                 raise TypeError
             tq = xp.asarray(t, dtype=like.dtype, device=getattr(like, "device", None))
         except (TypeError, ValueError):
@@ -96,12 +94,3 @@ class DenseOutput:
             at_end = xp.reshape(tq == self.t_end, (-1,) + (1,) * (values.ndim - 1))
             values = xp.where(at_end, self._end_state, values)
         return values[0, ...] if scalar else values
-
-
-def _real_numbers(t: Any) -> bool:
-    """Whether ``t`` holds real numbers (integers or floats): an array of any array-API
-    library by its dtype, a number or a list of them as NumPy reads it."""
-    if array_api_compat.is_array_api_obj(t) and hasattr(t, "dtype"):
-        xp = array_api_compat.array_namespace(t)
-        return bool(xp.isdtype(t.dtype, ("real floating", "integral")))
-    return np.asarray(t).dtype.kind in "fiu"

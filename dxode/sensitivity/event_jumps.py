@@ -28,13 +28,16 @@ from typing import Any
 import numpy as np
 
 from .._lane_problem import lane_values, parameters_for
-from .._traced_rhs import _as_traced_array
+from .._traced_rhs import _as_traced_array, hides_the_trace
 from ..events.callbacks import ContinuousCallback
 from .passes import plain_rhs_for
 
 Array = Any
 
 _IN_PLACE = "it changes u in place (u[1] = ...), which autograd cannot trace"
+_WRITTEN_INTO = (
+    "it writes a traced value into a NumPy array (out[0] = ...), which autograd cannot trace"
+)
 _PLAIN_NUMPY = (
     "it applied a plain `numpy` function (np.array, np.stack, np.concatenate, ...) to a value "
     "autograd is tracing"
@@ -171,10 +174,13 @@ def _traced_call(k: int, what: str, fn: Any, *args: Any) -> Any:
     which the next segment's start carried into ``f``)."""
     try:
         out = fn(*args)
-    except (TypeError, AttributeError) as exc:
-        if "Box" not in str(exc):
+    except (TypeError, AttributeError, ValueError) as exc:
+        if not hides_the_trace(exc):
             raise
-        why = _IN_PLACE if "item assignment" in str(exc) else f"autograd says: {exc}"
+        if isinstance(exc, ValueError):
+            why = _WRITTEN_INTO
+        else:
+            why = _IN_PLACE if "item assignment" in str(exc) else f"autograd says: {exc}"
         raise TypeError(_refusal(k, what, why)) from exc
     rows = out if type(out) in (list, tuple) else [out]
     if any(getattr(row, "dtype", None) == np.dtype(object) for row in rows):

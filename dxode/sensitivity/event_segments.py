@@ -51,9 +51,7 @@ def solve_segmented(
     values = _leaves_with(static, [np.asarray(getval(v)) for v in diff_values])
     u0_value = np.asarray(getval(u0_lanes))
     log = find_events(static, callbacks, u0_value, values, _Pass(scheduler))
-    plan = plan_segments(
-        log, static.t0, static.t1, static.save_grid, static.tstops, static.dtype
-    )
+    plan = plan_segments(log, static.t0, static.t1, static.save_grid, static.tstops, static.dtype)
     _check_sensealg(static, plan)
     jumps = EventJumps(static, callbacks, _leaves_with(static, diff_values), values)
     first = jumps.at(u0_lanes, plan.points[:, 0], plan.fires[0])
