@@ -16,6 +16,10 @@ class ReturnCode(enum.IntEnum):
     Unstable = 3
     Terminated = 4
 
+    def __str__(self) -> str:
+        """The name (``print(sol.retcode)`` shows ``Success``, not ``0``)."""
+        return self.name
+
     @property
     def successful(self) -> bool:
         """True for ``Success`` and ``Terminated`` (a callback ended the trajectory on purpose)."""

@@ -269,6 +269,12 @@ def test_retcode_messages_are_actionable():
     assert not ReturnCode.Unstable.successful
 
 
+def test_a_retcode_prints_its_name_and_still_counts_as_its_number():
+    # print(sol.retcode) showed "0" (IntEnum's str); the number stays for arrays and format
+    assert str(ReturnCode.MaxIters) == f"{ReturnCode.MaxIters}" == "MaxIters"
+    assert ReturnCode.MaxIters == 1 and f"{ReturnCode.MaxIters:d}" == "1"
+
+
 def _falling_as_one_array(u, p, t):
     return np.array([u[1], -p[0]])  # a row of lanes beside a number: ragged in an ensemble
 
