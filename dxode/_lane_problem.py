@@ -9,6 +9,7 @@ for the per-lane leaf values ``params``, the lanes' states and spans, a save gri
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from . import _pytree
 from ._derivatives import Derivatives, LaneFunction
-from ._rhs import checked_first_call, lane_rhs, single_lane_rhs
+from ._rhs import SingleLaneRHS, checked_first_call, lane_rhs
 from .events.lanes import LaneEvents
 from .integrator.loop import LaneProblem
 
@@ -26,14 +27,17 @@ PFor = Callable[[tuple[Array, ...]], Any]
 
 def parameters_for(template: Any, leaves: list[Any], lane_leaf: list[bool]) -> PFor:
     """``p_for(params)``: the pytree ``template`` with ``leaves``, its per-lane leaves (those
-    marked in ``lane_leaf``, lanes last) replaced by ``params`` (after lane compaction)."""
+    marked in ``lane_leaf``, lanes last) replaced by ``params`` (after lane compaction). A
+    partial of a module function, so that it pickles (an ensemble's dense output keeps it)."""
+    return functools.partial(_rebuild_parameters, template, leaves, lane_leaf)
 
-    def p_for(params: tuple[Array, ...]) -> Any:
-        it = iter(params)
-        new = [next(it) if lane else leaf for leaf, lane in zip(leaves, lane_leaf, strict=True)]
-        return _pytree.rebuild(template, new)
 
-    return p_for
+def _rebuild_parameters(
+    template: Any, leaves: list[Any], lane_leaf: list[bool], params: tuple[Array, ...]
+) -> Any:
+    it = iter(params)
+    new = [next(it) if lane else leaf for leaf, lane in zip(leaves, lane_leaf, strict=True)]
+    return _pytree.rebuild(template, new)
 
 
 def lane_values(leaves: list[Any], lane_leaf: list[bool]) -> tuple[Array, ...]:
@@ -51,7 +55,7 @@ def lane_rhs_for(
     """
     if functions.single_lane:
         p = p_for(())
-        rhs = single_lane_rhs(backend, functions.f, p)
+        rhs = SingleLaneRHS(backend, functions.f, p)
         if with_jacobians:
             rhs = LaneFunction(rhs, p, functions)
         return lambda params: rhs

@@ -161,17 +161,22 @@ def lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> Callable[..., Array
     return rhs
 
 
-def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> Callable[..., Array]:
+class SingleLaneRHS:
     """Lane RHS for one trajectory: ``f`` sees the state without the lane axis.
 
     With more than one lane (dense output evaluated at several times of a method whose
     interpolant needs extra stages) ``f`` is called once per lane. Every result is checked
-    against the state's shape and dtype, as in ``lane_rhs``.
+    against the state's shape and dtype, as in ``lane_rhs``. A class, not a closure, so that a
+    solution's dense output, which keeps it, pickles (when ``f`` and ``p`` do).
     """
 
-    xp = backend.xp
+    def __init__(self, backend: Any, f: Callable[..., Any], p: Any) -> None:
+        self.backend = backend
+        self.f = f
+        self.p = p
 
-    def rhs(u: Array, t: Array, out: Array | None = None) -> Array:
+    def __call__(self, u: Array, t: Array, out: Array | None = None) -> Array:
+        backend, f, p = self.backend, self.f, self.p
         if u.shape[-1] == 1:
             view = None if out is None else out[..., 0]
             state = u[..., 0]
@@ -188,6 +193,4 @@ def single_lane_rhs(backend: Any, f: Callable[..., Any], p: Any) -> Callable[...
             if _changed(value, state):
                 raise _changed_result(value, state)
             columns.append(value)
-        return xp.stack(columns, axis=-1)
-
-    return rhs
+        return backend.xp.stack(columns, axis=-1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 import tracemalloc
 
 import numpy as np
@@ -545,6 +546,19 @@ def test_dense_ensembles_interpolate_each_trajectory():
     )
     alone = dxode.solve(_prob().remake(p=tuple(params[2])), rtol=1e-8, atol=1e-8)
     np.testing.assert_array_equal(sim[2](np.array([0.3, 1.7])), alone(np.array([0.3, 1.7])))
+
+
+def test_a_dense_ensemble_and_its_trajectories_pickle():
+    # Per-trajectory parameters were rebuilt by a closure the dense output kept, and each
+    # trajectory's RHS was one too: plain pickle (multiprocessing) refused both.
+    params = _scaled_params(3)
+    sim = dxode.solve(EnsembleProblem(_prob(), p=params), dense=True, rtol=1e-8, atol=1e-8)
+    times = np.array([0.3, 1.7])
+    back = pickle.loads(pickle.dumps(sim))
+    np.testing.assert_array_equal(back.u, sim.u)
+    for i in range(3):
+        np.testing.assert_array_equal(back[i](times), sim[i](times))
+        np.testing.assert_array_equal(pickle.loads(pickle.dumps(sim[i]))(times), sim[i](times))
 
 
 def test_indexing_summaries_and_plot(tmp_path):

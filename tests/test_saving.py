@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -236,3 +238,15 @@ def test_stiff_save_points_made_stops_meet_the_tolerance(alg):
     grid = np.linspace(0.0, 10.0, 11)
     sol = dxode.solve(prob, alg, saveat=grid, tstops=grid, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(sol.u[:, 0], np.cos(grid), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("alg", [dxode.Tsit5(), dxode.Vern7(), dxode.Rodas5P()])
+def test_a_solution_with_dense_output_pickles_and_copies(alg):
+    # Solutions go to other processes (multiprocessing, Dask) by plain pickle: the dense
+    # output kept the backend's array module and the RHS as a closure, neither of which
+    # pickles (cloudpickle copes, pickle did not).
+    sol = dxode.solve(dxode.ODEProblem(decay, [1.0, 2.0], (0.0, 2.0), 1.5), alg, rtol=1e-8)
+    times = np.linspace(0.0, 2.0, 9)
+    for back in (pickle.loads(pickle.dumps(sol)), copy.deepcopy(sol)):
+        np.testing.assert_array_equal(back.u, sol.u)
+        np.testing.assert_array_equal(back(times), sol(times))

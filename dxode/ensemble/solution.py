@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .._retcode import ReturnCode
-from .._rhs import single_lane_rhs
+from .._rhs import SingleLaneRHS
 from .._solution import ODESolution, SolverStats
 from ..backends import to_host
 from ..integrator.interpolation import DenseOutput
@@ -361,6 +361,6 @@ def dense_output_for_lane(data: Any, position: int) -> DenseOutput | None:
     own = {key: xp.take(value, idx, axis=-1) for key, value in steps.items()}
     one = xp.asarray([position])
     p = data.p_for(tuple(xp.take(leaf, one, axis=-1)[..., 0] for leaf in data.lane_params))
-    rhs = single_lane_rhs(backend, data.f, p)
+    rhs = SingleLaneRHS(backend, data.f, p)
     end = None if data.end_states is None else data.end_states[position, ...]
     return DenseOutput(backend, data.stepper, rhs, own, data.direction, end)

@@ -23,8 +23,8 @@ class DenseOutput:
     rhs : callable
         The lane RHS, needed by methods whose interpolant has extra stages.
     steps : dict
-        Accepted steps, lanes-last along the step axis (keys ``t, h, u0, u1, stages``), in
-        order of time.
+        Accepted steps, lanes-last along the step axis (keys ``t, h, t_end, u0, u1, stages``),
+        in order of time.
     direction : float
         +1 forward, -1 backward.
     end_state : (*shape) array, optional
@@ -41,8 +41,7 @@ class DenseOutput:
         direction: float,
         end_state: Array | None = None,
     ) -> None:
-        self._backend = backend
-        self._xp = backend.xp
+        self._backend = backend  # pickles by name; its xp, a module, would not
         self._stepper = stepper
         self._rhs = rhs
         self._steps = steps
@@ -53,7 +52,7 @@ class DenseOutput:
 
     def __call__(self, t: Any) -> Array:
         """The state at ``t``: ``(*shape)`` for a scalar time, ``(len(t), *shape)`` for an array."""
-        xp, d, steps = self._xp, self._direction, self._steps
+        xp, d, steps = self._backend.xp, self._direction, self._steps
         like = steps["t"]
         try:
             # Numbers only: asarray would read "0.5" as 0.5, True as 1 and None as nan.
