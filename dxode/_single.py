@@ -84,7 +84,7 @@ def _saved_points(
     if steps is None:  # no step taken: a callback terminated the solve at t0
         return problem.t0, xp.expand_dims(u0, axis=0)
     t = xp.concat([problem.t0, steps["t_end"]])
-    u = xp.concat([xp.expand_dims(u0, axis=0), xp.moveaxis(steps["u1"], -1, 0)])
+    u = xp.concat([xp.expand_dims(u0, axis=0), xp.moveaxis(steps["u_end"], -1, 0)])
     return t, u
 
 

@@ -18,8 +18,10 @@ class LaneResult:
 
     ``retcode``, ``t``, ``naccept``, ``nreject``, ``nf`` are ``(L,)``; ``u`` is ``(L, *shape)``;
     ``saved`` is ``(L, nsave, *shape)`` (NaN at points a failed lane never reached); ``steps``
-    holds the accepted steps lanes-last and grouped by lane (keys ``lane, t, h, u0, u1,
-    stages`` and ``t_end``, the exact end time), enough for each step's dense output;
+    holds the accepted steps lanes-last and grouped by lane (keys ``lane``, ``t``, ``h``,
+    ``t_end``, the exact end time, ``u_end``, the state there, and for dense output ``u0``,
+    ``u1`` and ``stages``, the step's own; an event cuts a step short of ``u1``: its
+    ``t_end`` and ``u_end`` are the event's, and its interpolant still spans ``t + h``);
     ``trials`` every iteration's trial steps in order (see ``Trial``). ``events`` is the
     callbacks' event log (keys ``lane, t, callback, u_before, u_after``, lanes last), or
     ``None``. ``counters`` holds the stepper's per-lane counters ``(L,)`` by name (AutoSwitch:
@@ -120,6 +122,7 @@ class LaneRecords:
         self._shape = shape
         self._saves: list[tuple[Array, Array]] = []
         self._steps: list[tuple[Array, ...]] = []
+        self._step_names: tuple[str, ...] = ()
         self._trials: list[Trial] = []
         self._finals: list[tuple[Array, ...]] = []
         self._counters = counters
@@ -135,30 +138,17 @@ class LaneRecords:
             lane, save_idx, values = (xp.take(a, idx, axis=-1) for a in (lane, save_idx, values))
         self._saves.append((lane * self._n_save + save_idx, xp.moveaxis(values, -1, 0)))
 
-    def step(
-        self,
-        lane: Array,
-        t: Array,
-        h: Array,
-        t_end: Array,
-        u0: Array | None,
-        u1: Array | None,
-        stages: Array | None,
-        accept: Array,
-    ) -> None:
-        """Record the accepted steps among the working set's trial steps (states and stages
-        optional)."""
+    def step(self, accept: Array, **fields: Array) -> None:
+        """Record the accepted steps among the working set's trial steps: ``fields`` are the
+        per-lane arrays, lanes last, by their names in ``LaneResult.steps`` (the same names
+        on every call)."""
         xp = self._xp
-        if u0 is None:
-            fields: tuple[Array, ...] = (lane, t, h, t_end)
-        elif stages is None:
-            fields = (lane, t, h, t_end, u0, u1)
-        else:
-            fields = (lane, t, h, t_end, u0, u1, stages)
+        self._step_names = tuple(fields)
+        values = tuple(fields.values())
         if not bool(xp.all(accept)):
             idx = xp.nonzero(accept)[0]
-            fields = tuple(xp.take(a, idx, axis=-1) for a in fields)
-        self._steps.append(fields)
+            values = tuple(xp.take(a, idx, axis=-1) for a in values)
+        self._steps.append(values)
 
     def trial(self, trial: Trial) -> None:
         """Keep one iteration's trial steps (for the discrete adjoint)."""
@@ -226,12 +216,13 @@ class LaneRecords:
             saved = xp.reshape(flat, (n, self._n_save, *self._shape))
         steps = None
         if self._steps:
-            n_fields = len(self._steps[0])
+            n_fields = len(self._step_names)
             fields = [xp.concat([s[i] for s in self._steps], axis=-1) for i in range(n_fields)]
             order = xp.argsort(fields[0], stable=True)
             fields = [xp.take(f, order, axis=-1) for f in fields]
-            names = ("lane", "t", "h", "t_end", "u0", "u1", "stages")[:n_fields]
-            steps = dict(zip(names, fields, strict=True))
+            steps = dict(zip(self._step_names, fields, strict=True))
+            if "u_end" not in steps:  # no event cut a step: each ends at its own u1
+                steps["u_end"] = steps["u1"]
         return LaneResult(
             trials=self._trials or None,
             retcode=place(code),

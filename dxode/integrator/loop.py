@@ -203,7 +203,8 @@ class _Loop:
         if problem.record_steps == "trials":
             observers.append(TrialRecorder(self.records, problem.checkpoint_every))
         elif problem.record_steps:
-            observers.append(StepRecorder(self.records, problem.record_steps == "dense"))
+            dense, cuts = problem.record_steps == "dense", problem.events is not None
+            observers.append(StepRecorder(self.records, dense, cuts))
         tstops, events = problem.tstops, None
         if problem.events is not None:
             handler = EventHandler(

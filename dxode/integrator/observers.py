@@ -262,25 +262,21 @@ class Saving(Observer):
 
 
 class StepRecorder(Observer):
-    """Keep every accepted step: times and end states, with ``stages`` also its stages (for
-    save-everything and dense output)."""
+    """Keep every accepted step: its times and the state at its end (``u_end``, for
+    save-everything) and, with ``dense``, its own ``u0``, ``u1`` and stages (its dense output;
+    ``u_end`` then only with ``cuts``, where events may end a step short of ``u1``)."""
 
-    def __init__(self, records: LaneRecords, stages: bool) -> None:
-        self._records, self._stages = records, stages
+    def __init__(self, records: LaneRecords, dense: bool, cuts: bool) -> None:
+        self._records, self._dense, self._cuts = records, dense, cuts
 
     def accepted(self, lanes: WorkingSet, attempt: Attempt) -> None:
         step = attempt.step
-        stages = step.stages if self._stages else None
-        self._records.step(
-            lanes["lane"],
-            step.t,
-            step.h,
-            attempt.t_end,
-            step.u0,
-            attempt.u_end,
-            stages,
-            attempt.accept,
-        )
+        fields = {"lane": lanes["lane"], "t": step.t, "h": step.h, "t_end": attempt.t_end}
+        if self._dense:
+            fields.update(u0=step.u0, u1=step.u1, stages=step.stages)
+        if self._cuts or not self._dense:
+            fields["u_end"] = attempt.u_end
+        self._records.step(attempt.accept, **fields)
 
 
 class TrialRecorder(Observer):
