@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -147,6 +149,17 @@ def test_lazy_dask_array_output(client, reference):
     np.testing.assert_array_equal(sim.summary().quantiles[0.5], reference.quantile(0.5))
     np.testing.assert_array_equal(sim[5].u, reference.u[5])
     np.testing.assert_array_equal(np.stack([sol.u for sol in sim]), reference.u)
+
+
+def test_a_dask_output_refuses_pickling_and_names_what_to_pickle(client):
+    # Its futures belong to this process's client: pickle failed deep inside distributed
+    # ("cannot pickle '_asyncio.Task' object"), copy.deepcopy too.
+    alg = EnsembleDask(client, output="dask")
+    sim = dxode.solve(_eprob(), dxode.Tsit5(), alg, trajectories=4, **SOLVE)
+    for copy_of in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(TypeError, match=r"stay on its Dask workers.*pickle sim\.to_host\(\)"):
+            copy_of(sim)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(sim.to_host())), sim.to_host())
 
 
 def test_zarr_output(client, reference, tmp_path):

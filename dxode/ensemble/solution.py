@@ -130,6 +130,17 @@ class EnsembleSolution:
         # default scheduler, which reads a Zarr output's u).
         self._scheduler: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (and copied) as its attributes, unless its states stay on Dask workers."""
+        if self._scheduler is not None:
+            raise TypeError(
+                "this ensemble's saved states stay on its Dask workers (EnsembleDask(output="
+                "'dask')), held by futures of this process's client, which cannot be pickled "
+                "or copied; pickle sim.to_host() (a NumPy array) instead, or solve with "
+                "output='memory' or output='zarr'"
+            )
+        return self.__dict__
+
     def __len__(self) -> int:
         if self.retcodes is None:
             return int(np.sum(self._counts))
