@@ -105,12 +105,21 @@ class ODESolution:
 
     def __call__(self, t: Any) -> Array:
         if self._dense is None:
-            raise ValueError(
-                "this solution has no dense output: solve with dense=True (the default when "
-                "saveat is not given) to evaluate sol(t); a differentiated solve and a compiled "
-                "one (kernel=True) keep none, so ask for the times you need with saveat"
-            )
+            raise ValueError(self._why_no_dense_output())
         return self._dense(t)
+
+    def _why_no_dense_output(self) -> str:
+        if self.stats.naccept == 0:
+            return (
+                f"this solution has no dense output: it took no step (retcode "
+                f"{self.retcode.name} at t0), so its only state is sol.u[0]"
+            )
+        return (
+            "this solution has no dense output: solve with dense=True (the default for one "
+            "problem without saveat; an ensemble keeps it only with dense=True, on "
+            "EnsembleArray) to evaluate sol(t); a differentiated solve and a compiled one "
+            "(kernel=True) keep none, so ask for the times you need with saveat"
+        )
 
     def __repr__(self) -> str:
         return (

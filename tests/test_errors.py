@@ -250,6 +250,15 @@ def test_dense_output_errors():
     dense = dxode.solve(dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0))
     with pytest.raises(ValueError, match="outside the solved span"):
         dense(1.5)
+    # Ensembles keep none by default (the message said "the default when saveat is not
+    # given"), and a solve a callback ended at t0 took no step to interpolate.
+    eprob = dxode.EnsembleProblem(dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0), u0=[[1.0]])
+    with pytest.raises(ValueError, match=r"an ensemble keeps it only with dense=True"):
+        dxode.solve(eprob)[0](0.25)
+    stop = dxode.PresetTimeCallback([0.0], None, terminate=True)
+    stopped = dxode.solve(dxode.ODEProblem(decay, [1.0], (0.0, 1.0), 1.0), callback=stop)
+    with pytest.raises(ValueError, match=r"took no step \(retcode Terminated at t0\)"):
+        stopped(0.0)
     # These failed inside NumPy ("could not convert string to float"), or were flattened.
     with pytest.raises(TypeError, match=r"sol\(t\) takes a time or a 1-D array of times"):
         dense("a")
