@@ -296,6 +296,18 @@ def test_dense_output_inside_a_step_an_event_cut_short(alg, terminate, ensemble)
     np.testing.assert_allclose(sol(t)[:, 0], exact, rtol=0, atol=5e-5)
 
 
+@pytest.mark.parametrize("alg", ["rodas4", "tsit5"])
+def test_every_step_output_through_events_does_not_depend_on_dense_output(alg):
+    # Dense output records each step's own end; every-step output the state at the event.
+    cb = dxode.ContinuousCallback(below_half, double, direction="down")
+    prob = dxode.ODEProblem(decay, np.array([1.0]), (0.0, 2.0), np.array([1.0]))
+    dense, states = (dxode.solve(prob, alg, callback=cb, dense=d) for d in (True, False))
+    np.testing.assert_array_equal(dense.t, states.t)
+    np.testing.assert_array_equal(dense.u, states.u)
+    before = dense.u[np.isin(dense.t, dense.events.t)][::2]
+    np.testing.assert_array_equal(before, dense.events.u_before)
+
+
 def test_saveat_points_around_an_event():
     """Saves just before, at and just after the first impact: before-values, then after."""
     t_hit = impact_times(1)[0]
