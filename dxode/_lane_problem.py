@@ -17,7 +17,9 @@ import numpy as np
 
 from . import _pytree
 from ._derivatives import Derivatives, LaneFunction
+from ._jacobian_check import check_user_jacobian, jacobian_disagreement, uses_problem_jac
 from ._rhs import SingleLaneRHS, checked_first_call, lane_rhs
+from .backends import get_backend, to_host
 from .events.lanes import LaneEvents
 from .integrator.loop import LaneProblem
 
@@ -75,6 +77,28 @@ def first_value(backend: Any, functions: Derivatives, p: Any, u0: Array, t0: Arr
     return checked_first_call(backend, functions.f, u0, p, t0)
 
 
+def check_jac_on_host(f: Any, jac: Any, u0: Any, p: Any, t0: float, method: Any) -> None:
+    """``jac`` checked against ``f`` at one trajectory's start (``u0`` ``(n,)``, ``p`` its
+    parameters) on the host, as ``lane_problem`` checks its lanes (``_jacobian_check``): for
+    the compiled kernels, which build no lane problem. Where ``f`` or ``jac`` cannot be called
+    from Python as written, or ``jac`` returns the wrong shape, nothing is checked: the
+    kernel reports those itself, naming the line."""
+    if not uses_problem_jac(method, jac):
+        return
+    backend = get_backend("numpy")
+    functions = Derivatives(f, jac, single_lane=True)
+    u = np.asarray(to_host(u0))[:, None]
+    t = np.array([t0], dtype=u.dtype)
+    rhs = lane_rhs_for(backend, functions, lambda params: p, True)(())
+    try:
+        f0 = first_value(backend, functions, p, u, t)
+        message = jacobian_disagreement(backend, rhs, u, t, f0)
+    except Exception:  # the kernel's to report (see above)
+        return
+    if message is not None:
+        raise ValueError(message)
+
+
 def lane_problem(
     backend: Any,
     functions: Derivatives,
@@ -96,11 +120,17 @@ def lane_problem(
     ``(L,)`` arrays), saving at ``save_grid`` (host ``(nsave, L)``, or ``None``) and stepping
     to ``tstops`` (host ``(K,)``); times take the state's dtype. ``f`` is evaluated (and
     checked) once at the start unless its value ``f0`` is given; ``stepper`` says whether
-    the RHS carries the derivatives."""
+    the RHS carries the derivatives, and whether the problem's ``jac`` is checked at ``u0``
+    (``_jacobian_check``)."""
     dtype = u0.dtype
     t0_lanes = backend.asarray(t0, dtype=dtype)
+    rhs_for = lane_rhs_for(backend, functions, p_for, bool(stepper.jacobians_per_step))
+    if f0 is None:
+        f0 = first_value(backend, functions, p_for(params), u0, t0_lanes)
+    if uses_problem_jac(stepper, functions.jac):
+        check_user_jacobian(backend, rhs_for(params), u0, t0_lanes, f0)
     return LaneProblem(
-        rhs_for=lane_rhs_for(backend, functions, p_for, bool(stepper.jacobians_per_step)),
+        rhs_for=rhs_for,
         u0=u0,
         t0=t0_lanes,
         t1=backend.asarray(t1, dtype=dtype),
@@ -108,7 +138,7 @@ def lane_problem(
         save_times=None if save_grid is None else backend.asarray(save_grid, dtype=dtype),
         record_steps=record_steps,
         tstops=None if tstops is None else backend.asarray(tstops, dtype=dtype),
-        f0=first_value(backend, functions, p_for(params), u0, t0_lanes) if f0 is None else f0,
+        f0=f0,
         checkpoint_every=checkpoint_every,
         events=None if callbacks is None else LaneEvents(callbacks, p_for, functions.single_lane),
     )

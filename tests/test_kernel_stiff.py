@@ -328,6 +328,23 @@ def test_a_jac_of_the_wrong_shape_is_refused_naming_it():
     assert f"test_kernel_stiff.py:{_short_rows_jac.__code__.co_firstlineno}" in str(info.value)
 
 
+def _negated_rober_jac(u, p, t):
+    return [[-x for x in row] for row in rober_jac(u, p, t)]
+
+
+@pytest.mark.parametrize("how", ["kernel", "EnsembleKernel"])
+def test_a_jac_with_its_sign_flipped_is_refused_before_compiling(how):
+    # Robertson with -jac ran the kernel to MaxIters, as it did the array path.
+    prob = _problem("rober").remake(jac=_negated_rober_jac)
+    with pytest.raises(ValueError, match=r"jac\(u, p, t\) disagrees with f at the initial"):
+        if how == "kernel":
+            dxode.solve(prob, dxode.Rodas5P(), kernel=True, saveat=[1.0], maxiters=1000)
+        else:
+            eprob = dxode.EnsembleProblem(prob, u0=np.array([[1.0, 0.0, 0.0], [0.5, 1e-5, 0.5]]))
+            ensemble = dxode.EnsembleKernel()
+            dxode.solve(eprob, dxode.Rodas5P(), ensemble, trajectories=2, maxiters=1000)
+
+
 def _decay_pair(u, p, t):
     return [-u[0], -2.0 * u[1]]
 

@@ -410,6 +410,64 @@ def test_bad_jacobian_shape_is_reported():
         dxode.solve(eprob, dxode.Rodas5P(), trajectories=4)
 
 
+def _negated(jac):
+    return lambda u, p, t: [[-x for x in row] for row in jac(u, p, t)]
+
+
+@pytest.mark.parametrize("alg", [dxode.Rodas5P(), dxode.TRBDF2(), dxode.AutoSwitch()], ids=repr)
+@pytest.mark.parametrize("how", ["single", "ensemble"])
+def test_a_jac_with_its_sign_flipped_is_refused_before_the_first_step(alg, how):
+    # Robertson with -jac ran Rodas5P and TRBDF2 to MaxIters (100,000 steps, minutes).
+    prob = dxode.ODEProblem(rober, [1.0, 0.0, 0.0], (0.0, 1e5), jac=_negated(rober_jac))
+    with pytest.raises(ValueError, match=r"jac\(u, p, t\) disagrees with f at the initial"):
+        if how == "ensemble":
+            eprob = dxode.EnsembleProblem(prob, u0=np.array([[1.0, 0.0, 0.0], [0.5, 1e-5, 0.5]]))
+            dxode.solve(eprob, alg, trajectories=2, maxiters=1000)
+        else:
+            dxode.solve(prob, alg, maxiters=1000)
+
+
+def test_the_refusal_names_the_lane_and_the_entry():
+    u0 = np.array([[1.0, 0.0, 0.0], [0.5, 1e-5, 0.5]])
+    eprob = dxode.EnsembleProblem(
+        dxode.ODEProblem(rober, u0[0], (0.0, 1.0), jac=_negated(rober_jac)), u0=u0
+    )
+    with pytest.raises(ValueError, match=r"\(lane 0 of the batch\).*cosine .* -1\.00"):
+        dxode.solve(eprob, dxode.Rodas5P(), trajectories=2, maxiters=1000)
+
+
+def _kink(u, p, t):
+    """``-1e3 |u0|`` at ``u0 = 0`` (a kink), and a decay."""
+    return [-1e3 * np.abs(u[0]), -u[1]]
+
+
+@pytest.mark.parametrize(
+    ("f", "u0", "jac"),
+    [
+        # missing the coupling terms (a Jacobian approximation TRBDF2's Newton tolerates)
+        (
+            rober,
+            [1.0, 1e-5, 0.0],
+            lambda u, p, t: np.diag(np.diagonal(np.asarray(rober_jac(u, p, t)))),
+        ),
+        # three times too large
+        (rober, [1.0, 1e-5, 0.0], lambda u, p, t: [[3 * x for x in r] for r in rober_jac(u, p, t)]),
+        # the one-sided derivative of f's kink at u0 that forward differences do not see
+        (_kink, [0.0, 1.0], lambda u, p, t: [[1e3, 0.0], [0.0, -1.0]]),
+    ],
+    ids=["missing-terms", "scaled", "kink"],
+)
+def test_approximate_jacobians_are_not_refused(f, u0, jac):
+    prob = dxode.ODEProblem(f, u0, (0.0, 1.0), jac=jac)
+    assert dxode.solve(prob, dxode.TRBDF2(), rtol=1e-4, saveat=[1.0]).success
+
+
+def test_a_jac_that_is_not_used_is_not_checked():
+    prob = dxode.ODEProblem(rober, [1.0, 0.0, 0.0], (0.0, 1.0), jac=_negated(rober_jac))
+    sol = dxode.solve(prob, dxode.Rodas5P(autodiff="finite_difference"), saveat=[1.0])
+    assert sol.success
+
+
 @pytest.mark.parametrize("alg", [dxode.Rodas5P(), dxode.TRBDF2(), dxode.AutoSwitch()])
 @pytest.mark.parametrize("how", ["single", "ensemble", "kernel"])
 def test_stiff_methods_need_a_1d_state_refused_when_the_solve_is_set_up(alg, how):

@@ -122,7 +122,8 @@ def test_a_lane_whose_newton_fails_shrinks_its_own_steps():
         return [p[0] * (u[0] - np.sin(t)) + np.cos(t)]
 
     def jac(u, p, t):  # p[1] = -1 flips the sign: only steps with h |lambda| < ~3 converge
-        return [[p[0] * p[1] + 0.0 * u[0]]]
+        # (after t = 0: a jac flipped at u0 is refused before the first step)
+        return [[p[0] * np.where(t > 0, p[1], 1.0) + 0.0 * u[0]]]
 
     prob = dxode.ODEProblem(f, [0.0], (0.0, 0.1), (-1e4, 1.0), jac=jac)
     params = (np.full(3, -1e4), np.array([1.0, -1.0, 1.0]))
@@ -166,8 +167,8 @@ def test_newton_failure_with_fixed_steps_stops_that_lane():
     def f(u, p, t):
         return [-p[0] * u[0]]
 
-    def jac(u, p, t):
-        return [[-p[0] * p[1] + 0.0 * u[0]]]
+    def jac(u, p, t):  # p[1] = -1 flips the sign after t = 0 (at u0 it would be refused)
+        return [[-p[0] * np.where(t > 0, p[1], 1.0) + 0.0 * u[0]]]
 
     prob = dxode.ODEProblem(f, [1.0], (0.0, 1.0), (1e4, 1.0), jac=jac)
     eprob = dxode.EnsembleProblem(prob, p=(np.full(2, 1e4), np.array([1.0, -1.0])))

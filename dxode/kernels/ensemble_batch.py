@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 from array_api_compat import is_cupy_array
 
+from .. import _pytree
+from .._lane_problem import check_jac_on_host, lane_values, parameters_for
 from .._timegrid import lane_save_grid, lane_stop_times, trajectory_times
-from ..backends import get_backend
+from ..backends import get_backend, to_host
 from ..ensemble.batch import BatchResult, BatchSpec, build_lanes, index_array
 from ..ensemble.problem import EnsembleProblem
 from ..events.record import EventRecord
@@ -49,6 +51,7 @@ def solve_kernel_batch(
     grid = lane_save_grid(spec.saveat, t0, t1, indices)
     tstops = lane_stop_times(spec.tstops, t0, t1)
     check_parameter_dtypes(lanes.p, lanes.lane_leaf, u0.dtype)
+    _check_jac_of_first_lane(eprob, lanes, spec)
     xp = array_module(u0)
     layout, params = lane_params(lanes.p, lanes.lane_leaf, u0.shape[-1], u0.dtype, xp)
     prob = eprob.prob
@@ -80,6 +83,17 @@ def solve_kernel_batch(
         nswitch=None if result.switches is None else np.asarray(result.switches[:, 0]),
         events=None if events is None else _for_trajectories(events, indices, as_cupy),
     )
+
+
+def _check_jac_of_first_lane(eprob: EnsembleProblem, lanes: Any, spec: BatchSpec) -> None:
+    """The problem's ``jac`` checked at the batch's first trajectory's start, on the host
+    (``_lane_problem.check_jac_on_host``)."""
+    leaves = _pytree.leaves(lanes.p)
+    first = tuple(to_host(v)[..., 0] for v in lane_values(leaves, lanes.lane_leaf))
+    p = parameters_for(lanes.p, leaves, lanes.lane_leaf)(first)
+    t0 = float(to_host(lanes.t0)[0])
+    prob = eprob.prob
+    check_jac_on_host(prob.f, prob.jac, lanes.u0[..., 0], p, t0, spec.options.alg)
 
 
 def _runner(alg: Any, as_cupy: bool) -> Callable[[KernelBatch], Any]:

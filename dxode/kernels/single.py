@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import _pytree
+from .._lane_problem import check_jac_on_host
 from .._options import SolverOptions
 from .._problem import ODEProblem
 from .._retcode import ReturnCode
@@ -62,6 +63,7 @@ def solve_kernel(
         kernel_sensealg(sensealg)
     leaves = len(_pytree.leaves(prob.p))
     check_parameter_dtypes(prob.p, [False] * leaves, to_host(prob.u0).dtype)
+    check_jac_on_host(prob.f, prob.jac, prob.u0, prob.p, float(prob.tspan[0]), opts.alg)
     return _solve_plain(prob, opts, saveat, tstops, callback)
 
 
