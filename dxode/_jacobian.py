@@ -97,7 +97,7 @@ def lane_jacobian(
                 f"autodiff='autograd' needs NumPy arrays (this problem is on {backend.name}); "
                 f"use autodiff='finite_difference' or give the problem a jac"
             )
-    return difference_jacobian(backend, rhs, u, t, f_u), int(u.shape[0])
+    return _difference_jacobian(backend, rhs, u, t, f_u), int(u.shape[0])
 
 
 def time_scale(xp: Any, t0: Array, t1: Array) -> Array:
@@ -143,18 +143,14 @@ def difference_increment(xp: Any, u_j: Array, eps: float) -> Array:
     return xp.maximum(xp.sqrt(eps * xp.maximum(magnitude, FD_FLOOR)), math.sqrt(eps) * magnitude)
 
 
-def difference_jacobian(
-    backend: Any, rhs: Any, u: Array, t: Array, f_u: Array, direction: float = 1.0
-) -> Array:
-    """Every lane's difference Jacobian ``(n, n, L)`` at ``(u, t)`` (``u``: ``(n, L)``, ``f_u =
-    rhs(u, t)``): forward differences, or backward ones with ``direction=-1.0``."""
+def _difference_jacobian(backend: Any, rhs: Any, u: Array, t: Array, f_u: Array) -> Array:
     xp = backend.xp
     n = u.shape[0]
     eps = float(xp.finfo(u.dtype).eps)
     rows = xp.reshape(xp.arange(n), (n, 1))
     columns = []
     for j in range(n):
-        step = direction * difference_increment(xp, u[j, ...], eps)
+        step = difference_increment(xp, u[j, ...], eps)
         perturbed = u + xp.where(rows == j, step, xp.zeros_like(u))
         dj = perturbed[j, ...] - u[j, ...]  # the step actually taken, after rounding
         columns.append((rhs(perturbed, t) - f_u) / dj)

@@ -427,12 +427,13 @@ def test_a_jac_with_its_sign_flipped_is_refused_before_the_first_step(alg, how):
             dxode.solve(prob, alg, maxiters=1000)
 
 
-def test_the_refusal_names_the_lane_and_the_entry():
+def test_the_refusal_names_the_lane_and_the_component():
     u0 = np.array([[1.0, 0.0, 0.0], [0.5, 1e-5, 0.5]])
     eprob = dxode.EnsembleProblem(
         dxode.ODEProblem(rober, u0[0], (0.0, 1.0), jac=_negated(rober_jac)), u0=u0
     )
-    with pytest.raises(ValueError, match=r"\(lane 0 of the batch\).*cosine .* -1\.00"):
+    told = r"\(lane 0 of the batch\).*cosine .* -1\.00; component \d: jac · w gives"
+    with pytest.raises(ValueError, match=told):
         dxode.solve(eprob, dxode.Rodas5P(), trajectories=2, maxiters=1000)
 
 
