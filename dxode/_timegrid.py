@@ -138,15 +138,21 @@ def stop_times(tstops: Any, t0: float, t1: float) -> np.ndarray | None:
     return grid if grid.size else None
 
 
-def _checked_grid(name: str, values: Any, t0: float, t1: float, direction: float) -> np.ndarray:
+def host_times(name: str, values: Any) -> np.ndarray:
+    """``values`` (numbers, or an array of any array library) as host float64 times; strings
+    and bools are refused, which ``float64`` would read as times ("0.5" as 0.5, True as 1)."""
     if array_api_compat.is_array_api_obj(values) and not isinstance(values, np.ndarray):
         values = to_host(values)
     try:
-        if not holds_real_numbers(values):  # float64 would read "0.5" as 0.5, True as 1
+        if not holds_real_numbers(values):
             raise TypeError
-        grid = np.asarray(values, dtype=np.float64)
+        return np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must be a 1-D sequence of times, got {values!r}") from exc
+
+
+def _checked_grid(name: str, values: Any, t0: float, t1: float, direction: float) -> np.ndarray:
+    grid = host_times(name, values)
     if grid.ndim == 0:  # saveat's scalars are intervals, handled before
         raise ValueError(f"{name} must be a 1-D sequence of times; for one time give [{values!r}]")
     if grid.ndim != 1:

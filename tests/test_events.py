@@ -573,6 +573,47 @@ def test_bad_callbacks_are_named():
         dxode.solve(ball(np), callback=shrink)
 
 
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        # Read as times 0.5 and 1 (as saveat and tstops were before they refused them).
+        (lambda: dxode.PresetTimeCallback(["0.5"]), TypeError, "times must be"),
+        (lambda: dxode.PresetTimeCallback([True]), TypeError, "times must be"),
+        # "ab" unpacked into two true strings; 1 and 0 are not the bools asked for.
+        (lambda: dxode.ContinuousCallback(height, save_positions="ab"), TypeError, "got 'ab'"),
+        (lambda: dxode.DiscreteCallback(height, save_positions=(1, 0)), TypeError, "pair"),
+        (lambda: dxode.ContinuousCallback(height, abstol=True), TypeError, "abstol"),
+        (lambda: dxode.ContinuousCallback(height, abstol="1e-9"), TypeError, "abstol"),
+    ],
+    ids=[
+        "times str",
+        "times bool",
+        "save_positions str",
+        "save_positions int",
+        "abstol bool",
+        "abstol str",
+    ],
+)
+def test_callback_options_that_are_not_what_they_name_are_refused(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_callback_options_take_numpy_numbers():
+    """interp_points=np.int64(20) was refused as not a positive integer, abstol=np.float32
+    as not a positive number."""
+    cb = dxode.ContinuousCallback(
+        height, bounce, "down", interp_points=np.int64(20), abstol=np.float32(1e-12)
+    )
+    assert cb.interp_points == 20 and type(cb.interp_points) is int
+    sol = dxode.solve(ball(np), dxode.Tsit5(), callback=cb, rtol=1e-10, atol=1e-12)
+    expected = impact_times(12)
+    np.testing.assert_allclose(sol.events.t, expected[expected < 3.0], rtol=0, atol=1e-10)
+    doses = dxode.PresetTimeCallback(np.array([2, 1]), dose)  # integer times
+    sol = dxode.solve(dxode.ODEProblem(decay, np.array([1.0]), (0.0, 3.0), (1.0,)), callback=doses)
+    np.testing.assert_array_equal(sol.events.t, [1.0, 2.0])
+
+
 def test_an_affect_returning_too_few_rows_is_named_not_taken_for_f():
     # A list of rows of the wrong length was reported as "the right-hand side returned 1 rows".
     one_row = dxode.ContinuousCallback(height, lambda u, p, t, fired: [u[0]])

@@ -10,13 +10,13 @@ fired, and ends only the lanes a callback terminates.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import numpy as np
 
-from .._validation import check_arguments
+from .._timegrid import host_times
+from .._validation import check_arguments, positive_float, positive_int
 
 __all__ = ["CallbackSet", "ContinuousCallback", "DiscreteCallback", "PresetTimeCallback"]
 
@@ -33,9 +33,16 @@ def _check_common(name: str, affect: Any, terminate: Any, save_positions: Any) -
     if not isinstance(terminate, bool):
         check_arguments("terminate", terminate, "u, p, t", owner=f"{name}: ")
     try:
+        if isinstance(save_positions, (str, bytes)):  # "ab" unpacks into two true strings
+            raise TypeError
         before, after = save_positions
+        if not all(isinstance(x, (bool, np.bool_)) for x in (before, after)):
+            raise TypeError
     except (TypeError, ValueError):
-        raise TypeError(f"{name}: save_positions must be a pair of bools (before, after)") from None
+        raise TypeError(
+            f"{name}: save_positions must be a pair of bools (before, after), got "
+            f"{save_positions!r}"
+        ) from None
     return bool(before), bool(after)
 
 
@@ -102,13 +109,10 @@ class ContinuousCallback:
             )
         positions = _check_common(name, self.affect, self.terminate, self.save_positions)
         object.__setattr__(self, "save_positions", positions)
-        points = self.interp_points
-        if isinstance(points, bool) or not isinstance(points, int) or points < 1:
-            raise ValueError(f"{name}: interp_points must be a positive integer, got {points!r}")
-        if self.abstol is not None and not (
-            isinstance(self.abstol, (int, float)) and math.isfinite(self.abstol) and self.abstol > 0
-        ):
-            raise ValueError(f"{name}: abstol must be a positive number, got {self.abstol!r}")
+        points = positive_int(f"{name}: interp_points", self.interp_points)
+        object.__setattr__(self, "interp_points", points)
+        abstol = positive_float(f"{name}: abstol", self.abstol, allow_none=True)
+        object.__setattr__(self, "abstol", abstol)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,15 +166,12 @@ class PresetTimeCallback:
     save_positions: tuple[bool, bool] = (True, True)
 
     def __post_init__(self) -> None:
-        try:
-            times = np.unique(np.asarray(self.times, dtype=np.float64))
-        except (TypeError, ValueError) as exc:
-            raise TypeError("PresetTimeCallback: times must be a 1-D sequence of numbers") from exc
-        if np.ndim(self.times) != 1 or times.size == 0 or not np.all(np.isfinite(times)):
+        times = host_times("PresetTimeCallback: times", self.times)
+        if times.ndim != 1 or times.size == 0 or not np.all(np.isfinite(times)):
             raise ValueError(
                 "PresetTimeCallback: times must be a non-empty 1-D sequence of finite numbers"
             )
-        object.__setattr__(self, "times", times)
+        object.__setattr__(self, "times", np.unique(times))
         positions = _check_common(
             "PresetTimeCallback", self.affect, self.terminate, self.save_positions
         )
