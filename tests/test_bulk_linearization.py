@@ -289,6 +289,34 @@ def test_a_single_trajectory_whose_f_takes_one_state_keeps_the_per_step_sweep(tr
     np.testing.assert_allclose(gradient, central_difference(loss, SINGLE, 1e-6), rtol=1e-6)
 
 
+def regime(u, p, t):
+    """Decay whose law changes inside the unit circle, read off a sum over the state: on
+    columns the sum covers all of them, so one branch for all."""
+    r2 = anp.sum(u**2)
+    return -p[0] * u if r2 > 1.0 else -p[0] * u * r2
+
+
+def test_an_f_whose_branch_changes_late_in_the_trajectory_keeps_the_per_step_sweep(
+    monkeypatch, traces
+):
+    # The trajectory starts outside the circle and ends inside. The check of f on columns
+    # took the first iterations' stage inputs only, all outside, so it passed, and the bulk
+    # chunks (sums over all their columns, > 1) took the outer branch for every column: the
+    # gradient of the outer decay alone, 5x off, silently.
+    def loss(theta):
+        prob = dxode.ODEProblem(regime, theta[:2], (0.0, 3.0), (theta[2],))
+        sol = dxode.solve(prob, saveat=[3.0], rtol=1e-10, atol=1e-10)
+        return anp.sum(sol.u)
+
+    theta = np.array([1.5, 1.0, 1.0])
+    gradient = autograd.grad(loss)(theta)
+    assert False in traces  # stage by stage
+    np.testing.assert_allclose(gradient, per_step(monkeypatch, loss, theta), rtol=1e-12)
+    # f's Jacobian jumps at the circle: the steps across it keep the discrete derivative
+    # 5e-4 (relative) from central differences
+    np.testing.assert_allclose(gradient, central_difference(loss, theta, 1e-6), rtol=2e-3)
+
+
 def test_matrix_state_and_lanes_that_end_at_different_times(monkeypatch):
     """A ``(2, 2)`` state per lane, and spans that retire lanes early (the working set
     shrinks between iterations of one chunk)."""

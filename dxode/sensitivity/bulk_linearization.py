@@ -44,7 +44,7 @@ is cheap already. A single
 trajectory's ``f`` (``single_lane``: written for one state, no lane axis) takes it where it
 also computes columns of states ``(*shape, K)`` and times ``(K,)`` column by column, as ``f``
 written with arithmetic, rows and ``A @ u`` does: checked on the solve's own stage inputs,
-every column's value against ``f`` of that column alone (``for_columns``).
+spread over it, every column's value against ``f`` of that column alone (``for_columns``).
 """
 
 from __future__ import annotations
@@ -142,25 +142,35 @@ def for_columns(sweep: Any) -> TracedRHS | None:
 
 
 def _probe_columns(sweep: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Up to ``PROBE_COLUMNS`` stage inputs of a single trajectory's first iterations,
-    ``(*shape, K)``, and their times ``(K,)`` (start states where only checkpoints are kept)."""
+    """Up to ``PROBE_COLUMNS`` stage inputs of a single trajectory, ``(*shape, K)``, and their
+    times ``(K,)``: from iterations spread evenly over the whole record, each giving its
+    share of stages, the first stage turning with the iteration (start states where only
+    checkpoints are kept).
+
+    Spread, not the first iterations only: an ``f`` whose branch reads a reduction over the
+    state (``if anp.sum(u**2) > 1:``) computes each column alone only while every column is
+    on one side of it, and a bulk chunk holding columns from both sides took one branch for
+    all of them, a silently wrong gradient, where the first iterations all lay on one side."""
     ys, ts = [], []
     c = np.reshape(np.asarray(sweep.coefficients.c, dtype=np.float64), -1)
-    for trial in sweep.trials:
+    count = len(sweep.trials)
+    picks = np.unique(np.linspace(0, count - 1, min(count, PROBE_COLUMNS)).round().astype(int))
+    share = max(1, PROBE_COLUMNS // max(len(picks), 1))
+    for m, j in enumerate(picks):
+        trial = sweep.trials[j]
         t, h = float(trial.t[0]), float(trial.h[0])
         if trial.inputs is not None:
             stages = min(len(trial.inputs), c.shape[0])
-            ys += [trial.inputs[i] for i in range(stages)]
-            ts += [t + c[i] * h for i in range(stages)]
+            for stage in sorted({(m + i) % stages for i in range(share)}):
+                ys.append(trial.inputs[stage])
+                ts.append(t + c[stage] * h)
         elif trial.start is not None:
             ys.append(trial.start[0])
             ts.append(t)
-        if len(ts) >= PROBE_COLUMNS:
-            break
     if not ts:
         return np.zeros((*sweep.shape, 0)), np.zeros(0)
-    y = np.concatenate([np.asarray(v) for v in ys[:PROBE_COLUMNS]], axis=-1)
-    return y, np.asarray(ts[:PROBE_COLUMNS], dtype=y.dtype)
+    y = np.concatenate([np.asarray(v) for v in ys], axis=-1)
+    return y, np.asarray(ts, dtype=y.dtype)
 
 
 def pays(sweep: Any) -> bool:
