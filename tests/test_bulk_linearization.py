@@ -296,8 +296,9 @@ def regime(u, p, t):
     return -p[0] * u if r2 > 1.0 else -p[0] * u * r2
 
 
+@pytest.mark.parametrize("sensealg", [None, dxode.DiscreteAdjoint(checkpoint_every=3)], ids=repr)
 def test_an_f_whose_branch_changes_late_in_the_trajectory_keeps_the_per_step_sweep(
-    monkeypatch, traces
+    monkeypatch, traces, sensealg
 ):
     # The trajectory starts outside the circle and ends inside. The check of f on columns
     # took the first iterations' stage inputs only, all outside, so it passed, and the bulk
@@ -305,7 +306,7 @@ def test_an_f_whose_branch_changes_late_in_the_trajectory_keeps_the_per_step_swe
     # gradient of the outer decay alone, 5x off, silently.
     def loss(theta):
         prob = dxode.ODEProblem(regime, theta[:2], (0.0, 3.0), (theta[2],))
-        sol = dxode.solve(prob, saveat=[3.0], rtol=1e-10, atol=1e-10)
+        sol = dxode.solve(prob, saveat=[3.0], rtol=1e-10, atol=1e-10, sensealg=sensealg)
         return anp.sum(sol.u)
 
     theta = np.array([1.5, 1.0, 1.0])

@@ -153,18 +153,19 @@ def _probe_columns(sweep: Any) -> tuple[np.ndarray, np.ndarray]:
     all of them, a silently wrong gradient, where the first iterations all lay on one side."""
     ys, ts = [], []
     c = np.reshape(np.asarray(sweep.coefficients.c, dtype=np.float64), -1)
-    count = len(sweep.trials)
-    picks = np.unique(np.linspace(0, count - 1, min(count, PROBE_COLUMNS)).round().astype(int))
+    kept = [trial for trial in sweep.trials if trial.inputs is not None or trial.start is not None]
+    spread = np.linspace(0, len(kept) - 1, min(len(kept), PROBE_COLUMNS)).round()
+    picks = np.unique(spread.astype(int))
     share = max(1, PROBE_COLUMNS // max(len(picks), 1))
     for m, j in enumerate(picks):
-        trial = sweep.trials[j]
+        trial = kept[j]
         t, h = float(trial.t[0]), float(trial.h[0])
         if trial.inputs is not None:
             stages = min(len(trial.inputs), c.shape[0])
             for stage in sorted({(m + i) % stages for i in range(share)}):
                 ys.append(trial.inputs[stage])
                 ts.append(t + c[stage] * h)
-        elif trial.start is not None:
+        else:
             ys.append(trial.start[0])
             ts.append(t)
     if not ts:
