@@ -4,6 +4,7 @@ and a worker that dies mid-solve loses nothing."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -173,3 +174,76 @@ def test_automatic_kernel_batches_are_capped_by_the_kernel_not_the_array_path(cl
     alg = EnsembleDask(client, kernel=EnsembleKernel(device=device))
     assert alg.batch_size_for(10**8) == cap
     assert EnsembleDask(client).batch_size_for(10**8) == 10_000
+
+
+def _rewritten_for_complex_step():
+    """An f whose kernel gradients need the complex-step rewrite of its source (math.exp to
+    cmath's; x**3, where x goes negative, to the real power), defined in a function so that
+    cloudpickle sends it to the workers by value, without its file, as it sends an f defined
+    in a script's __main__ or a notebook."""
+
+    def cubic(u, p, t):
+        x, v = u
+        return [v, -p[0] * x - p[1] * x**3 * math.exp(-v * v)]
+
+    return cubic
+
+
+_P = np.array([[1.6, 0.3], [1.2, 0.1], [2.0, 0.5], [1.0, 0.2]])
+
+
+def _lane_losses(q, f, alg, sensealg=None):
+    prob = dxode.ODEProblem(f, np.array([1.0, -0.5]), (0.0, 2.0), (1.6, 0.3))
+    options = {"saveat": [1.0, 2.0], "rtol": 1e-10, "atol": 1e-10, "sensealg": sensealg}
+    sim = dxode.solve(EnsembleProblem(prob, p=q), "tsit5", alg, batch_size=2, **options)
+    return (sim.u**2).sum(axis=(1, 2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sensealg", [dxode.ForwardSensitivity(), dxode.DiscreteAdjoint()], ids=["forward", "adjoint"]
+)
+def test_kernel_gradients_of_an_f_sent_by_value_are_the_local_ones(client, sensealg):
+    """The workers had no source to rewrite for complex step, so they refused math.exp and
+    ** by the names f's bytecode uses (after the forward pass, for the adjoint), where this
+    process differentiates f: its source now travels with it."""
+    import autograd
+    import cloudpickle
+
+    f = _rewritten_for_complex_step()
+    assert cloudpickle.loads(cloudpickle.dumps(f)).__code__.co_filename == "<dynamic-code>"
+    local = EnsembleKernel(threads=1)
+    dask = EnsembleDask(client, kernel=EnsembleKernel(threads=1))
+    here = autograd.grad(lambda q: _lane_losses(q, f, local, sensealg).sum())(_P)
+    there = autograd.grad(lambda q: _lane_losses(q, f, dask, sensealg).sum())(_P)
+    np.testing.assert_array_equal(there, here)
+    h = 1e-6  # each lane's loss depends on its own row of p only
+    for j in range(_P.shape[1]):
+        step = np.zeros_like(_P)
+        step[:, j] = h
+        up, down = (_lane_losses(_P + s, f, local) for s in (step, -step))
+        np.testing.assert_allclose(here[:, j], (up - down) / (2 * h), rtol=1e-6)
+
+
+def test_a_kept_source_stands_for_the_code_it_was_read_from_only():
+    """keep_sources' text travels with f's copy pickled by value, whose complex copy is then
+    this process's; a copy whose code was replaced since is refused by the names its bytecode
+    uses, as any f without source (the kept text is another function's)."""
+    import cloudpickle
+
+    from dxode.kernels.complex_step import complex_copy
+    from dxode.kernels.rhs_source import keep_sources
+
+    f = _rewritten_for_complex_step()
+    keep_sources([f])
+    copy = cloudpickle.loads(cloudpickle.dumps(f))
+    u, p = (complex(-0.5, 2.0**-100), 0.25), (1.6, 0.3)
+    assert complex_copy(copy)(u, p, 0.0) == complex_copy(f)(u, p, 0.0)
+
+    def other(u, p, t):
+        x, v = u
+        return [v, -(x**3)]
+
+    copy.__code__ = cloudpickle.loads(cloudpickle.dumps(other)).__code__
+    with pytest.raises(KernelUnsupportedError, match=r"\*\*.*read off the names"):
+        complex_copy(copy)

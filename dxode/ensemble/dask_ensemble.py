@@ -160,6 +160,7 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
         recomputes a result whose worker died). The cluster must outlive the call (handles
         point into it), so it is ``client`` or the running default client."""
         tasks = _Tasks(self._lasting_client(), self._progress())
+        self._keep_sources(batch_args)
         return tasks.map(func, batch_args, label, send_back)
 
     def _lasting_client(self) -> Any:
@@ -173,6 +174,14 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
                 "EnsembleDask(client) or start a default client, e.g. with dxode.local_cluster()"
             )
         return client
+
+    def _keep_sources(self, sent: Any) -> None:
+        """With a kernel: the source text of the functions in ``sent`` goes with them, for the
+        workers' kernels to rewrite as this process's do (``rhs_source.keep_sources``)."""
+        if self.kernel is not None:
+            from ..kernels.rhs_source import keep_sources
+
+            keep_sources(sent)
 
     def _progress(self) -> bool:
         return self.progress if self.progress is not None else sys.stderr.isatty()
@@ -219,6 +228,7 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
                 "them: pass EnsembleDask(client, output='dask') or start a default client (e.g. "
                 "in dxode.local_cluster()), or use output='memory' or 'zarr'"
             )
+        self._keep_sources(eprob)
         with _client_for(self.client) as client:
             return _Run(self, client, eprob, batches, spec).solve()
 

@@ -28,7 +28,7 @@ import itertools
 import textwrap
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ __all__ = [
     "ParamLayout",
     "check_plain_function",
     "function_key",
+    "keep_sources",
     "names_read",
     "numba_ready",
     "where_defined",
@@ -127,12 +128,13 @@ def _fingerprint(value: Any, seen: frozenset[int], read: set[str]) -> str:
 def _function_digest(f: Callable[..., Any], frozen: tuple[str, ...]) -> str:
     code = getattr(f, "__code__", None)  # two lambdas on one line share their source line
     compiled = _code_text(code) if isinstance(code, types.CodeType) else ""
-    try:
-        text = inspect.getsource(code if isinstance(code, types.CodeType) else f)  # as numba_ready
+    try:  # the source numba_ready reads
+        text = _source_text(code, f) if isinstance(code, types.CodeType) else inspect.getsource(f)
     except (OSError, TypeError):
-        # No source (a function pickled by value, as Dask sends one defined in a script's
-        # __main__ or a notebook): its code's text stands for it. Not repr(code), which holds
-        # the object's address: every copy would compile a kernel of its own.
+        # No source (a lambda or function pickled by value without keep_sources, as Dask
+        # sends one defined in a script's __main__ or a notebook): its code's text stands for
+        # it. Not repr(code), which holds the object's address: every copy would compile a
+        # kernel of its own.
         text = "" if compiled else repr(f)
     return _digest(f"{where_defined(f)}\n{text}\n{compiled}\n{frozen}")
 
@@ -153,6 +155,64 @@ def _cell_value(cell: Any) -> Any:
         return cell.cell_contents
     except ValueError:  # an empty cell
         return None
+
+
+_KEPT_SOURCE = "__dxode_source__"  # keep_sources' entry in a function's __dict__
+
+
+def keep_sources(value: Any) -> None:
+    """Store in each plain function that ``value`` reaches (through dxode's objects, tuples,
+    lists and dicts; not through closures or globals) its source text, in its ``__dict__``,
+    which a copy pickled by value keeps: cloudpickle, as Dask sends a function defined in a
+    script's ``__main__`` or a notebook to its workers, copies code and ``__dict__`` but not
+    the file, so a worker's kernels could not rewrite ``f`` as this process's do (complex
+    step's ``math`` to ``cmath`` and its powers: a kernel gradient that works here was
+    refused there). A function whose entry is for its current code is left as it is."""
+    for fn in _functions_in(value, set()):
+        stamp = _code_stamp(fn.__code__)
+        kept = fn.__dict__.get(_KEPT_SOURCE)
+        if kept is not None and kept[0] == stamp:
+            continue
+        with contextlib.suppress(OSError, TypeError):  # nothing to keep: refused by name there
+            fn.__dict__[_KEPT_SOURCE] = (stamp, inspect.getsource(fn.__code__))
+
+
+def _functions_in(value: Any, seen: set[int]) -> Iterator[types.FunctionType]:
+    """The plain functions in ``value``, in dxode's objects and in containers."""
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, types.FunctionType):
+        yield value
+        return
+    if isinstance(value, (tuple, list)):
+        items: Any = value
+    elif isinstance(value, dict):
+        items = value.values()
+    elif type(value).__module__.startswith("dxode.") and hasattr(value, "__dict__"):
+        items = vars(value).values()
+    else:
+        return
+    for item in items:
+        yield from _functions_in(item, seen)
+
+
+def _source_text(code: types.CodeType, f: Any) -> str:
+    """The source of ``code``, ``f``'s code: from its file, else the text ``keep_sources``
+    stored with ``f`` for this code (a copy pickled by value has no file). Raises ``OSError``
+    where there is neither (a function made by exec, or pickled by value without it)."""
+    try:
+        return inspect.getsource(code)
+    except OSError:
+        kept = getattr(f, "__dict__", {}).get(_KEPT_SOURCE)
+        if kept is None or kept[0] != _code_stamp(code):
+            raise
+        return str(kept[1])
+
+
+def _code_stamp(code: types.CodeType) -> str:
+    """A digest of ``code`` that its copies pickled by value share (not its file name)."""
+    return _digest(_code_text(code))
 
 
 class _ListReturnsToTuples(ast.NodeTransformer):
@@ -255,7 +315,7 @@ def numba_ready(
     try:
         # the source of f's own code: inspect.getsource(f) follows a functools.wraps wrapper's
         # __wrapped__ to the function it wraps, which would compile that one instead of f
-        source = textwrap.dedent(inspect.getsource(code))
+        source = textwrap.dedent(_source_text(code, f))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError):
         return _with_numpy(_tuple_returns(f))
