@@ -352,7 +352,9 @@ def complex_copy(f: Callable[..., Any], what: str = "f") -> Callable[..., Any]:
         refused = _refused_by_name(f)
         how = (
             f" ({what}'s source cannot be read, as for a lambda or a function sent by value, "
-            f"so these were read off the names its bytecode uses)"
+            f"so these were read off the names its bytecode uses; the source of a def in a "
+            f"module is read, on Dask workers too where they import it, and "
+            f"EnsembleDask(kernel=...) sends that of one in a script's __main__ along)"
         )
     refused = refused + _refused_in_compiled_helpers(f, set())
     if refused:
