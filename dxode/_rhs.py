@@ -93,11 +93,17 @@ def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
             "traced autograd value; use `autograd.numpy` in f instead"
         )
     if out.dtype != u.dtype:
-        raise TypeError(
-            f"f(u, p, t) returned dtype {out.dtype} for a {u.dtype} state; keep it in u's "
-            f"dtype (use Python floats for constants, or cast parameters to {u.dtype})"
-        )
+        raise wrong_dtype(out.dtype, u.dtype)
     return out
+
+
+def wrong_dtype(returned: Any, state: Any) -> TypeError:
+    """The error for an ``f`` whose first result is not in the state's dtype (the compiled
+    kernels' too, for an integer or bool array)."""
+    return TypeError(
+        f"f(u, p, t) returned dtype {returned} for a {state} state; keep it in u's dtype "
+        f"(use Python floats for constants, or cast parameters to {state})"
+    )
 
 
 def is_traced_result(value: Any) -> bool:

@@ -121,6 +121,38 @@ def test_float32_state_with_integer_trajectory_parameters_is_refused_on_both_pat
         dxode.solve(eprob, "tsit5", dxode.EnsembleKernel())
 
 
+def _integer_array(u, p, t):
+    return np.array([1, 2])
+
+
+def _bool_array(u, p, t):
+    return u > 0.0
+
+
+def _integer_rows(u, p, t):
+    return [1, 2]
+
+
+@pytest.mark.parametrize(("f", "dtype"), [(_integer_array, "int64"), (_bool_array, "bool")])
+def test_an_integer_or_bool_array_from_f_is_refused_on_both_paths(f, dtype):
+    # The array path refused it; the kernel cast it to the state's dtype silently.
+    prob = dxode.ODEProblem(f, [1.0, 2.0], (0.0, 1.0))
+    message = f"returned dtype {dtype} for a float64 state; keep it in u's dtype"
+    with pytest.raises(TypeError, match=message):
+        dxode.solve(prob, "tsit5")
+    with pytest.raises(TypeError, match=message):
+        dxode.solve(prob, "tsit5", kernel=True)
+    with pytest.raises(TypeError, match=message):
+        dxode.solve(dxode.EnsembleProblem(prob), "tsit5", dxode.EnsembleKernel(), trajectories=2)
+
+
+def test_rows_of_integers_from_f_take_the_state_dtype_on_both_paths():
+    prob = dxode.ODEProblem(_integer_rows, [1.0, 2.0], (0.0, 1.0))
+    array, kernel = _solve_both(prob, "tsit5", saveat=[1.0])
+    np.testing.assert_array_equal(kernel.u, np.asarray(array.u))
+    np.testing.assert_allclose(kernel.u[-1], [2.0, 4.0], rtol=1e-15)
+
+
 def test_array_api_states_are_solved_on_the_host():
     # EnsembleKernel failed with "Cannot interpret 'array_api_strict.float64' as a data type".
     xps = pytest.importorskip("array_api_strict")
