@@ -130,6 +130,23 @@ def test_numpy_integer_maxiters_is_accepted():
     assert sol.retcode == ReturnCode.MaxIters and sol.stats.naccept + sol.stats.nreject == 3
 
 
+def _public_methods():
+    from dxode.solvers import AbstractStepper, ExplicitRungeKutta
+
+    classes = [getattr(dxode, name) for name in dxode.__all__]
+    steppers = [c for c in classes if isinstance(c, type) and issubclass(c, AbstractStepper)]
+    return [c for c in steppers if c not in (AbstractStepper, ExplicitRungeKutta)]  # no defaults
+
+
+@pytest.mark.parametrize("cls", _public_methods(), ids=lambda cls: cls.__name__)
+def test_every_method_is_taken_by_its_lowercase_name(cls):
+    # "autoswitch" was refused (unknown algorithm), though the docs name AutoSwitch() with
+    # "a name such as 'tsit5'".
+    from dxode.solvers import get_algorithm
+
+    assert type(get_algorithm(cls.__name__.lower())) is cls
+
+
 def test_algorithm_lookup_errors():
     with pytest.raises(ValueError, match="unknown algorithm 'rk99'"):
         dxode.solve(_prob(), "rk99")

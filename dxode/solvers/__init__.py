@@ -49,6 +49,9 @@ ALGORITHMS: dict[str, type[AbstractStepper]] = {
     cls.__name__.lower(): cls
     for cls in (Euler, RK4, BS3, DP5, Tsit5, Vern7, Rosenbrock23, Rodas4, Rodas5P, TRBDF2)
 }
+# Every method ``solve`` takes by name: the single methods and AutoSwitch (its defaults,
+# Tsit5 and Rodas5P), which combines two of them.
+_NAMED: dict[str, type[AbstractStepper]] = {**ALGORITHMS, "autoswitch": AutoSwitch}
 
 
 def get_algorithm(alg: Any) -> AbstractStepper:
@@ -61,9 +64,7 @@ def get_algorithm(alg: Any) -> AbstractStepper:
         return alg()
     if isinstance(alg, str):
         try:
-            return ALGORITHMS[alg.lower()]()
+            return _NAMED[alg.lower()]()
         except KeyError:
-            raise ValueError(
-                f"unknown algorithm {alg!r}; choose one of {sorted(ALGORITHMS)}"
-            ) from None
+            raise ValueError(f"unknown algorithm {alg!r}; choose one of {sorted(_NAMED)}") from None
     raise TypeError(f"alg must be an algorithm such as Tsit5(), got {alg!r}")
