@@ -155,6 +155,24 @@ class SolverOptions:
                 f"accuracy)"
             )
 
+    def check_step_budget(self, tspan: tuple[Any, Any], callbacks: Any) -> None:
+        """Raise where steps of at most ``dtmax`` (fixed steps: of ``dt``) need more than
+        ``maxiters`` attempts to cover ``tspan``: the solve could only crawl to ``MaxIters``
+        (a ``dtmax`` of 1e-9 over 10 time units took 100,000 steps to get there). Not where
+        a callback (``callbacks``: a ``CallbackSet`` or ``None``) may terminate it sooner."""
+        largest = self.dtmax if self.adaptive else self.dt
+        if largest is None or any(cb.terminate is not False for cb in callbacks or ()):
+            return
+        needed = abs(float(tspan[1]) - float(tspan[0])) / largest
+        if needed <= self.maxiters * (1 + 1e-6):  # float32 time may round a step up
+            return
+        name = "dtmax" if self.adaptive else "fixed steps of dt"
+        raise ValueError(
+            f"{name}={largest:g} needs {needed:.4g} steps to cover tspan {tuple(tspan)}, more "
+            f"than maxiters={self.maxiters}: the solve could only end with MaxIters; raise "
+            f"{name.split()[-1]} or maxiters"
+        )
+
 
 def _as_atol(atol: Any) -> Any:
     if isinstance(atol, (int, float)) and not isinstance(atol, bool):

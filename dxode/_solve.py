@@ -139,7 +139,8 @@ def solve(
         fails when a rejected step proposes a step below ``16 * eps * |t|`` at its current
         time ``t``: too small to move ``t``.
     dtmax : float, optional
-        Largest step size.
+        Largest step size (one that needs more than ``maxiters`` steps to cover ``tspan``
+        raises ``ValueError``, unless a callback may terminate the solve).
 
     Returns
     -------
@@ -206,6 +207,7 @@ def solve(
             raise TypeError(f"{name} applies to an EnsembleProblem, not to a single ODEProblem")
     opts = SolverOptions.from_user(alg, **options)
     opts.check_state(prob.u0, prob.tspan)
+    opts.check_step_budget(prob.tspan, callbacks)
     check_preset_times(callbacks, *sorted(prob.tspan))
     if is_traced(prob.u0, prob.p):
         if dense:

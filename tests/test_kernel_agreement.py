@@ -203,6 +203,39 @@ def test_dtmax_limits_the_step():
     assert _same_stats(array, kernel)
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"dtmax": 1e-9}, r"dtmax=1e-09 needs 3e\+09 steps to cover tspan \(0.0, 3.0\)"),
+        ({"alg": "rk4", "dt": 1e-5}, r"fixed steps of dt=1e-05 needs 3e\+05 steps"),
+    ],
+    ids=["dtmax", "fixed dt"],
+)
+def test_a_span_beyond_maxiters_steps_is_refused_before_any_work_on_both_paths(options, message):
+    # Both paths crawled through 100,000 steps to MaxIters (10-20 s for Lorenz).
+    options = {"alg": "tsit5", **options}
+    alg = options.pop("alg")
+    eprob = dxode.EnsembleProblem(LORENZ)
+    match = f"{message}.*more than maxiters=100000.*raise"
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(LORENZ, alg, **options)
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(LORENZ, alg, kernel=True, **options)
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(eprob, alg, dxode.EnsembleKernel(), trajectories=2, **options)
+
+
+def _always(u, p, t):
+    return True
+
+
+def test_a_span_beyond_maxiters_steps_is_solved_where_a_callback_may_terminate():
+    stop = dxode.DiscreteCallback(_always, terminate=True)
+    array, kernel = _solve_both(LORENZ, "tsit5", dtmax=1e-9, callback=stop)
+    assert kernel.retcode == array.retcode == dxode.ReturnCode.Terminated
+    np.testing.assert_allclose(kernel.t, np.asarray(array.t), rtol=0, atol=1e-20)
+
+
 def test_a_blow_up_is_unstable_like_the_array_path():
     def blowup(u, p, t):
         (x,) = u

@@ -83,7 +83,7 @@ def plan_ensemble(
     opts = SolverOptions.from_user(alg, **options)
     opts.check_state(eprob.prob.u0, None if "tspan" in eprob.arrays else eprob.prob.tspan)
     seed = _master_seed(seed)
-    _check_times(eprob, saveat, tstops, callback)
+    _check_times(eprob, opts, saveat, tstops, callback)
     return EnsemblePlan(
         eprob, ensemble_alg, opts, n, size, seed, saveat, bool(dense), tstops, callback
     )
@@ -130,18 +130,23 @@ def _master_seed(seed: Any) -> int:
 
 
 def _check_times(
-    eprob: EnsembleProblem, saveat: Any, tstops: Any, callback: CallbackSet | None
+    eprob: EnsembleProblem,
+    opts: SolverOptions,
+    saveat: Any,
+    tstops: Any,
+    callback: CallbackSet | None,
 ) -> None:
-    """Check the save grid, the stops and the callbacks' preset times now, before any work
-    (spans a ``prob_func`` or ``batch_func`` builds are checked batch by batch: a shared
-    ``saveat`` must lie inside each, and ``tstops`` and preset times outside them all are
-    passed by)."""
+    """Check the save grid, the stops, the callbacks' preset times and (for one span shared
+    by every trajectory) the step budget now, before any work (spans a ``prob_func`` or
+    ``batch_func`` builds are checked batch by batch: a shared ``saveat`` must lie inside
+    each, and ``tstops`` and preset times outside them all are passed by)."""
     if "tspan" not in eprob.arrays and eprob.batch_func is None:
         t0, t1 = eprob.prob.tspan
         if eprob.prob_func is None:  # else prob.tspan need not be any trajectory's
             lane_save_grid(saveat, np.array([t0]), np.array([t1]))
             stop_times(tstops, t0, t1)
             check_preset_times(callback, *sorted(eprob.prob.tspan))
+            opts.check_step_budget(eprob.prob.tspan, callback)
     elif "tspan" in eprob.arrays:
         spans = eprob.arrays["tspan"]
         spans = to_host(spans) if array_api_compat.is_array_api_obj(spans) else np.asarray(spans)

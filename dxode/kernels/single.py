@@ -53,6 +53,7 @@ def solve_kernel(
 
     opts = SolverOptions.from_user(alg, **options)
     opts.check_state(prob.u0, prob.tspan)
+    opts.check_step_budget(prob.tspan, callback)
     check_preset_times(callback, *sorted(float(t) for t in prob.tspan))
     if is_traced(prob.u0, prob.p):
         check_callback_method(callback, opts.alg)
