@@ -97,11 +97,11 @@ def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
     return out
 
 
-def wrong_dtype(returned: Any, state: Any) -> TypeError:
-    """The error for an ``f`` whose first result is not in the state's dtype (the compiled
-    kernels' too, for an integer or bool array)."""
+def wrong_dtype(returned: Any, state: Any, who: str = "f(u, p, t)") -> TypeError:
+    """The error for an ``f`` (or ``who``: a callback's affect) whose result is not in the
+    state's dtype (the compiled kernels' too, for an integer or bool array)."""
     return TypeError(
-        f"f(u, p, t) returned dtype {returned} for a {state} state; keep it in u's dtype "
+        f"{who} returned dtype {returned} for a {state} state; keep it in u's dtype "
         f"(use Python floats for constants, or cast parameters to {state})"
     )
 

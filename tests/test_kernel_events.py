@@ -489,6 +489,41 @@ def test_affect_returning_an_array_of_the_wrong_length_is_refused(length):
         _solve_with(dxode.PresetTimeCallback([0.5], resized))
 
 
+def _reset_to_integers(u, p, t, fired):
+    return np.array([1])
+
+
+def _reset_to_bools(u, p, t, fired):
+    return u > 0.0
+
+
+def _reset_to_integer_rows(u, p, t, fired):
+    return [1]
+
+
+@pytest.mark.parametrize(
+    ("affect", "dtype"), [(_reset_to_integers, "int64"), (_reset_to_bools, "bool")]
+)
+def test_affect_returning_an_integer_or_bool_array_is_refused_on_both_paths(affect, dtype):
+    # the kernel cast it to the state's dtype silently (the array path raises)
+    prob = dxode.ODEProblem(rate, np.array([1.0]), (0.0, 1.0), (1.0,))
+    callback = dxode.PresetTimeCallback([0.5], affect)
+    message = f"callback 0: affect returned dtype {dtype} for a float64 state; keep it in u's dtype"
+    for kernel in (False, True):
+        with pytest.raises(TypeError, match=message):
+            dxode.solve(prob, "tsit5", callback=callback, kernel=kernel)
+
+
+def test_affect_returning_rows_of_integers_sets_the_state_on_both_paths():
+    # the array path refused them (dtype int64), unlike f's rows of Python numbers
+    prob = dxode.ODEProblem(rate, np.array([1.0]), (0.0, 1.0), (1.0,))
+    callback = dxode.PresetTimeCallback([0.5], _reset_to_integer_rows)
+    for kernel in (False, True):
+        sol = dxode.solve(prob, "tsit5", callback=callback, kernel=kernel, **TOL)
+        np.testing.assert_array_equal(sol.events.u_after, [[1.0]])
+        np.testing.assert_allclose(sol.u[-1], [math.exp(0.5)], rtol=1e-7)
+
+
 # ---- the CUDA kernel under numba-cuda's simulator ----------------------------------------
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .. import _pytree
-from .._rhs import as_array, is_traced_result
+from .._rhs import as_array, is_traced_result, wrong_dtype
 from ..backends import to_host
 from ..integrator.lanes import expand
 from ..solvers import Step
@@ -484,7 +484,7 @@ class EventHandler:
                 )
         _refuse_traced_result(k, "affect", raw)
         try:
-            out = as_array(self._backend, raw, shape=shape)
+            out = as_array(self._backend, raw, shape=shape, dtype=u.dtype)
         except (ValueError, TypeError) as exc:  # the stacking's message names f's result
             raise type(exc)(
                 f"callback {k}: affect's rows do not make the new state of shape {shape}: {exc}"
@@ -495,10 +495,7 @@ class EventHandler:
                 f"callback {k}: affect returned {got}; it must return the new state, shape {shape}"
             )
         if out.dtype != u.dtype:
-            raise TypeError(
-                f"callback {k}: affect returned dtype {out.dtype} for a {u.dtype} state; keep "
-                f"the state's dtype"
-            )
+            raise wrong_dtype(out.dtype, u.dtype, f"callback {k}: affect")
         return xp.expand_dims(out, axis=-1) if self._spec.single else out
 
 

@@ -18,10 +18,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._rhs import wrong_dtype
 from .errors import KernelCompileError, numba_refusals
 from .rhs_source import numba_ready, where_defined
 
-__all__ = ["cache_dir", "probed_mode", "remembered_mode", "returned_shape", "write_atomically"]
+__all__ = [
+    "cache_dir",
+    "check_float_array",
+    "probed_mode",
+    "remembered_mode",
+    "returned_shape",
+    "write_atomically",
+]
 
 _MODES: dict[tuple[Any, ...], bool] = {}
 _ANSWERS = {"tuple": False, "array": True}
@@ -116,6 +124,18 @@ def returned_shape(dispatcher: Any, n: int, dtype: str, *rest: Any) -> tuple[int
         return tuple(np.shape(value))
     except ValueError:  # rows of different lengths
         return (len(value), -1)
+
+
+def check_float_array(dispatcher: Any, dtype: str, who: str = "f(u, p, t)") -> None:
+    """Raise the array path's ``TypeError`` where the compiled ``f`` (or ``who``: an affect)
+    returns an array of integers or bools (``np.array([1, 2])``, ``u > 0``): the array path
+    refuses a result not in the state's dtype, and the kernel would cast it silently. Rows
+    (a list or tuple) of Python numbers take the state's dtype on both paths."""
+    from numba.core import types
+
+    returned = dispatcher.nopython_signatures[-1].return_type
+    if isinstance(returned, types.Array) and not isinstance(returned.dtype, types.Float):
+        raise wrong_dtype(returned.dtype, dtype, who)
 
 
 def remembered_mode(key: tuple[Any, ...], probe: Callable[[], bool]) -> bool:

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._rhs import wrong_dtype
-from .cache import cache_dir, probed_mode, returned_shape, write_atomically
+from .cache import cache_dir, check_float_array, probed_mode, returned_shape, write_atomically
 from .codegen import CODEGEN_VERSION, KernelLayout, generate, pool_constants
 from .description import StepperDescription
 from .errors import ARRAY_PATH, KernelCompileError, numba_refusals
@@ -100,7 +99,7 @@ def user_function_mode(
     neither compiles, and ``ValueError`` when ``f`` does not return ``n`` rows
     (``_check_rows``; ``f``, ``jac`` and ``tgrad`` all return one row per state component).
     A right-hand side (not a ``derivative``: ``jac``, ``tgrad``) returning an integer or bool
-    array raises ``TypeError``, as on the array path (``_check_float_array``).
+    array raises ``TypeError``, as on the array path (``check_float_array``).
     """
     import numba
     from numba.core import types
@@ -117,7 +116,7 @@ def user_function_mode(
     def check(dispatcher: Any) -> None:
         _check_rows(f, dispatcher, n, dtype, p_example)
         if not derivative:
-            _check_float_array(dispatcher, dtype)
+            check_float_array(dispatcher, dtype)
 
     return probed_mode(key, f, n, dtype, rest, lambda err: _refusal(f, err, p_example), check)
 
@@ -174,18 +173,6 @@ def _check_rows(f: Callable[..., Any], dispatcher: Any, n: int, dtype: str, p_ex
         f"components; f and tgrad must return one number per component ({n} rows), jac "
         f"{n} rows of {n} (row i holds the derivatives of f_i)"
     )
-
-
-def _check_float_array(dispatcher: Any, dtype: str) -> None:
-    """Raise the array path's ``TypeError`` where the compiled ``f`` returns an array of
-    integers or bools (``np.array([1, 2])``, ``u > 0``): the array path refuses a result
-    not in the state's dtype, and the kernel would cast it silently. Rows (a list or tuple)
-    of Python numbers take the state's dtype on both paths."""
-    from numba.core import types
-
-    returned = dispatcher.nopython_signatures[-1].return_type
-    if isinstance(returned, types.Array) and not isinstance(returned.dtype, types.Float):
-        raise wrong_dtype(returned.dtype, dtype)
 
 
 def compile_kernel(

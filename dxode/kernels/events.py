@@ -18,7 +18,7 @@ import numpy as np
 
 from ..events.callbacks import CallbackSet, ContinuousCallback, DiscreteCallback
 from ..events.record import EventRecord
-from .cache import probed_mode, returned_shape
+from .cache import check_float_array, probed_mode, returned_shape
 from .errors import ARRAY_PATH, KernelCompileError
 from .events_codegen import CallbackLayout, EventLayout, functions
 from .rhs_source import check_plain_function, function_key, numba_ready, where_defined
@@ -102,6 +102,8 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
 
     def check(dispatcher: Any) -> None:
         _check_returns(k, cb, role, fn, dispatcher.nopython_signatures[0].return_type, n)
+        if role == 1:
+            check_float_array(dispatcher, dtype, f"callback {k}: affect")
         fired = (True,) if role == 1 else ()  # a condition's call checks its indexing only
         shape = returned_shape(dispatcher, n, dtype, p_example, *fired)
         if role == 1 and shape is not None and shape != (n,):  # the kernel reads n numbers
@@ -110,8 +112,8 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
                 f"it must return the new state: {n} numbers"
             )
 
-    # "rows, in range": answers remembered before the affect's rows were checked (or before
-    # u[9] of 2 components was refused) are not reused
+    # "rows, in range, floats": answers remembered before the affect's rows were checked (or
+    # before u[9] of 2 components, or an affect's integer array, was refused) are not reused
     key = (
         "callback",
         function_key(fn),
@@ -120,7 +122,7 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
         n,
         dtype,
         str(p_type),
-        "rows, in range",
+        "rows, in range, floats",
     )
     error = lambda err: _uncompilable(k, cb, role, fn, err)
     return probed_mode(key, fn, n, dtype, rest, error, check)  # remembered on disk too
