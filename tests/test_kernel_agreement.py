@@ -146,6 +146,20 @@ def test_an_integer_or_bool_array_from_f_is_refused_on_both_paths(f, dtype):
         dxode.solve(dxode.EnsembleProblem(prob), "tsit5", dxode.EnsembleKernel(), trajectories=2)
 
 
+def _a_jacs_shape(u, p, t):
+    return np.array([[u[1], 0.0], [-u[0], 0.0]])
+
+
+def test_an_f_returning_a_jacs_shape_is_refused_on_both_paths():
+    # The kernel's row check took (n, n) from f (it is shared with jac) and the kernel then
+    # failed to compile with numba's message.
+    prob = dxode.ODEProblem(_a_jacs_shape, [1.0, 0.0], (0.0, 1.0))
+    with pytest.raises(ValueError, match=r"returned shape \(2, 2\) for a state of shape \(2,\)"):
+        dxode.solve(prob, "tsit5")
+    with pytest.raises(ValueError, match=r"the f defined at .* rows of shape \(2, 2\)"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
 def test_rows_of_integers_from_f_take_the_state_dtype_on_both_paths():
     prob = dxode.ODEProblem(_integer_rows, [1.0, 2.0], (0.0, 1.0))
     array, kernel = _solve_both(prob, "tsit5", saveat=[1.0])

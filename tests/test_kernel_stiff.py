@@ -372,6 +372,39 @@ def test_a_jac_or_tgrad_short_of_rows_after_the_check_gets_a_value_error(which):
         dxode.solve(prob, dxode.Rodas5P(), kernel=True, saveat=[1.0])
 
 
+def _jac_pair(u, p, t):
+    return [[-1.0, 0.0], [0.0, -2.0]]
+
+
+def _tgrad_of_a_jacs_shape(u, p, t):
+    return [[0.0, 0.0], [0.0, 0.0]]
+
+
+def _jac_of_a_tgrads_shape(u, p, t):
+    return [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("derivatives", "message"),
+    [
+        (
+            {"jac": _jac_pair, "tgrad": _tgrad_of_a_jacs_shape},
+            r"the tgrad .* rows of shape \(2, 2\)",
+        ),
+        ({"jac": _jac_of_a_tgrads_shape}, r"the jac .* rows of shape \(2,\)"),
+    ],
+    ids=["tgrad", "jac"],
+)
+def test_a_tgrad_or_jac_with_the_others_shape_is_refused_naming_it(derivatives, message):
+    # Both passed the row check (it took (n,) and (n, n) from each), and the kernel failed to
+    # compile with numba's message, naming f.
+    prob = dxode.ODEProblem(_decay_pair, np.ones(2), (0.0, 1.0), **derivatives)
+    with pytest.raises(ValueError, match=message) as info:
+        dxode.solve(prob, dxode.Rodas5P(), kernel=True, saveat=[1.0])
+    function = derivatives.get("tgrad", derivatives["jac"])
+    assert f"test_kernel_stiff.py:{function.__code__.co_firstlineno}" in str(info.value)
+
+
 def test_autograd_and_unknown_methods_are_refused():
     prob = _problem("vdpol")
     with pytest.raises(KernelUnsupportedError, match="autodiff='autograd'"):

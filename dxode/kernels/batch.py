@@ -153,7 +153,7 @@ class KernelBatch:
         )
         n = int(self.u0.shape[0])
         derivatives: tuple[tuple[str, Any], ...] = ()
-        mode = lambda fn: user_function_mode(fn, n, dtype, example, target, derivative=True)
+        mode = lambda fn, role: user_function_mode(fn, n, dtype, example, target, role=role)
         check_callback_method(self.callbacks, opts.alg)
         if isinstance(desc, RosenbrockDescription):
             desc, derivatives = stiff_derivatives(desc, opts.alg, n, self.jac, self.tgrad, mode)

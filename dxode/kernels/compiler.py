@@ -89,33 +89,33 @@ def user_function_mode(
     p_example: Any,
     target: str,
     *,
-    derivative: bool = False,
+    role: str = "f",
 ) -> bool:
     """Whether ``f`` must get ``u`` as an array (``True``) or takes a tuple (``False``).
 
     ``f`` is type-checked with numba for one lane: first with ``u`` as a tuple of numbers,
     then as a 1-D array (the answer is remembered, on disk too: ``cache.probed_mode``).
     Raises ``KernelCompileError`` (naming ``f``'s file and line and numba's reason) when
-    neither compiles, and ``ValueError`` when ``f`` does not return ``n`` rows
-    (``_check_rows``; ``f``, ``jac`` and ``tgrad`` all return one row per state component).
-    A right-hand side (not a ``derivative``: ``jac``, ``tgrad``) returning an integer or bool
-    array raises ``TypeError``, as on the array path (``check_float_array``).
+    neither compiles, and ``ValueError`` when ``f`` (its ``role``: ``"f"``, ``"jac"`` or
+    ``"tgrad"``) does not return ``n`` rows (``_check_rows``; of ``n`` numbers each for a
+    ``jac``). An ``f`` returning an integer or bool array raises ``TypeError``, as on the
+    array path (``check_float_array``); ``jac`` and ``tgrad`` are cast there.
     """
     import numba
     from numba.core import types
 
     check_plain_function(f, "each of f, jac and tgrad", "u, p, t")
     p_type = numba.typeof(p_example)
-    # "rows, numbers, in range": answers remembered before _check_rows ran (or before it
-    # refused a number, or before u[9] of 2 components was refused) are not reused
-    # ... and answers remembered before an f's integer array was refused
-    checked = "rows, numbers, in range" if derivative else "rows, numbers, in range, floats"
-    key = ("f", function_key(f), n, dtype, str(p_type), target, checked)
+    # "rows by role, numbers, in range, floats": answers remembered before _check_rows ran
+    # (or before it refused a number, a jac's shape for an f, u[9] of 2 components or an
+    # f's integer array) are not reused
+    checked = "rows by role, numbers, in range, floats"
+    key = (role, function_key(f), n, dtype, str(p_type), target, checked)
     rest = (p_type, getattr(types, dtype))
 
     def check(dispatcher: Any) -> None:
-        _check_rows(f, dispatcher, n, dtype, p_example)
-        if not derivative:
+        _check_rows(f, dispatcher, n, dtype, p_example, role)
+        if role == "f":
             check_float_array(dispatcher, dtype)
 
     return probed_mode(key, f, n, dtype, rest, lambda err: _refusal(f, err, p_example), check)
@@ -152,24 +152,28 @@ def _compiles_with_array_p(f: Callable[..., Any], p_example: tuple[Any, ...]) ->
     return True
 
 
-def _check_rows(f: Callable[..., Any], dispatcher: Any, n: int, dtype: str, p_example: Any) -> None:
+def _check_rows(
+    f: Callable[..., Any], dispatcher: Any, n: int, dtype: str, p_example: Any, role: str
+) -> None:
     """Raise ``ValueError`` unless the compiled ``f`` returns ``n`` rows of numbers, or (a
-    ``jac``) ``n`` rows of ``n`` (``returned_shape``), as the array path does: a short row
-    would be read past its end, a long one cut short."""
+    ``jac``, its ``role``) ``n`` rows of ``n`` (``returned_shape``), as the array path does:
+    a short row would be read past its end, a long one cut short, and an ``f`` returning a
+    jac's shape failed to compile in the kernel with numba's message."""
     from numba.core import types
 
     shape = returned_shape(dispatcher, n, dtype, p_example)
     returned = dispatcher.nopython_signatures[-1].return_type
     if isinstance(returned, (types.Number, types.Boolean)):  # the array path's shape ()
         got = "a number, not rows (return a list, e.g. [du0])"
-    elif shape is None or shape in ((n,), (n, n)):
+    elif shape is None or shape == ((n, n) if role == "jac" else (n,)):
         return
     elif shape == ():  # None (a forgotten return), a string, ...
         got = "no rows (a single object; did it forget to return?)"
     else:
-        got = f"{shape[0]} rows" if len(shape) == 1 else f"rows of shape {shape}"
+        rows = len(shape) == 1 and role != "jac"  # a jac's (n,) is n numbers, not rows
+        got = f"{shape[0]} rows" if rows else f"rows of shape {shape}"
     raise ValueError(
-        f"the function defined at {where_defined(f)} returns {got} for a state of {n} "
+        f"the {role} defined at {where_defined(f)} returns {got} for a state of {n} "
         f"components; f and tgrad must return one number per component ({n} rows), jac "
         f"{n} rows of {n} (row i holds the derivatives of f_i)"
     )

@@ -134,7 +134,7 @@ def stiff_derivatives(
     n: int,
     jac: Callable[..., Any] | None,
     tgrad: Callable[..., Any] | None,
-    mode: Callable[[Callable[..., Any]], bool],
+    mode: Callable[[Callable[..., Any], str], bool],
 ) -> tuple[RosenbrockDescription, tuple[tuple[str, Callable[..., Any]], ...]]:
     """``desc`` for an ``n``-state problem with ``jac``/``tgrad`` (or ``None``), and the user
     functions the kernel binds (``(global name, function)`` pairs).
@@ -142,7 +142,8 @@ def stiff_derivatives(
     As on the array path, ``autodiff="auto"`` uses the problem's ``jac`` when it has one and
     ``"finite_difference"`` never does; without a ``jac`` the kernel differentiates ``f`` by
     forward differences (the array path's ``"auto"`` traces ``f`` instead, which kernels
-    cannot). ``mode(fn)`` says whether ``fn`` takes ``u`` as an array (``user_function_mode``).
+    cannot). ``mode(fn, role)`` says whether ``fn`` (``"jac"`` or ``"tgrad"``) takes ``u`` as an
+    array (``user_function_mode``).
     """
     autodiff = getattr(alg, "autodiff", "auto")
     if autodiff == "autograd":
@@ -157,7 +158,7 @@ def stiff_derivatives(
         if fn is None:
             sources.append("finite_difference")
             continue
-        sources.append("array" if mode(fn) else "tuple")
+        sources.append("array" if mode(fn, name.removeprefix("user_")) else "tuple")
         bound.append((name, fn))
     return desc.with_derivatives(n, sources[0], sources[1]), tuple(bound)
 
