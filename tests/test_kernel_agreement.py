@@ -167,6 +167,17 @@ def test_rows_of_integers_from_f_take_the_state_dtype_on_both_paths():
     np.testing.assert_allclose(kernel.u[-1], [2.0, 4.0], rtol=1e-15)
 
 
+@pytest.mark.parametrize(
+    ("p", "named"),
+    [("fast", r"p = 'fast' \(str"), ((1.0, 2 + 1j), r"p\[1\] = \(2\+1j\) \(complex")],
+)
+def test_a_parameter_that_is_not_a_real_number_is_refused_naming_it(p, named):
+    # The kernel said "take numeric parameters, got <U4", naming neither the leaf nor its type.
+    prob = dxode.ODEProblem(_two_rates, [1.0, 0.5], (0.0, 1.0), p)
+    with pytest.raises(KernelUnsupportedError, match=f"real numbers as parameters, got {named}"):
+        dxode.solve(prob, "tsit5", kernel=True)
+
+
 def test_array_api_states_are_solved_on_the_host():
     # EnsembleKernel failed with "Cannot interpret 'array_api_strict.float64' as a data type".
     xps = pytest.importorskip("array_api_strict")

@@ -306,11 +306,13 @@ def lane_params(
     if layout.is_none:
         return layout, xp.zeros((0, lanes), dtype=dtype)
     rows = []
-    for leaf, lane in zip(leaves, lane_leaf, strict=True):
+    for (path, leaf), lane in zip(leaf_paths("p", p), lane_leaf, strict=True):
         value = leaf if is_cupy_array(leaf) and xp is not np else np.asarray(_host(leaf))
-        if value.dtype.kind not in "fiub":
+        if value.dtype.kind not in "fiub":  # a string, a complex number, an object, ...
             raise KernelUnsupportedError(
-                f"the compiled kernels take numeric parameters, got {value.dtype}; use {ARRAY_PATH}"
+                f"the compiled kernels take real numbers as parameters, got {path} = "
+                f"{leaf!r:.60} ({type(leaf).__name__}, dtype {value.dtype}); pass real numbers, "
+                f"or use {ARRAY_PATH}"
             )
         value = xp.asarray(value)
         if not lane:
