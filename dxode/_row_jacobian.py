@@ -37,6 +37,7 @@ def linearize(
     leaves: list[Any],
     lane_wrt: list[int],
     out: Array,
+    values: Array | None = None,
 ) -> Array:
     """``J = [df/dy | df/dq]`` ``(n, n + m, K)`` at every column of ``y`` ``(*shape, K)``
     (``n = prod(shape)``), written into ``out`` (a NumPy array of at least that size; the
@@ -45,7 +46,8 @@ def linearize(
     order). ``t`` is ``(K,)``, ``leaves`` the parameter leaves as these columns see them
     (per-lane ones ``(..., K)``). The state and those leaves are traced, each from its own
     root, so each output row's reverse pass gives the whole row. Rows that depend on none of
-    them are zero."""
+    them are zero. Where ``values`` ``(n, K)`` is given, the traced call's value of ``f`` is
+    written into it."""
     from autograd.core import VJPNode
     from autograd.tracer import isbox, new_box, trace_stack
 
@@ -73,6 +75,8 @@ def linearize(
     for r, row in enumerate(rows):
         if getattr(row, "dtype", None) == np.dtype(object):
             raise TypeError(_PLAIN_NUMPY)
+        if values is not None:
+            values[r] = row._value if isbox(row) else row
         if isbox(row) and row._trace == trace:  # else row r is constant in y and q
             parts = [np.reshape(jac[r, a:b], s) for (a, b), s in zip(bounds, shapes, strict=True)]
             _reverse_into(ones, row._node, roots, parts)

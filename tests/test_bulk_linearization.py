@@ -318,6 +318,38 @@ def test_an_f_whose_branch_changes_late_in_the_trajectory_keeps_the_per_step_swe
     np.testing.assert_allclose(gradient, central_difference(loss, theta, 1e-6), rtol=2e-3)
 
 
+def spike(u, p, t):
+    """An oscillator pushed back only above ``x = 0.95``, read off a maximum over the state:
+    on columns the maximum covers all of them, so one branch for all."""
+    x, v = u[0], u[1]
+    push = p[1] * (x - 0.95) ** 3 if anp.max(x) > 0.95 else 0.0 * x
+    return anp.stack([v, -p[0] * x - push])
+
+
+@pytest.mark.parametrize("sensealg", [None, dxode.DiscreteAdjoint(checkpoint_every=3)], ids=repr)
+@pytest.mark.parametrize("method", [dxode.Tsit5, dxode.BS3])
+def test_an_f_whose_branch_changes_briefly_keeps_the_per_step_sweep(
+    monkeypatch, traces, sensealg, method
+):
+    # The peak (x = 0.951 near t = 1.8) lies above 0.95 for a few steps between the stage
+    # inputs the probe of f on columns samples, so the probe passed, and the bulk chunk
+    # holding the peak took the pushed branch for all its columns: a gradient 40x off,
+    # silently. The chunk's values of f now rebuild the recorded stage inputs only where
+    # they are the forward pass's.
+    def loss(theta):
+        prob = dxode.ODEProblem(spike, theta[:2], (0.0, 4.0), (theta[2], theta[3]))
+        sol = dxode.solve(prob, method(), saveat=[4.0], rtol=1e-10, atol=1e-10, sensealg=sensealg)
+        return anp.sum(sol.u)
+
+    theta = np.array([-0.2168, 0.926, 1.0, 3.0])
+    gradient = autograd.grad(loss)(theta)
+    assert False in traces  # stage by stage
+    np.testing.assert_allclose(gradient, per_step(monkeypatch, loss, theta), rtol=1e-12)
+    difference = central_difference(loss, theta, 1e-6)
+    np.testing.assert_allclose(gradient[:3], difference[:3], rtol=1e-6)
+    assert abs(gradient[3]) < 1e-9  # the push (cubed) moves the end state by ~1e-11 only
+
+
 def test_matrix_state_and_lanes_that_end_at_different_times(monkeypatch):
     """A ``(2, 2)`` state per lane, and spans that retire lanes early (the working set
     shrinks between iterations of one chunk)."""

@@ -44,7 +44,9 @@ is cheap already. A single
 trajectory's ``f`` (``single_lane``: written for one state, no lane axis) takes it where it
 also computes columns of states ``(*shape, K)`` and times ``(K,)`` column by column, as ``f``
 written with arithmetic, rows and ``A @ u`` does: checked on the solve's own stage inputs,
-spread over it, every column's value against ``f`` of that column alone (``for_columns``).
+spread over it, every column's value against ``f`` of that column alone (``for_columns``),
+and then on every chunk, whose values of ``f`` must rebuild the recorded stage inputs
+(``column_check``); where they do not, the sweep starts over step by step.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from .. import _pytree
 from .._row_jacobian import linearize, parameter_vjp
 from .._traced_rhs import TracedRHS
 from ..backends._base import ordered_sum
-from . import rhs_cost
+from . import column_check, rhs_cost
 
 Array = Any
 
@@ -132,13 +134,7 @@ def for_columns(sweep: Any) -> TracedRHS | None:
     except Exception:  # f written for one state (an `if` on a value, math.sin, a reshape)
         return None
     alone = np.concatenate([np.asarray(a) for a in alone], axis=-1)
-    if together.shape != alone.shape:
-        return None
-    scale = np.max(np.abs(alone), initial=0.0, where=np.isfinite(alone))
-    tolerance = 64 * np.finfo(alone.dtype).eps * scale
-    same_nan = np.array_equal(np.isnan(together), np.isnan(alone))
-    close = np.all(np.abs(together - alone) <= tolerance, where=~np.isnan(alone))
-    return columns if same_nan and close else None
+    return columns if column_check.same_values(together, alone) else None
 
 
 def _probe_columns(sweep: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -209,10 +205,17 @@ def extra_per_call(sweep: Any) -> float | None:
 class BulkSweep:
     """Runs a discrete-adjoint sweep (``discrete_adjoint._Sweep``) chunk by chunk, with the
     stage VJPs from each chunk's bulk linearization, and hands it the summed parameter
-    cotangents at the end."""
+    cotangents at the end.
 
-    def __init__(self, sweep: Any) -> None:
+    ``single``: a single trajectory's own RHS (``f`` for one state), whose values over each
+    chunk's columns are checked against the forward pass's (``column_check``) before any
+    cotangent is pulled through the chunk: the probe of ``for_columns`` samples the solve and
+    misses an ``f`` that mixes columns only briefly (a short spike over a threshold of
+    ``anp.max(u)``)."""
+
+    def __init__(self, sweep: Any, single: TracedRHS | None = None) -> None:
         self.sweep = sweep
+        self.single = single
         self.xp = sweep.xp
         self.n = math.prod(sweep.shape)
         rhs = sweep.rhs
@@ -224,11 +227,13 @@ class BulkSweep:
         self.buffers = _Buffers(dtype)
         self.totals: list[Any] | None = None  # parameter cotangents, all lanes
 
-    def run(self, inputs: Any) -> None:
+    def run(self, inputs: Any) -> bool:
         """The whole sweep, last iteration to first, chunk by chunk; ``inputs(j)`` gives
         iteration ``j``'s stage inputs and ``inputs.release(first)`` frees those of the
         iterations from ``first`` on. The chunks depend on the record alone (not on where
-        the inputs come from), so a checkpointed sweep gives the same bits."""
+        the inputs come from), so a checkpointed sweep gives the same bits. ``False`` (the
+        sweep left half done, to be discarded) where a single trajectory's ``f`` did not
+        compute a chunk's columns one by one."""
         sweep = self.sweep
         plans = [self._plan(j) for j in range(len(sweep.trials))]
         bounds = [0]
@@ -241,10 +246,13 @@ class BulkSweep:
             columns += width
         bounds.append(len(plans))
         for first, end in zip(reversed(bounds[:-1]), reversed(bounds[1:]), strict=True):
-            self._chunk(first, end, plans[first:end], [inputs(j) for j in range(first, end)])
+            chunk_inputs = [inputs(j) for j in range(first, end)]
+            if not self._chunk(first, end, plans[first:end], chunk_inputs):
+                return False
             inputs.release(first)
         if self.totals is not None:
             sweep.add_leaf_cotangents(self.totals)
+        return True
 
     def _plan(self, j: int) -> list[int]:
         """The stages whose VJPs the backward step of iteration ``j`` takes (none if no lane
@@ -254,26 +262,58 @@ class BulkSweep:
             return []
         return sweep.coefficients.stages_pulled(sweep.has_inside(j))
 
-    def _chunk(self, first: int, end: int, plans: list, inputs: list) -> None:
+    def _chunk(self, first: int, end: int, plans: list, inputs: list) -> bool:
         """Linearize ``f`` at the stage inputs of iterations ``first .. end - 1``, pull the
-        cotangents back through them (last to first) and add their parameter cotangents."""
+        cotangents back through them (last to first) and add their parameter cotangents;
+        ``False`` (nothing pulled) where a single trajectory's ``f`` mixed the columns."""
         sweep, n = self.sweep, self.n
         columns, handles = self._stack(first, plans, inputs)
         if columns is None:  # no lane accepted at any of these iterations
             for j in range(end - 1, first - 1, -1):
                 sweep.step_back(j, inputs[j - first])
-            return
+            return True
         y, t, lanes = columns
         state = np.reshape(y, (*sweep.shape, y.shape[-1]))
         leaves = sweep._leaves_at(lanes)
         out = self.buffers.get("jac", (n, self.rows, state.shape[-1]))
-        jac = linearize(sweep.rhs, state, t, leaves, self.lane_wrt, out)
+        values = None if self.single is None else self.buffers.get("values", (n, y.shape[-1]))
+        jac = linearize(sweep.rhs, state, t, leaves, self.lane_wrt, out, values)
+        if values is not None and not self._columns_alone(first, inputs, handles, values, y, t):
+            return False
         k_bars = self.buffers.get("k_bars", (n, state.shape[-1]))
         stage_vjp = _StageVJP(jac[:, :n], k_bars)
         for j in range(end - 1, first - 1, -1):
             sweep.step_back(j, handles[j - first], vjp=stage_vjp)
         if sweep.diff_idx:
             self._add(self._parameter_bars(jac, k_bars, state, t, leaves), first, plans)
+        return True
+
+    def _columns_alone(
+        self, first: int, inputs: list, handles: list, values: Array, y: Array, t: Array
+    ) -> bool:
+        """Whether the chunk's values of ``f`` ``(n, K)`` at its columns ``y`` ``(n, K)``
+        and times ``t`` ``(K,)`` are those of each column alone, iteration by iteration
+        (``column_check.step_agrees``; the next iteration's start where it is in the chunk)."""
+        sweep, single = self.sweep, self.single
+        p = _pytree.rebuild(single.p_template, sweep._leaves_at(sweep.lane[0]))
+        for k, stage_handles in enumerate(handles):
+            pulled = {i: ab for i, ab in enumerate(stage_handles) if ab is not None}
+            if not pulled:
+                continue
+
+            def alone(i: int, ab: dict = pulled) -> Array:
+                a, b = ab[i]
+                state = np.reshape(y[:, a:b], (*sweep.shape, b - a))
+                return np.reshape(single._plain_value(state, t[a:b], p), (self.n, b - a))
+
+            found = {i: values[:, a:b] for i, (a, b) in pulled.items()}
+            following = inputs[k + 1][0] if k + 1 < len(inputs) else None
+            trial = sweep.trials[first + k]
+            if not column_check.step_agrees(
+                sweep.stepper.tableau, inputs[k], found, trial.h, following, alone
+            ):
+                return False
+        return True
 
     def _parameter_bars(
         self, jac: Array, k_bars: Array, state: Array, t: Array, leaves: list[Any]

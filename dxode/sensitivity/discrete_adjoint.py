@@ -89,13 +89,20 @@ def backward(
     leaf_bars : list
         One entry per differentiable leaf: per-lane leaves ``(..., L)``; shared leaves summed.
     """
-    sweep = _Sweep(backend, stepper, rhs, trials, leaves, save_grid, retcodes, cotangent)
+
+    def new_sweep() -> _Sweep:
+        return _Sweep(backend, stepper, rhs, trials, leaves, save_grid, retcodes, cotangent)
+
+    sweep = new_sweep()
     checkpointed = bool(trials) and trials[0].inputs is None
     with backend.ignore_fp_errors():  # rejected trials may hold overflowed stages
         if bulk_linearization.prepare(sweep, cotangent.dtype):
             inputs = _Replayed(sweep, rhs_for) if checkpointed else _Recorded(trials)
-            bulk_linearization.BulkSweep(sweep).run(inputs)
-        elif checkpointed:
+            single = rhs if rhs.single_lane else None
+            if bulk_linearization.BulkSweep(sweep, single).run(inputs):
+                return sweep.finish(t0)
+            sweep = new_sweep()  # f mixed a chunk's columns: start over, step by step
+        if checkpointed:
             _checkpointed_sweep(sweep, rhs_for)
         else:
             for j in range(len(trials) - 1, -1, -1):
