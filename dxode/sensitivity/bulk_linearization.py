@@ -292,28 +292,25 @@ class BulkSweep:
         self, first: int, inputs: list, handles: list, values: Array, y: Array, t: Array
     ) -> bool:
         """Whether the chunk's values of ``f`` ``(n, K)`` at its columns ``y`` ``(n, K)``
-        and times ``t`` ``(K,)`` are those of each column alone, iteration by iteration
-        (``column_check.step_agrees``; the next iteration's start where it is in the chunk)."""
+        and times ``t`` ``(K,)`` are those of each column alone (``column_check``; a single
+        trajectory's stage fills one column)."""
         sweep, single = self.sweep, self.single
         p = _pytree.rebuild(single.p_template, sweep._leaves_at(sweep.lane[0]))
+        steps = []
         for k, stage_handles in enumerate(handles):
-            pulled = {i: ab for i, ab in enumerate(stage_handles) if ab is not None}
+            pulled = tuple(i for i, ab in enumerate(stage_handles) if ab is not None)
             if not pulled:
                 continue
-
-            def alone(i: int, ab: dict = pulled) -> Array:
-                a, b = ab[i]
-                state = np.reshape(y[:, a:b], (*sweep.shape, b - a))
-                return np.reshape(single._plain_value(state, t[a:b], p), (self.n, b - a))
-
-            found = {i: values[:, a:b] for i, (a, b) in pulled.items()}
             following = inputs[k + 1][0] if k + 1 < len(inputs) else None
-            trial = sweep.trials[first + k]
-            if not column_check.step_agrees(
-                sweep.stepper.tableau, inputs[k], found, trial.h, following, alone
-            ):
-                return False
-        return True
+            starts = tuple(stage_handles[i][0] for i in pulled)
+            h = sweep.trials[first + k].h
+            steps.append(column_check.ChunkStep(pulled, starts, inputs[k], h, following))
+
+        def alone(column: int) -> Array:
+            state = np.reshape(y[:, column : column + 1], (*sweep.shape, 1))
+            return np.reshape(single._plain_value(state, t[column : column + 1], p), (self.n, 1))
+
+        return column_check.chunk_agrees(sweep.stepper.tableau, steps, values, y, alone)
 
     def _parameter_bars(
         self, jac: Array, k_bars: Array, state: Array, t: Array, leaves: list[Any]

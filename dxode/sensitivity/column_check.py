@@ -12,13 +12,14 @@ so the chunk's values ``k̃_i`` rebuild the recorded ``y_l`` (and the next itera
 to rounding only where they are the forward pass's: a value off by ``δ`` moves the rebuilt
 input by ``h |a_li| δ``. Each stage value a relation does not cover (a step's end state
 moved by an event, the next iteration in another chunk, a stage only the dense output uses)
-is compared with ``f`` of its column alone (one plain call).
+is compared with ``f`` of its column alone (one plain call). A chunk's iterations are checked
+together, a few array operations per relation (a single trajectory has one column per stage).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,43 +43,101 @@ def same_values(together: Array, alone: Array) -> bool:
     return bool(same_nan and close)
 
 
-def step_agrees(
+class ChunkStep(NamedTuple):
+    """One iteration of a single trajectory's chunk: the stages pulled back (ascending), the
+    chunk column holding each one's input and value, the iteration's recorded stage inputs,
+    its step size ``(1,)`` and the next iteration's start (``None`` past the chunk)."""
+
+    pulled: tuple[int, ...]
+    columns: tuple[int, ...]
+    stages: tuple[Array, ...]
+    h: Array
+    next_start: Array | None
+
+
+def chunk_agrees(
     tableau: Any,
-    stages: tuple[Array, ...],
-    values: dict[int, Array],
-    h: Array,
-    next_start: Array | None,
+    steps: list[ChunkStep],
+    values: Array,
+    y: Array,
     alone: Callable[[int], Array],
 ) -> bool:
-    """Whether one iteration's chunk values ``values`` (stage number -> ``(n, W)``) are the
-    forward pass's: its stage inputs ``stages`` (each ``n × W`` entries) and step sizes ``h``
-    ``(W,)`` rebuilt from them, ``next_start`` (the next iteration's start, or ``None``) as
-    ``u_{n+1}``, and ``alone(i)`` (``f`` of stage ``i``'s columns alone, ``(n, W)``) for the
-    stage values no relation covers."""
+    """Whether a chunk's values of ``f`` ``values`` ``(n, K)`` at its columns ``y`` ``(n, K)``
+    are the forward pass's, iteration by iteration (``steps``): the recorded stage inputs
+    rebuilt from them (a failure refutes them), the next start as ``u_{n+1}`` (a failure
+    proves nothing: an event may move the state), and ``alone(column)`` (``f`` of that
+    column alone, ``(n, 1)``) for each stage value no relation covers."""
     a = np.asarray(tableau.a, dtype=np.float64)
     b = np.asarray(tableau.b, dtype=np.float64)
-    y0 = np.reshape(stages[0], values[next(iter(values))].shape)
+    groups: dict[tuple[int, ...], list[ChunkStep]] = {}
+    for step in steps:
+        groups.setdefault(step.pulled, []).append(step)
+    return all(_group_agrees(a, b, group, values, y, alone) for group in groups.values())
+
+
+def _group_agrees(
+    a: np.ndarray,
+    b: np.ndarray,
+    group: list[ChunkStep],
+    values: Array,
+    y: Array,
+    alone: Callable[[int], Array],
+) -> bool:
+    """``chunk_agrees`` for iterations that pulled the same stages, all at once."""
+    pulled = group[0].pulled
+    n = values.shape[0]
+    columns = np.array([step.columns for step in group])  # (J, m)
+    k, y_pulled = values[:, columns], y[:, columns]  # (n, J, m)
+    h = np.array([float(np.reshape(step.h, -1)[0]) for step in group])  # (J,)
+
+    def recorded(stage: int) -> Array:  # (n, J)
+        if stage in pulled:
+            return y_pulled[:, :, pulled.index(stage)]
+        return np.stack([np.reshape(step.stages[stage], (n,)) for step in group], axis=1)
+
+    y0 = recorded(0)
     covered: set[int] = set()
-    last = min(len(stages), a.shape[0])
-    relations = [(stages[i], a[i, :i], True) for i in range(1, last)]
-    if next_start is not None:  # an event may move the state between steps: not conclusive
-        relations.append((next_start, b, False))
-    for target, weights, conclusive in relations:
-        terms = [(weights[i], values.get(i)) for i in np.flatnonzero(weights)]
-        if any(k is None for _, k in terms):  # a stage not in the chunk
+    for stage in range(1, min(len(group[0].stages), a.shape[0])):
+        weights = a[stage, :stage]
+        used = np.flatnonzero(weights)
+        if any(i not in pulled for i in used):  # a stage not in the chunk
             continue
-        if _rebuilt(y0, np.reshape(target, y0.shape), h, terms):
-            covered.update(int(i) for i in np.flatnonzero(weights))
-        elif conclusive:
+        if not _rebuilt(y0, recorded(stage), h, k, pulled, used, weights).all():
             return False
-    return all(same_values(values[i], alone(i)) for i in values if i not in covered)
+        covered.update(int(i) for i in used)
+    ends = np.zeros(len(group), dtype=bool)  # whether u_{n+1} rebuilds the next start
+    used_b = np.flatnonzero(b)
+    following = [j for j, step in enumerate(group) if step.next_start is not None]
+    if following and all(i in pulled for i in used_b):
+        starts = np.stack([np.reshape(group[j].next_start, (n,)) for j in following], axis=1)
+        h_f, k_f = h[following], k[:, following]
+        ends[following] = _rebuilt(y0[:, following], starts, h_f, k_f, pulled, used_b, b)
+    for j, step in enumerate(group):
+        end_covered = set(used_b.tolist()) if ends[j] else set()
+        for m, stage in enumerate(pulled):
+            if stage in covered or stage in end_covered:
+                continue
+            if not same_values(k[:, j, m : m + 1], alone(step.columns[m])):
+                return False
+    return True
 
 
-def _rebuilt(y0: Array, target: Array, h: Array, terms: list[tuple[float, Array]]) -> bool:
-    """Whether ``y0 + h Σ w k`` gives ``target`` (all ``(n, W)``) to rounding: ``ULPS`` eps of
-    ``|y0| + |target| + |h| Σ |w| max|k|`` per entry."""
-    rebuilt = y0 + h * sum(w * k for w, k in terms)
-    size = np.abs(y0) + np.abs(target)
-    size = size + np.abs(h) * sum(abs(w) * np.max(np.abs(k), axis=0) for w, k in terms)
+def _rebuilt(
+    y0: Array,
+    target: Array,
+    h: Array,
+    k: Array,
+    pulled: tuple[int, ...],
+    used: np.ndarray,
+    weights: np.ndarray,
+) -> np.ndarray:
+    """Per iteration ``(J,)``: whether ``y0 + h Σ w_i k_i`` over the stages ``used`` gives
+    ``target`` (``(n, J)``; ``k`` ``(n, J, m)`` by position in ``pulled``) to rounding:
+    ``ULPS`` eps of ``|y0| + |target| + |h| Σ |w_i| max|k_i|`` per entry."""
+    positions = [pulled.index(int(i)) for i in used]
+    terms, w = k[:, :, positions], weights[used]
+    rebuilt = y0 + h * np.sum(terms * w, axis=-1)
+    largest = np.max(np.abs(terms), axis=0)  # (J, q)
+    size = np.abs(y0) + np.abs(target) + np.abs(h) * np.sum(largest * np.abs(w), axis=-1)
     tolerance = ULPS * np.finfo(y0.dtype).eps * size
-    return bool(np.all(np.abs(rebuilt - target) <= tolerance))
+    return np.all(np.abs(rebuilt - target) <= tolerance, axis=0)
