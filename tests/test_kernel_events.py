@@ -524,6 +524,59 @@ def test_affect_returning_rows_of_integers_sets_the_state_on_both_paths():
         np.testing.assert_allclose(sol.u[-1], [math.exp(0.5)], rtol=1e-7)
 
 
+# ---- a condition that returns NaN ---------------------------------------------------------
+
+
+# ``x ** False`` is 1 and ``nan ** True`` NaN: a NaN where the test holds, on both paths and
+# per lane (without NumPy's invalid-value warning)
+def nan_after_half(u, p, t):
+    return (u[0] - 2.0) * math.nan ** (t > 0.5)
+
+
+def nan_at_start(u, p, t):
+    return (u[0] - 2.0) * math.nan ** (t <= 0.0)
+
+
+def nan_below_zero(u, p, t):
+    return (u[0] - 1.0) * math.nan ** (u[0] < 0.0)
+
+
+def drop(u, p, t, fired):
+    return [u[0] - 5.0]
+
+
+def _nan_message(solve):
+    with pytest.raises(ValueError, match="condition returned NaN at t = ") as info:
+        solve()
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("condition", "affect", "at"),
+    [(nan_after_half, None, None), (nan_at_start, None, "0"), (nan_below_zero, drop, "1")],
+    ids=["in-a-step", "at-t0", "after-an-affect"],
+)
+def test_a_condition_returning_nan_raises_as_on_the_array_path(condition, affect, at):
+    # the kernel went on with no event (its sign unknown), missing the crossing at t = 2
+    callback = dxode.ContinuousCallback(condition, affect)
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 3.0))
+    # the kernel names the first trajectory's NaN (the array path the first one it meets,
+    # here the same: the first trajectory's steps are ahead)
+    eprob = dxode.EnsembleProblem(prob, u0=np.array([[0.5], [0.0], [0.0]]))
+    single = [
+        _nan_message(lambda k=kernel: dxode.solve(prob, "tsit5", callback=callback, kernel=k))
+        for kernel in (False, True)
+    ]
+    ensemble = [
+        _nan_message(lambda a=alg: dxode.solve(eprob, "tsit5", a, callback=callback))
+        for alg in (dxode.EnsembleArray(), dxode.EnsembleKernel())
+    ]
+    assert single[0] == single[1] and ensemble[0] == ensemble[1], (single, ensemble)
+    assert single[0].startswith("callback 0: the ContinuousCallback condition returned NaN")
+    if at is not None:
+        assert f"at t = {at} for a finite state" in single[0]
+
+
 # ---- the CUDA kernel under numba-cuda's simulator ----------------------------------------
 
 
@@ -553,3 +606,30 @@ CUDA_SCRIPT = textwrap.dedent(
 def test_cuda_kernel_under_the_simulator_matches_the_cpu_kernel():
     pytest.importorskip("numba.cuda")
     assert_runs_under_cuda_simulator(CUDA_SCRIPT)
+
+
+NAN_CUDA_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np
+    import pytest
+    import dxode
+    from test_kernel_events import nan_after_half, ramp
+
+    prob = dxode.ODEProblem(ramp, np.array([0.0]), (0.0, 3.0))
+    eprob = dxode.EnsembleProblem(prob, u0=np.array([[0.5], [0.0]]))
+    callback = dxode.ContinuousCallback(nan_after_half)
+    messages = []
+    for device in ("cuda", "cpu"):
+        with pytest.raises(ValueError, match="condition returned NaN at t = ") as info:
+            dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(device=device), callback=callback)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1], messages
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_nan_condition_raises_from_the_cuda_kernel_under_the_simulator():
+    pytest.importorskip("numba.cuda")
+    assert_runs_under_cuda_simulator(NAN_CUDA_SCRIPT)

@@ -18,7 +18,13 @@ import numpy as np
 from .._timegrid import host_times
 from .._validation import check_arguments, positive_float, positive_int
 
-__all__ = ["CallbackSet", "ContinuousCallback", "DiscreteCallback", "PresetTimeCallback"]
+__all__ = [
+    "CallbackSet",
+    "ContinuousCallback",
+    "DiscreteCallback",
+    "PresetTimeCallback",
+    "nan_condition_error",
+]
 
 _DIRECTIONS = ("both", "up", "down")
 
@@ -243,3 +249,12 @@ def check_preset_times(callbacks: CallbackSet | None, lo: float, hi: float) -> N
                     f"PresetTimeCallback (callback {k}): time {float(outside[0])} is outside the "
                     f"time span [{lo}, {hi}], so it would never fire; drop it or widen tspan"
                 )
+
+
+def nan_condition_error(k: int, at: float) -> ValueError:
+    """The error for continuous callback ``k``'s condition returning NaN at time ``at`` for a
+    finite state (on the array path and, after the kernel returns, on the kernel path)."""
+    return ValueError(
+        f"callback {k}: the ContinuousCallback condition returned NaN at t = {at:g} for a "
+        f"finite state; it must return real numbers whose zero crossings are the events"
+    )

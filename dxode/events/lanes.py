@@ -23,7 +23,13 @@ from .._rhs import as_array, is_traced_result, wrong_dtype
 from ..backends import to_host
 from ..integrator.lanes import expand
 from ..solvers import Step
-from .callbacks import CallbackSet, ContinuousCallback, DiscreteCallback, PresetTimeCallback
+from .callbacks import (
+    CallbackSet,
+    ContinuousCallback,
+    DiscreteCallback,
+    PresetTimeCallback,
+    nan_condition_error,
+)
 from .roots import bracket_root
 
 Array = Any
@@ -449,12 +455,7 @@ class EventHandler:
         finite = xp.all(xp.isfinite(u), axis=tuple(range(u.ndim - 1)))
         bad = xp.isnan(values) & finite
         if bool(xp.any(bad)):
-            at = float(to_host(t)[to_host(bad)][0])
-            raise ValueError(
-                f"callback {k}: the ContinuousCallback condition returned NaN at t = {at:g} "
-                f"for a finite state; it must return real numbers whose zero crossings are the "
-                f"events"
-            )
+            raise nan_condition_error(k, float(to_host(t)[to_host(bad)][0]))
 
     def _terminate(self, k: int, cb: Any, u: Array, t: Array, params: tuple[Array, ...]) -> Array:
         out = self._per_lane(k, "terminate", self._call(cb.terminate, u, t, params), t.shape[0])

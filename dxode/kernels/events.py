@@ -16,11 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from ..events.callbacks import CallbackSet, ContinuousCallback, DiscreteCallback
+from ..events.callbacks import (
+    CallbackSet,
+    ContinuousCallback,
+    DiscreteCallback,
+    nan_condition_error,
+)
 from ..events.record import EventRecord
 from .cache import check_float_array, probed_mode, returned_shape
 from .errors import ARRAY_PATH, KernelCompileError
-from .events_codegen import CallbackLayout, EventLayout, functions
+from .events_codegen import NAN_CONDITION, CallbackLayout, EventLayout, functions
 from .rhs_source import check_plain_function, function_key, numba_ready, where_defined
 
 __all__ = ["EVENT_CAPACITY", "bind_callbacks", "event_layout", "merged_tstops", "run_events"]
@@ -216,7 +221,9 @@ def run_events(run: Callable[[Any], Any], batch: Any) -> tuple[Any, EventRecord 
     """``run(batch)``, and its events as an ``EventRecord`` (``trajectory`` = lane number).
 
     A lane that met more events than the log holds runs again alone (lanes are independent
-    and deterministic, so it meets the same events) with room for all of them.
+    and deterministic, so it meets the same events) with room for all of them. A lane whose
+    continuous condition returned NaN for a finite state raises the array path's
+    ``ValueError`` (the first such lane's callback and time).
     """
     result = run(batch)
     if batch.callbacks is None:
@@ -233,7 +240,15 @@ def run_events(run: Callable[[Any], Any], batch: Any) -> tuple[Any, EventRecord 
         order = np.argsort(rows[0], kind="stable")
         rows = [r[order] for r in rows]
     lane, t, which, before, after = rows
+    _raise_nan_condition(t, which)
     return result, EventRecord(t, which, lane, before, after)
+
+
+def _raise_nan_condition(t: np.ndarray, which: np.ndarray) -> None:
+    """Raise for the first logged NaN condition (callback ``NAN_CONDITION - k``), if any."""
+    bad = np.nonzero(which <= NAN_CONDITION)[0]
+    if bad.size:
+        raise nan_condition_error(int(NAN_CONDITION - which[bad[0]]), float(t[bad[0]]))
 
 
 def _rows(log: Any, lanes: np.ndarray, exclude: np.ndarray | None = None) -> list[np.ndarray]:

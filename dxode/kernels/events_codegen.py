@@ -25,6 +25,11 @@ the next time of preset callback ``k``, ``EVS`` whether a callback terminated th
 log goes straight to the per-lane outputs ``EVT, EVK, EVUB, EVUA`` (``(L, capacity[, n])``)
 and ``EVN`` (events per lane, which may exceed the capacity: the caller then runs those lanes
 again with room for all of them).
+
+A continuous condition that returns NaN for a finite state (it has no sign, so no crossing
+can be found) stops its lane there, as a termination does, and logs the time with the
+callback ``NAN_CONDITION - k`` (``locate`` returns that as ``EW``, its time as ``tn``): the
+host raises the array path's ``ValueError`` for it (``events.run_events``).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import numpy as np
 
 __all__ = [
     "BLOCK_ARGS",
+    "NAN_CONDITION",
     "TERMINATED",
     "CallbackLayout",
     "EventLayout",
@@ -56,6 +62,9 @@ __all__ = [
 # The block's extra arguments: preset times and offsets (inputs), then the event log.
 BLOCK_ARGS = "EVTIMES, EVOFF, EVT, EVK, EVUB, EVUA, EVN"
 TERMINATED = 4  # ReturnCode.Terminated
+# The log's callback for a NaN condition: ``NAN_CONDITION - k`` for continuous callback ``k``
+# (``-1`` is an empty entry).
+NAN_CONDITION = -2
 
 # The Illinois iteration (as ``dxode.events.roots``): every fourth iterate bisects.
 _BISECT_EVERY = 4
@@ -212,6 +221,7 @@ def write_start(w: Any, layout: Any, prims: Primitives) -> None:
     for k in ev.continuous:
         w(f"EG{k}[j] = cond{k}({_us(n)}, p, t)")
         w(f"ER{k}[j] = {_sign(f'EG{k}[j]')}")
+        _write_nan_flag(w, n, k, f"EG{k}[j]")
     for k in ev.presets:
         q = ev.callbacks[k].preset
         w("cnt = 0")
@@ -222,6 +232,7 @@ def write_start(w: Any, layout: Any, prims: Primitives) -> None:
     if ev.presets:
         w("EW = -1")
         _write_fire_all(w, layout, prims, discrete=False)
+    if ev.presets or ev.continuous:
         w("if EVS[j] != 0:")
         prims.retire(w, n, str(TERMINATED), depth=1)
     w.dedent()
@@ -305,7 +316,17 @@ def write_apply(w: Any, layout: Any, prims: Primitives) -> None:
     w(f"p = {layout.params.replace('COL', 'g')}")
     for m in range(layout.n):
         w(f"u{m} = U[{m}, j]")
+    if not layout.events.continuous:
+        _write_fire_all(w, layout, prims, discrete=True)
+        return
+    w(f"if EW < {NAN_CONDITION + 1}:  # locate met a NaN condition")
+    w.indent()
+    _write_log_nan(w, "EW")
+    w.dedent()
+    w("else:")
+    w.indent()
     _write_fire_all(w, layout, prims, discrete=True)
+    w.dedent()
 
 
 def write_outcome(w: Any, desc: Any, layout: Any) -> None:
@@ -402,6 +423,7 @@ def _write_scan(w: Any, desc: Any, layout: Any, prims: Primitives) -> None:
     for k in ev.continuous:
         cb = ev.callbacks[k]
         w(f"ev = lcond{k}({_us(n, 'v')}, p, etq)")
+        _write_nan_exit(w, desc, layout, prims, k, "ev", "etq")
         w(f"es = {_sign('ev')}")
         test = f"not efound{k} and eref{k} != DT(0.0) and es != eref{k} and es == es"
         if cb.direction == "up":
@@ -460,6 +482,7 @@ def _write_root(w: Any, desc: Any, layout: Any, prims: Primitives, k: int) -> No
     w("    eprobed = True")
     _write_interpolant(w, desc, layout, prims, "ex", "v")
     w(f"egx = lcond{k}({_us(n, 'v')}, p, t + ex * hs)")
+    _write_nan_exit(w, desc, layout, prims, k, "egx", "t + ex * hs")
     if desc.extra_stages:
         w(f"NFX[j] += {desc.extra_stages}")
     w(f"eto_a = egx != DT(0.0) and {_sign('egx')} == {_sign('ega')}")
@@ -484,6 +507,44 @@ def _write_root(w: Any, desc: Any, layout: Any, prims: Primitives, k: int) -> No
     w("    ea = eb")
 
 
+def _finite(n: int, prefix: str) -> str:
+    """Whether the state ``{prefix}0 .. {prefix}{n-1}`` is finite."""
+    return " and ".join(f"math.isfinite({prefix}{m})" for m in range(n))
+
+
+def _write_nan_exit(
+    w: Any, desc: Any, layout: Any, prims: Primitives, k: int, value: str, time: str
+) -> None:
+    """In ``locate``: where condition ``k``'s ``value`` at the state ``v`` and ``time`` is NaN
+    for a finite state, end the step there and return ``NAN_CONDITION - k``."""
+    w(f"if {value} != {value} and {_finite(layout.n, 'v')}:")
+    w.indent()
+    for m in range(layout.n):
+        w(f"{prims.slot(layout, desc, 'u1', m=m)} = v{m}")
+    w("HIT[j] = 0")
+    w(f"return {NAN_CONDITION - k}, {time}")
+    w.dedent()
+
+
+def _write_nan_flag(w: Any, n: int, k: int, value: str) -> None:
+    """In ``block``: where condition ``k``'s ``value`` at ``(u, t)`` is NaN for a finite
+    state, log it and stop the lane."""
+    w(f"if {value} != {value} and {_finite(n, 'u')}:")
+    w.indent()
+    _write_log_nan(w, str(NAN_CONDITION - k))
+    w.dedent()
+
+
+def _write_log_nan(w: Any, which: str) -> None:
+    """Log a NaN condition (the log's callback ``which``) at lane ``j``'s ``t``; stop it."""
+    w("ec = EVN[g]")
+    w("if ec < EVT.shape[1]:")
+    w("    EVT[g, ec] = t")
+    w(f"    EVK[g, ec] = {which}")
+    w("EVN[g] = ec + 1")
+    w("EVS[j] = 1")
+
+
 def _write_fire_all(w: Any, layout: Any, prims: Primitives, discrete: bool) -> None:
     """Fire lane ``j``'s callbacks at ``(t, u)``, the continuous one first, then the others in
     the set's order (``EventHandler.apply``);
@@ -495,7 +556,10 @@ def _write_fire_all(w: Any, layout: Any, prims: Primitives, discrete: bool) -> N
         w("eg0 = DT(0.0)  # the fired condition at the event, before any affect")
     for k in ev.continuous if discrete else ():
         w(f"if EW == {k}:")
-        w(f"    eg0 = cond{k}({_us(n)}, p, t)")
+        w.indent()
+        w(f"eg0 = cond{k}({_us(n)}, p, t)")
+        _write_nan_flag(w, n, k, "eg0")
+        w.dedent()
     # The continuous callback that fired applies first, then the others in the set's order.
     order = ev.continuous + [k for k in range(len(ev.callbacks)) if k not in ev.continuous]
     for k in order:
@@ -530,6 +594,7 @@ def _write_fire_all(w: Any, layout: Any, prims: Primitives, discrete: bool) -> N
     w("NFX[j] += 1")
     for k in ev.continuous:
         w(f"EG{k}[j] = cond{k}({_us(n)}, p, t)")
+        _write_nan_flag(w, n, k, f"EG{k}[j]")
         w(f"if EW == {k} and EG{k}[j] == eg0:  # left on the crossing: it sits there")
         w(f"    EG{k}[j] = DT(0.0)")
         w(f"if EW >= 0 and EW != {k} and EG{k}[j] == DT(0.0):  # a tie: fires next, at t")
