@@ -104,32 +104,58 @@ def _checked(
 ) -> Array:
     xp = backend.xp
     if type(value) in (list, tuple) and len(core) == 2:
-        value = xp.stack([_row(backend, name, row, core[1], lanes, u) for row in value])
+        rows = [_row(backend, name, row, core, lanes, u, (len(value),)) for row in value]
+        value = xp.stack(rows)
     elif type(value) in (list, tuple):
-        value = _row(backend, name, value, core[0], lanes, u)
+        value = _row(backend, name, value, core, lanes, u, ())
     shape = tuple(getattr(value, "shape", ()))
-    expected = core + lanes
-    if shape != expected:
-        what = {"jac": "df/du", "tgrad": "df/dt", "paramjac": "df/dp"}[name]
-        if name == "paramjac":
-            what += f" (one column per scalar of p: {core[1]})"
-        layout = " (lanes last)" if lanes else ""
-        raise ValueError(
-            f"{name}(u, p, t) returned shape {shape} for a state of shape "
-            f"{tuple(u.shape[:-1]) + lanes}; it must return {what} of shape {expected}{layout}"
-        )
+    if shape != core + lanes:
+        raise _wrong_shape(name, shape, core, lanes, u)
     if value.dtype != u.dtype:
         value = xp.astype(value, u.dtype)
     return value
 
 
-def _row(backend: Any, name: str, row: Any, n: int, lanes: tuple[int, ...], u: Array) -> Array:
-    """A list of entries (arrays of the lane shape, or numbers) as one array, lanes last."""
+def _wrong_shape(
+    name: str, shape: tuple[int, ...], core: tuple[int, ...], lanes: tuple[int, ...], u: Array
+) -> ValueError:
+    """The error for ``name`` returning ``shape`` where ``core + lanes`` was expected."""
+    what = {"jac": "df/du", "tgrad": "df/dt", "paramjac": "df/dp"}[name]
+    if name == "paramjac":
+        what += f" (one column per scalar of p: {core[1]})"
+    layout = " (lanes last)" if lanes else ""
+    return ValueError(
+        f"{name}(u, p, t) returned shape {shape} for a state of shape "
+        f"{tuple(u.shape[:-1]) + lanes}; it must return {what} of shape {core + lanes}{layout}"
+    )
+
+
+def _row(
+    backend: Any,
+    name: str,
+    row: Any,
+    core: tuple[int, ...],
+    lanes: tuple[int, ...],
+    u: Array,
+    outer: tuple[int, ...],
+) -> Array:
+    """A list of entries (arrays of the lane shape, or numbers) as one array, lanes last;
+    ``outer`` is the shape of the lists holding ``row`` (for the error)."""
     xp = backend.xp
+    n = core[-1]
     if type(row) not in (list, tuple) or len(row) != n:
         raise ValueError(
             f"a {name} given as nested lists must have rows of {n} entries each (row i holds "
             f"the derivatives of f_i)"
         )
-    entries = [xp.broadcast_to(xp.asarray(as_array(backend, e), dtype=u.dtype), lanes) for e in row]
-    return xp.stack(entries)
+    entries = [xp.asarray(as_array(backend, e), dtype=u.dtype) for e in row]
+    for entry in entries:
+        if not _broadcasts(tuple(entry.shape), lanes):
+            raise _wrong_shape(name, (*outer, n, *entry.shape), core, lanes, u)
+    return xp.stack([xp.broadcast_to(entry, lanes) for entry in entries])
+
+
+def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    """Whether an array of ``shape`` broadcasts to ``to``."""
+    tail = to[len(to) - len(shape) :] if shape else ()
+    return len(shape) <= len(to) and all(d in (1, e) for d, e in zip(shape, tail, strict=True))

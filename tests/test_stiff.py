@@ -410,6 +410,21 @@ def test_bad_jacobian_shape_is_reported():
         dxode.solve(eprob, dxode.Rodas5P(), trajectories=4)
 
 
+def test_a_tgrad_of_nested_lists_of_the_wrong_shape_is_reported():
+    # rows of lists (a 2x2 for a 2-component state) failed in broadcasting: "cannot broadcast
+    # a non-scalar to a scalar array" (an ensemble: "operands could not be broadcast ...")
+    def tgrad(u, p, t):
+        return [[1.0, 0.0], [0.0, 1.0]]
+
+    prob = dxode.ODEProblem(prothero_robinson, [0.0, 1.0], (0.0, 1.0), -1.0, tgrad=tgrad)
+    told = r"tgrad\(u, p, t\) returned shape \(2, 2\) for a state of shape \(2,\); it must "
+    with pytest.raises(ValueError, match=told + r"return df/dt of shape \(2,\)$"):
+        dxode.solve(prob, dxode.Rodas5P())
+    eprob = dxode.EnsembleProblem(prob, p=-np.ones(3))
+    with pytest.raises(ValueError, match=r"returned shape \(2, 2\) .* \(2, 3\) \(lanes last\)"):
+        dxode.solve(eprob, dxode.Rodas5P(), trajectories=3)
+
+
 def _negated(jac):
     return lambda u, p, t: [[-x for x in row] for row in jac(u, p, t)]
 
