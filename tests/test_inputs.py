@@ -528,6 +528,18 @@ def test_per_trajectory_u0_and_tspan_may_be_nested_lists():
     np.testing.assert_array_equal(lists.u, dxode.solve(as_arrays, saveat=[0.5]).u)
 
 
+def test_per_trajectory_p_as_nested_lists_is_refused_suggesting_an_array():
+    # said "per-trajectory arrays need a leading trajectory axis; got a scalar leaf"; not taken
+    # as an array (as u0's lists are): p is a tree, whose lists may be parameters' rows
+    prob = dxode.ODEProblem(lambda u, p, t: -p[0] * u + p[1], np.array([1.0]), (0.0, 1.0))
+    told = r"EnsembleProblem's p .* got a number \(p as lists .*\); pass np\.array\(p\) for"
+    with pytest.raises(ValueError, match=told):
+        EnsembleProblem(prob, p=[[1.0, 2.0], [3.0, 4.0]])
+    rows = EnsembleProblem(prob, p=np.array([[1.0, 2.0], [3.0, 4.0]]))
+    second = dxode.solve(prob.remake(p=np.array([3.0, 4.0])), saveat=[1.0])
+    np.testing.assert_allclose(dxode.solve(rows, saveat=[1.0]).u[1], second.u, rtol=1e-12)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -478,6 +478,24 @@ def _as_rows(value: Any) -> Any:
     return value
 
 
+def _scalar_leaf(name: str, value: Any) -> ValueError:
+    """The error for a per-trajectory ``name`` (``u0``, ``p``, ``tspan``) holding a number
+    where an array with a leading trajectory axis belongs."""
+    message = (
+        f"EnsembleProblem's {name} gives each trajectory its own value: every array in it needs "
+        f"a leading trajectory axis, got a number"
+    )
+    if name == "p" and isinstance(value, (list, tuple)):
+        # not taken as one array, as u0's nested lists are: p is a tree of parameters, so
+        # [[a1, a2], [b1, b2]] could as well be two parameters' rows as two trajectories'
+        message += (
+            " (p as lists of numbers is a tree of scalar parameters, not an array); pass "
+            "np.array(p) for one row of parameters per trajectory, trajectories first, or a "
+            "tuple of arrays, one (trajectories,) array per parameter"
+        )
+    return ValueError(message)
+
+
 def _takes_context(func: Callable[..., Any]) -> bool:
     """True for ``prob_func(prob, ctx)``, false for the classic ``prob_func(prob, i, repeat)``."""
     try:
@@ -500,9 +518,10 @@ def _leading_length(arrays: dict[str, Any]) -> int | None:
         name: {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves(value)}
         for name, value in arrays.items()
     }
+    for name, found in lengths.items():
+        if -1 in found:
+            raise _scalar_leaf(name, arrays[name])
     found = set().union(*lengths.values()) if lengths else set()
-    if -1 in found:
-        raise ValueError("per-trajectory arrays need a leading trajectory axis; got a scalar leaf")
     if len(found) > 1:
         raise ValueError(f"per-trajectory arrays disagree on the number of trajectories: {lengths}")
     return found.pop() if found else None
