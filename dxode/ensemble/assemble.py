@@ -8,10 +8,9 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from .._error_context import describe_trajectories
 from .._retcode import ReturnCode
 from ..events.record import concat_records
-from .batch import TRAJECTORY_COUNTS, BatchResult
+from .batch import TRAJECTORY_COUNTS, BatchResult, check_save_count
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution, EnsembleStats
 
@@ -51,7 +50,7 @@ def assemble(
             else:
                 if out is None:
                     out = _empty_like_rows(batch.u, n_total)
-                _check_save_count(out, batch)
+                check_save_count(batch, out.shape[1], "earlier ones")
                 out[offset : offset + batch.u.shape[0], ...] = batch.u
             offset += batch.u.shape[0]
             batch.u = None
@@ -87,6 +86,7 @@ def reduce_batches(
     for batch in results:
         summary = batch_summary(batch)
         t = summary["t"] if t is None else t
+        check_save_count(batch, t.shape[-1], "earlier ones")
         counts += summary["counts"]
         totals += summary["totals"]
         values = batch.values if eprob.output_func is not None else batch.u
@@ -119,7 +119,10 @@ def batch_summary(batch: BatchResult) -> dict[str, Any]:
 
 
 def _times(done: list[BatchResult]) -> Any:
+    """The save times: ``(nsave,)`` when all trajectories share them, else ``(N, nsave)``."""
     first = done[0].t
+    for batch in done:
+        check_save_count(batch, first.shape[-1], "earlier ones")
     xp = array_api_compat.array_namespace(first)
     if all(b.t.ndim == 1 and bool(xp.all(b.t == first)) for b in done):
         return first
@@ -127,19 +130,6 @@ def _times(done: list[BatchResult]) -> Any:
         b.t if b.t.ndim == 2 else xp.broadcast_to(b.t, (len(b.indices), b.t.shape[0])) for b in done
     ]
     return xp.concat(per_lane)
-
-
-def _check_save_count(out: Any, batch: BatchResult) -> None:
-    """Raise unless ``batch`` saved as many times as the batches before it (trajectories
-    with spans of different lengths each save their own number of times for an interval
-    ``saveat``, found only once batches that saw different spans come together)."""
-    if batch.u.shape[1] != out.shape[1]:
-        raise ValueError(
-            f"{describe_trajectories(batch.indices)} saved {batch.u.shape[1]} times, earlier "
-            f"ones {out.shape[1]}: saveat as an interval needs one shared tspan; with "
-            f"per-trajectory tspans give the save times as an array inside every "
-            f"trajectory's span (or saveat=None for the ends)"
-        )
 
 
 def _empty_like_rows(rows: Any, n_total: int) -> Any:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _pytree
 from .._derivatives import Derivatives
+from .._error_context import describe_trajectories
 from .._lane_problem import lane_problem, lane_values, parameters_for
 from .._options import SolverOptions
 from .._problem import ODEProblem
@@ -78,6 +79,21 @@ class BatchResult:
 
 # BatchResult's per-trajectory return codes and statistics, as kept for every trajectory.
 TRAJECTORY_COUNTS = ("retcode", "nf", "naccept", "nreject", "nswitch")
+
+
+def check_save_count(batch: BatchResult, n_save: int, others: str) -> None:
+    """Raise unless ``batch``'s trajectories saved ``n_save`` times each, as ``others`` (the
+    trajectories it is compared with) did: trajectories whose spans differ save different
+    numbers of times for an interval ``saveat``, found once batches (or attempts) that saw
+    different spans come together."""
+    saved = batch.t.shape[-1]
+    if saved != n_save:
+        raise ValueError(
+            f"{describe_trajectories(batch.indices)} saved {saved} times, {others} {n_save}: "
+            f"saveat as an interval needs one shared tspan; with per-trajectory tspans give "
+            f"the save times as an array inside every trajectory's span (or saveat=None for "
+            f"the ends)"
+        )
 
 
 @dataclasses.dataclass

@@ -31,7 +31,7 @@ from .algorithms import (
     finish_batch,
 )
 from .assemble import _stack_values, assemble, batch_summary
-from .batch import TRAJECTORY_COUNTS, BatchResult, BatchSpec
+from .batch import TRAJECTORY_COUNTS, BatchResult, BatchSpec, check_save_count
 from .dask_cancel import STOP_WAIT_S, cancel_and_wait
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution, EnsembleStats
@@ -436,7 +436,7 @@ class _Run:
         done = list(self._in_order(metas))
         shape, dtype = _output_layout(self.eprob, self.spec, self._n)
         for meta in done:  # the dask.array's chunks must have the shape it declares
-            _check_save_count(meta, shape[1])
+            check_save_count(meta, shape[1], "trajectory 0")
         u = da.concatenate(
             [
                 da.from_delayed(
@@ -563,7 +563,8 @@ def _dask_task(
     if target is not None:
         import zarr
 
-        _check_save_count(result, target["n_save"])  # Zarr would cut or repeat save times
+        # Zarr would cut or repeat save times
+        check_save_count(result, target["n_save"], "trajectory 0")
         group = zarr.open_group(target["store"], mode="r+")
         rows = slice(indices.start, indices.stop)
         group["u"][rows] = result.u
@@ -626,19 +627,6 @@ def _output_layout(eprob: EnsembleProblem, spec: BatchSpec, n: int) -> tuple[tup
         n_save = len(spec.saveat)
     dtype = np.dtype(str(eprob.prob.u0.dtype).split(".")[-1])
     return (n, n_save, *tuple(eprob.prob.u0.shape)), dtype
-
-
-def _check_save_count(result: BatchResult, n_save: int) -> None:
-    """Raise unless a batch saved the ``n_save`` times per trajectory that the output holds
-    (trajectory 0's): trajectories whose spans differ save different numbers of times."""
-    saved = result.t.shape[-1]
-    if saved != n_save:
-        raise ValueError(
-            f"{describe_trajectories(result.indices)} saved {saved} times, trajectory 0 "
-            f"{n_save}: saveat as an interval needs one shared tspan; with per-trajectory "
-            f"tspans give the save times as an array inside every trajectory's span (or "
-            f"saveat=None for the ends)"
-        )
 
 
 def _in_order(
