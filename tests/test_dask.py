@@ -289,6 +289,28 @@ def test_output_func_runs_on_the_workers(client):
     assert pids <= set(client.run(os.getpid).values())
 
 
+def _longer_on_rerun(prob, i, repeat):
+    return prob.remake(tspan=(0.0, 1.0 + repeat), p=tuple(_params()[i]))
+
+
+def _rerun_even_once(sol, i):
+    return float(sol.u[-1, 0]), (i % 2 == 0 and sol.prob.tspan[1] < 2.0)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_reruns_on_the_workers_keep_their_last_attempts_save_times(client, batch_size):
+    # sim.t held the first attempt's (0, 1) for the even trajectories solved again over (0, 2).
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0)
+    eprob = EnsembleProblem(prob, prob_func=_longer_on_rerun, output_func=_rerun_even_once)
+    here = dxode.solve(eprob, dxode.Tsit5(), trajectories=5, rtol=1e-6, atol=1e-6)
+    there = dxode.solve(
+        eprob, dxode.Tsit5(), client, trajectories=5, batch_size=batch_size, rtol=1e-6, atol=1e-6
+    )
+    np.testing.assert_array_equal(there.t, [[0.0, 1.0 + (i % 2 == 0)] for i in range(5)])
+    np.testing.assert_array_equal(there.u, here.u)
+    np.testing.assert_array_equal(there.stats.naccept, here.stats.naccept)
+
+
 def _sum_in_place(acc, values, indices):
     acc += np.sum(values[:, -1, :], axis=0)
     return acc, False

@@ -290,6 +290,23 @@ def test_an_interval_saveat_with_spans_of_different_lengths_is_refused_clearly(
         dxode.solve(eprob, dxode.Tsit5(), trajectories=2, batch_size=batch_size, saveat=0.5)
 
 
+def _longer_on_rerun(prob, i, repeat):
+    return prob.remake(tspan=(0.0, 1.0 + repeat))
+
+
+def _rerun_once(sol, i):
+    return len(sol.t), sol.prob.tspan[1] < 2.0
+
+
+@pytest.mark.parametrize("alg", [dxode.EnsembleArray(), dxode.EnsembleSerial()])
+def test_a_rerun_saving_another_number_of_times_is_refused_clearly(alg):
+    # Its save times, 5 of them against the first attempt's 3, cannot join the batch's.
+    eprob = EnsembleProblem(_decay(), prob_func=_longer_on_rerun, output_func=_rerun_once)
+    match = r"trajectories 0-1 saved 5 times, their first attempt 3: saveat as an interval"
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(eprob, alg, trajectories=2, saveat=0.5)
+
+
 def test_one_tspan_pair_for_the_ensemble_is_refused_with_the_fix():
     # It was taken as two trajectories' spans of one number each: "trajectories=3 but the
     # per-trajectory arrays hold only 2".

@@ -258,6 +258,39 @@ def test_output_func_with_reruns():
     assert sorted(a for a in attempts if a[1] == 1) == [(0, 1), (2, 1), (4, 1)]
 
 
+def _longer_on_rerun(prob, i, repeat):
+    return prob.remake(tspan=(0.0, 1.0 + repeat), p=(10.0, 28.0 + i, 8.0 / 3.0))
+
+
+def _rerun_even_once(sol, i):
+    return float(sol.u[-1, 0]), (i % 2 == 0 and sol.prob.tspan[1] < 2.0)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 5])
+@pytest.mark.parametrize("alg", [EnsembleArray(), EnsembleSerial()], ids=["array", "serial"])
+def test_a_rerun_keeps_its_last_attempts_save_times_and_stats(alg, batch_size):
+    # Reruns solve the even trajectories over (0, 2): sim.t, the return codes and the
+    # statistics are those of that last attempt (sim.t kept the first attempt's (0, 1)).
+    eprob = EnsembleProblem(_prob(), prob_func=_longer_on_rerun, output_func=_rerun_even_once)
+    sim = dxode.solve(eprob, alg, trajectories=5, batch_size=batch_size, rtol=1e-6, atol=1e-6)
+    last = [
+        dxode.solve(_longer_on_rerun(_prob(), i, i % 2 == 0), saveat=None, rtol=1e-6, atol=1e-6)
+        for i in range(5)
+    ]
+    np.testing.assert_array_equal(sim.t, [[0.0, 1.0 + (i % 2 == 0)] for i in range(5)])
+    np.testing.assert_allclose(sim.u, [sol.u[-1, 0] for sol in last], rtol=1e-12)
+    np.testing.assert_array_equal(sim.stats.naccept, [sol.stats.naccept for sol in last])
+
+
+def test_reruns_that_all_end_at_one_time_share_their_save_times():
+    def always_once(sol, i):
+        return float(sol.u[-1, 0]), sol.prob.tspan[1] < 2.0
+
+    eprob = EnsembleProblem(_prob(), prob_func=_longer_on_rerun, output_func=always_once)
+    sim = dxode.solve(eprob, trajectories=4, batch_size=3)
+    np.testing.assert_array_equal(sim.t, [0.0, 2.0])  # shaped by the times, not the batches
+
+
 def test_reduction_stops_early_once_converged():
     calls = []
 

@@ -28,10 +28,12 @@ from .._validation import check_backend_name, check_flag
 from ..backends import backend_for, get_backend
 from ..events.record import concat_records, replace_trajectories
 from .batch import (
+    TRAJECTORY_COUNTS,
     BatchResult,
     BatchSpec,
     check_arrays,
     check_direction,
+    check_save_count,
     index_array,
     solve_batch,
 )
@@ -134,7 +136,8 @@ def finish_batch(
     spec: BatchSpec,
 ) -> BatchResult:
     """Solve a batch (trajectory indices, or a range of them), then apply ``output_func``
-    with its reruns."""
+    with its reruns. Each trajectory keeps its last attempt's save times, return code and
+    statistics; the saved states, which only ``output_func`` reads, are dropped."""
     first_attempt = np.broadcast_to(np.int64(0), (len(indices),))
     result = alg.run_batch(eprob, indices, spec, first_attempt)  # a range stays one
     if eprob.output_func is None:
@@ -143,7 +146,7 @@ def finish_batch(
     values: list[Any] = [None] * len(indices)
     pending = np.arange(len(indices))
     repeat = np.zeros(len(indices), dtype=np.int64)
-    current = result
+    current, rerun_times = result, {}
     for _ in range(_MAX_RERUNS):
         rerun = []
         for pos_in_current, pos in enumerate(pending):
@@ -152,14 +155,17 @@ def finish_batch(
             values[pos] = value
             if again:
                 rerun.append(pos)
-            else:
+            elif current is not result:
                 _copy_lane(result, pos, current, pos_in_current)
+                rerun_times[pos] = _lane_times(current.t, pos_in_current)
         if not rerun:
-            result.values = values
+            result.values, result.u = values, None
+            result.t = _with_rerun_times(result.t, rerun_times, len(indices))
             return result
         pending = np.asarray(rerun)
         repeat[pending] += 1
         current = alg.run_batch(eprob, indices[pending], spec, repeat[pending])
+        check_save_count(current, result.t.shape[-1], "their first attempt")
         if spec.callback is not None:
             result.events = replace_trajectories(result.events, current.events, indices[pending])
     raise RuntimeError(
@@ -170,18 +176,36 @@ def finish_batch(
 
 
 def _copy_lane(into: BatchResult, pos: int, source: BatchResult, source_pos: int) -> None:
-    if source is into:
-        return
-    for name in ("retcode", "nf", "naccept", "nreject"):
-        getattr(into, name)[pos] = getattr(source, name)[source_pos]
-    if into.nswitch is not None and source.nswitch is not None:
-        into.nswitch[pos] = source.nswitch[source_pos]
+    """Trajectory ``pos`` of ``into`` takes its return code and statistics from its attempt
+    at ``source_pos`` of ``source`` (a rerun)."""
+    for name in TRAJECTORY_COUNTS:
+        if getattr(into, name) is not None and getattr(source, name) is not None:
+            getattr(into, name)[pos] = getattr(source, name)[source_pos]
+
+
+def _lane_times(t: Any, pos: int) -> Any:
+    """The save times ``(nsave,)`` of the trajectory at ``pos`` of a batch whose save times
+    are ``t`` (``(nsave,)`` shared by its trajectories, or ``(B, nsave)``)."""
+    return t if t.ndim == 1 else t[pos, ...]
+
+
+def _with_rerun_times(t: Any, reruns: dict[int, Any], lanes: int) -> Any:
+    """The save times ``t`` of a batch of ``lanes`` trajectories with those at the positions
+    of ``reruns`` replaced by their last attempt's ``(nsave,)``: ``(lanes, nsave)``, or
+    ``(nsave,)`` when all are the same (a batch's shape is decided by its times alone)."""
+    if not reruns:
+        return t
+    xp = _namespace(t)
+    t = xp.asarray(xp.broadcast_to(t, (lanes, t.shape[-1])), copy=True)
+    for pos, lane_t in reruns.items():
+        t[pos, ...] = lane_t
+    return t[0, ...] if bool(xp.all(t == t[:1, ...])) else t
 
 
 def _trajectory_solution(
     batch: BatchResult, pos: int, eprob: EnsembleProblem, spec: BatchSpec, repeat: int
 ) -> ODESolution:
-    t = batch.t if batch.t.ndim == 1 else batch.t[pos, ...]
+    t = _lane_times(batch.t, pos)
     stats = SolverStats(
         int(batch.nf[pos]),
         int(batch.naccept[pos]),
