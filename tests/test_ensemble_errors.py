@@ -255,6 +255,30 @@ def test_a_reduction_error_names_its_trajectories_and_endless_reruns_name_theirs
         dxode.solve(endless, dxode.Tsit5(), trajectories=8, batch_size=4)
 
 
+def _count_until(converged):
+    def reduction(acc, values, indices):
+        return acc + len(indices), converged
+
+    return reduction
+
+
+@pytest.mark.parametrize("converged", ["no", None, 1, np.array([True, False])])
+def test_a_reduction_s_converged_that_is_not_a_bool_is_refused(converged):
+    # "no" stopped the solve after its first batch, None did not, and an array of
+    # booleans failed with NumPy's "truth value of an array ... is ambiguous".
+    eprob = EnsembleProblem(_decay(), reduction=_count_until(converged), u_init=0)
+    match = r"converged a bool .* got converged=.* for trajectories 0-3"
+    with pytest.raises(TypeError, match=match):
+        dxode.solve(eprob, dxode.Tsit5(), trajectories=8, batch_size=4)
+
+
+@pytest.mark.parametrize("converged", [np.bool_(True), np.array(True)])
+def test_a_reduction_may_say_converged_with_a_numpy_bool(converged):
+    eprob = EnsembleProblem(_decay(), reduction=_count_until(converged), u_init=0)
+    sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=8, batch_size=4)
+    assert sim.u == 4 and sim.converged is True
+
+
 def _longer_spans(prob, i, repeat):
     return prob.remake(tspan=(0.0, 1.0 + i))
 

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import array_api_compat
 import numpy as np
 
 from .._error_context import add_note, describe_trajectories
@@ -334,7 +335,7 @@ class EnsembleProblem:
             add_note(err, f"raised by output_func for trajectory {index}")
             raise
         value, rerun = _pair("output_func", "(value, rerun)", result, "rerun=False")
-        if not isinstance(rerun, (bool, np.bool_)):
+        if not _is_bool(rerun):
             raise TypeError(
                 f"output_func must return (value, rerun) with rerun a bool (True to solve "
                 f"trajectory {index} again), got rerun={rerun!r}"
@@ -359,6 +360,12 @@ class EnsembleProblem:
             add_note(err, f"raised by reduction for {describe_trajectories(indices)}")
             raise
         acc, converged = _pair("reduction", "(acc, converged)", result, "False")
+        if not _is_bool(converged):
+            raise TypeError(
+                f"reduction must return (acc, converged) with converged a bool (True once acc "
+                f"has enough: no further batch is solved), got converged={converged!r} for "
+                f"{describe_trajectories(indices)}"
+            )
         return acc, bool(converged)
 
     def __repr__(self) -> str:
@@ -383,6 +390,16 @@ def _pair(name: str, pair: str, result: Any, example: str) -> tuple[Any, Any]:
             f"{name} must return a pair {pair}, got {got}; e.g. return value, {example}"
         )
     return result[0], result[1]
+
+
+def _is_bool(value: Any) -> bool:
+    """A Python or NumPy bool, or a 0-d boolean array of any array library (a string, a
+    number or None would count as true or false unnoticed)."""
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    if not array_api_compat.is_array_api_obj(value) or value.shape != ():
+        return False
+    return bool(array_api_compat.array_namespace(value).isdtype(value.dtype, "bool"))
 
 
 def check_trajectory(index: int, traj: ODEProblem, prob: ODEProblem) -> None:
