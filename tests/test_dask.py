@@ -330,6 +330,22 @@ def test_a_reduction_may_update_its_accumulator_in_place(client, reference, comb
     np.testing.assert_array_equal(u_init, 0.0)
 
 
+def _final_x(acc, u, indices):
+    return acc + u[:, -1, 0].sum(), False
+
+
+@pytest.mark.parametrize("combine", [np.add, None], ids=["on-workers", "on-the-driver"])
+def test_a_reduction_of_trajectories_with_their_own_save_times_keeps_no_times(client, combine):
+    # sim.t was trajectory 0's (0, 1) as if every trajectory had saved then, not at its end.
+    prob = dxode.ODEProblem(lorenz, [1.0, 0.0, 0.0], (0.0, 1.0), P0)
+    spans = np.column_stack([np.zeros(4), [1.0, 2.0, 3.0, 4.0]])
+    eprob = EnsembleProblem(prob, tspan=spans, reduction=_final_x, u_init=0.0, combine=combine)
+    sim = dxode.solve(eprob, dxode.Tsit5(), client, batch_size=2, rtol=1e-6, atol=1e-6)
+    kept = dxode.solve(EnsembleProblem(prob, tspan=spans), dxode.Tsit5(), rtol=1e-6, atol=1e-6)
+    assert sim.t is None and len(sim) == 4
+    assert sim.u == pytest.approx(float(kept.u[:, -1, 0].sum()), rel=1e-12)
+
+
 def test_reduction_tree_on_workers(client, reference):
     def reduction(acc, values, indices):
         return acc + np.sum(values[:, -1, :], axis=0), False

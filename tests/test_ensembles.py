@@ -327,6 +327,21 @@ def test_a_reduction_keeps_only_counts_and_totals():
         reduced[0]
 
 
+def _final_sum(acc, u, indices):
+    return acc + float(u[:, -1, 0].sum()), False
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 4])
+def test_a_reduction_of_trajectories_with_their_own_save_times_keeps_no_times(batch_size):
+    # sim.t was trajectory 0's (0, 1) as if every trajectory had saved then, not at its end.
+    spans = np.column_stack([np.zeros(4), [1.0, 2.0, 3.0, 4.0]])
+    eprob = EnsembleProblem(_prob(), tspan=spans, reduction=_final_sum, u_init=0.0)
+    reduced = dxode.solve(eprob, trajectories=4, batch_size=batch_size, rtol=1e-6, atol=1e-6)
+    kept = dxode.solve(EnsembleProblem(_prob(), tspan=spans), trajectories=4, rtol=1e-6, atol=1e-6)
+    assert reduced.t is None and len(reduced) == 4
+    assert reduced.u == pytest.approx(float(kept.u[:, -1, 0].sum()), rel=1e-12)
+
+
 def test_a_reduction_holds_driver_memory_flat_in_the_number_of_trajectories():
     def count(acc, u, indices):
         return acc + len(indices), False

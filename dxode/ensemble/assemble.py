@@ -79,14 +79,17 @@ def reduce_batches(
     reports convergence.
 
     Like a reduction on Dask workers, only return-code counts and step totals are kept
-    (``retcodes`` is ``None``), so memory stays flat in the number of trajectories.
+    (``retcodes`` is ``None``), so memory stays flat in the number of trajectories; the save
+    times only when the trajectories share them (else ``t`` is ``None``).
     """
     acc, converged = eprob.initial_accumulator(), False
     t, counts, totals = None, np.zeros(len(ReturnCode), dtype=np.int64), np.zeros(4, np.int64)
+    own_times = 0
     for batch in results:
         summary = batch_summary(batch)
         t = summary["t"] if t is None else t
         check_save_count(batch, t.shape[-1], "earlier ones")
+        own_times += summary["own_times"] + int(not _same_times(summary["t"], t))
         counts += summary["counts"]
         totals += summary["totals"]
         values = batch.values if eprob.output_func is not None else batch.u
@@ -94,7 +97,7 @@ def reduce_batches(
         if converged:
             break
     return EnsembleSolution(
-        t=t,
+        t=None if own_times else t,
         u=acc,
         retcodes=None,
         stats=EnsembleStats(None, None, None, totals=tuple(int(x) for x in totals)),
@@ -118,13 +121,18 @@ def batch_summary(batch: BatchResult) -> dict[str, Any]:
     }
 
 
+def _same_times(a: Any, b: Any) -> bool:
+    """Whether save times ``a`` and ``b`` (``(nsave,)`` each, on one backend) are equal."""
+    return bool(array_api_compat.array_namespace(a).all(a == b))
+
+
 def _times(done: list[BatchResult]) -> Any:
     """The save times: ``(nsave,)`` when all trajectories share them, else ``(N, nsave)``."""
     first = done[0].t
     for batch in done:
         check_save_count(batch, first.shape[-1], "earlier ones")
     xp = array_api_compat.array_namespace(first)
-    if all(b.t.ndim == 1 and bool(xp.all(b.t == first)) for b in done):
+    if all(b.t.ndim == 1 and _same_times(b.t, first) for b in done):
         return first
     per_lane = [
         b.t if b.t.ndim == 2 else xp.broadcast_to(b.t, (len(b.indices), b.t.shape[0])) for b in done

@@ -485,7 +485,7 @@ class _Run:
             )
             raise
         return EnsembleSolution(
-            t=summary.pop("t"),
+            t=None if summary["own_times"] else summary["t"],  # kept only when shared
             u=reduced,
             retcodes=None,
             stats=EnsembleStats(None, None, None, totals=summary["totals"]),

@@ -86,7 +86,7 @@ class EnsembleSolution:
         a ``reduction``, the reduced value.
     t : array
         Save times ``(nsave,)``, or ``(trajectories, nsave)`` when trajectories have their own
-        time spans.
+        time spans; for a reduction, which keeps nothing per trajectory, ``None`` then.
     retcodes : (trajectories,) int array or None
         Each trajectory's ``ReturnCode``; failures never stop the others. A Zarr array for
         ``EnsembleDask(output="zarr")``; ``None`` with a reduction, which keeps nothing per
