@@ -280,7 +280,7 @@ class EnsembleSolution:
         ok = (retcodes == ReturnCode.Success) | (retcodes == ReturnCode.Terminated)
         if not np.any(ok):
             raise ValueError("no trajectory succeeded, so there is nothing to summarize")
-        t = to_host(self.t)
+        t = to_host(self.t[...])  # also a Zarr output's array
         if t.ndim == 2:
             t = t[ok]
             if not np.array_equal(t, np.broadcast_to(t[:1], t.shape)):
