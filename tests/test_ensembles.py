@@ -291,6 +291,33 @@ def test_reruns_that_all_end_at_one_time_share_their_save_times():
     np.testing.assert_array_equal(sim.t, [0.0, 2.0])  # shaped by the times, not the batches
 
 
+def _final_state(sol, i):
+    return sol.u[-1, ...], False
+
+
+def _stacked_rows(acc, values, indices):
+    assert values.shape == (len(indices), 3)  # one array, not a list of them
+    return acc + len(indices), False
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_output_func_arrays_are_stacked_on_every_backend(xp, batch_size):
+    # Only NumPy values were stacked: array_api_strict (and CuPy) gave a list of N arrays.
+    prob = _prob(xp)
+    values = dxode.solve(
+        EnsembleProblem(prob, output_func=_final_state),
+        trajectories=4,
+        batch_size=batch_size,
+        **SOLVE,
+    )
+    states = dxode.solve(EnsembleProblem(prob), trajectories=4, **SOLVE)
+    assert values.u.shape == (4, 3)
+    np.testing.assert_array_equal(to_numpy(values.u), to_numpy(states.u)[:, -1, :])
+    eprob = EnsembleProblem(prob, output_func=_final_state, reduction=_stacked_rows, u_init=0)
+    reduced = dxode.solve(eprob, trajectories=4, batch_size=batch_size, **SOLVE)
+    assert reduced.u == 4
+
+
 def test_reduction_stops_early_once_converged():
     calls = []
 

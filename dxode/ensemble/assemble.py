@@ -149,13 +149,22 @@ def _empty_like_rows(rows: Any, n_total: int) -> Any:
 
 
 def _stack_values(values: Any) -> Any:
-    """Batch values as one array when they are arrays (or numbers) of one shape, else a list."""
+    """Batch values as one array when they are arrays (of one array library) or numbers of
+    one shape, else a list."""
     if not isinstance(values, list):
         return values
     try:
+        if _arrays_of_one_shape(values):
+            return array_api_compat.array_namespace(*values).stack(values)
         shapes = {np.shape(v) for v in values}
         if len(shapes) == 1 and all(np.isscalar(v) or isinstance(v, np.ndarray) for v in values):
             return np.asarray(values)
     except (TypeError, ValueError):
         pass
     return values
+
+
+def _arrays_of_one_shape(values: list[Any]) -> bool:
+    """Whether ``values`` are arrays (NumPy, CuPy, any array-API library) of one shape."""
+    arrays = values and all(array_api_compat.is_array_api_obj(v) for v in values)
+    return bool(arrays) and len({tuple(v.shape) for v in values}) == 1
