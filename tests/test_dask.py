@@ -479,6 +479,25 @@ def test_bad_dask_options():
         _eprob(combine=lambda a, b: a)
 
 
+def _batch_sizes(acc, values, indices):
+    return [*acc, len(indices)], False
+
+
+def test_batch_size_given_to_solve_and_to_ensemble_dask_must_agree(client):
+    # solve's won silently: a reduction folded batches of 3 where EnsembleDask said 2.
+    eprob = _eprob(reduction=_batch_sizes, u_init=[])
+    sim = dxode.solve(eprob, dxode.Tsit5(), EnsembleDask(client, batch_size=2), trajectories=5)
+    assert sim.u == [2, 2, 1]
+    same = dxode.solve(
+        eprob, dxode.Tsit5(), EnsembleDask(client, batch_size=2), trajectories=5, batch_size=2
+    )
+    assert same.u == [2, 2, 1]
+    with pytest.raises(ValueError, match=r"batch_size=3 for solve but EnsembleDask\(batch_size=2"):
+        dxode.solve(
+            eprob, dxode.Tsit5(), EnsembleDask(client, batch_size=2), trajectories=5, batch_size=3
+        )
+
+
 def test_cuda_cluster_errors_are_clear():
     try:
         import dask_cuda  # noqa: F401

@@ -80,6 +80,7 @@ def plan_ensemble(
         if batch_size is None
         else positive_int("batch_size", batch_size)
     )
+    _check_one_batch_size(ensemble_alg, size)
     opts = SolverOptions.from_user(alg, **options)
     opts.check_state(eprob.prob.u0, None if "tspan" in eprob.arrays else eprob.prob.tspan)
     seed = _master_seed(seed)
@@ -118,6 +119,18 @@ def _trajectory_count(eprob: EnsembleProblem, trajectories: Any) -> int:
             f"trajectories={n} but the per-trajectory arrays hold only {eprob.n_arrays}"
         )
     return n
+
+
+def _check_one_batch_size(ensemble_alg: AbstractEnsembleAlgorithm, size: int) -> None:
+    """Refuse ``solve(batch_size=...)`` that contradicts the ensemble algorithm's own
+    (``EnsembleDask(batch_size=...)``): one of them would be ignored, and a reduction's
+    batches depend on it."""
+    own = getattr(ensemble_alg, "batch_size", None)
+    if own is not None and own != size:
+        raise ValueError(
+            f"batch_size={size} for solve but {type(ensemble_alg).__name__}(batch_size={own}): "
+            f"give it in one place"
+        )
 
 
 def _master_seed(seed: Any) -> int:
