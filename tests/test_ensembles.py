@@ -623,6 +623,29 @@ def test_dense_ensembles_interpolate_each_trajectory():
     np.testing.assert_array_equal(sim[2](np.array([0.3, 1.7])), alone(np.array([0.3, 1.7])))
 
 
+def _at_halfway_rerun_odd_once(sol, i):
+    return sol(np.array([0.3, 1.7])), (i % 2 == 1 and sol.prob.u0[0] < 2.0)
+
+
+def _start_higher_on_rerun(prob, i, repeat):
+    return prob.remake(u0=[1.0 + repeat, 0.0, 0.0], p=tuple(_scaled_params(4)[i]))
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_output_func_interpolates_a_dense_ensemble_s_trajectories(batch_size):
+    # With dense=True, output_func's sol(t) raised "this solution has no dense output: solve
+    # with dense=True", and a rerun's would have been the first attempt's.
+    eprob = EnsembleProblem(
+        _prob(), prob_func=_start_higher_on_rerun, output_func=_at_halfway_rerun_odd_once
+    )
+    sim = dxode.solve(
+        eprob, trajectories=4, batch_size=batch_size, dense=True, rtol=1e-8, atol=1e-8
+    )
+    for i in range(4):
+        alone = dxode.solve(_start_higher_on_rerun(_prob(), i, i % 2), rtol=1e-8, atol=1e-8)
+        np.testing.assert_array_equal(sim.u[i], alone(np.array([0.3, 1.7])))
+
+
 def test_a_dense_ensemble_and_its_trajectories_pickle():
     # Per-trajectory parameters were rebuilt by a closure the dense output kept, and each
     # trajectory's RHS was one too: plain pickle (multiprocessing) refused both.

@@ -39,6 +39,7 @@ from .batch import (
 )
 from .problem import EnsembleProblem
 from .scheduling import map_batches_here
+from .solution import dense_output_for_lane
 
 __all__ = ["AbstractEnsembleAlgorithm", "EnsembleArray", "EnsembleSerial"]
 
@@ -137,7 +138,8 @@ def finish_batch(
 ) -> BatchResult:
     """Solve a batch (trajectory indices, or a range of them), then apply ``output_func``
     with its reruns. Each trajectory keeps its last attempt's save times, return code and
-    statistics; the saved states, which only ``output_func`` reads, are dropped."""
+    statistics; the saved states and dense output, which only ``output_func`` reads, are
+    dropped."""
     first_attempt = np.broadcast_to(np.int64(0), (len(indices),))
     result = alg.run_batch(eprob, indices, spec, first_attempt)  # a range stays one
     if eprob.output_func is None:
@@ -159,7 +161,7 @@ def finish_batch(
                 _copy_lane(result, pos, current, pos_in_current)
                 rerun_times[pos] = _lane_times(current.t, pos_in_current)
         if not rerun:
-            result.values, result.u = values, None
+            result.values, result.u, result.dense = values, None, None
             result.t = _with_rerun_times(result.t, rerun_times, len(indices))
             return result
         pending = np.asarray(rerun)
@@ -220,7 +222,7 @@ def _trajectory_solution(
         stats,
         None,
         spec.options.alg,
-        None,
+        None if batch.dense is None else dense_output_for_lane(batch.dense, pos),
         None if events is None else events.for_trajectory(int(batch.indices[pos])),
         problem_of=functools.partial(
             eprob.trajectory_problem, int(batch.indices[pos]), repeat, spec.seed
