@@ -279,6 +279,15 @@ def test_a_reduction_may_say_converged_with_a_numpy_bool(converged):
     assert sim.u == 4 and sim.converged is True
 
 
+def test_dense_output_that_a_reduction_never_reads_is_refused():
+    # dense=True recorded every step of every batch for nothing: the reduction gets the
+    # saved states and no trajectory is kept
+    eprob = EnsembleProblem(_decay(), reduction=_count_until(False), u_init=0)
+    with pytest.raises(ValueError, match=r"dense=True .* call sol\(t\) in an output_func"):
+        dxode.solve(eprob, dxode.Tsit5(), trajectories=8, batch_size=4, dense=True)
+    assert dxode.solve(eprob, dxode.Tsit5(), trajectories=8, batch_size=4).u == 8
+
+
 def _longer_spans(prob, i, repeat):
     return prob.remake(tspan=(0.0, 1.0 + i))
 

@@ -81,6 +81,12 @@ def plan_ensemble(
         else positive_int("batch_size", batch_size)
     )
     _check_one_batch_size(ensemble_alg, size)
+    if dense and eprob.reduction is not None and eprob.output_func is None:
+        raise ValueError(
+            "dense=True keeps every trajectory's steps for sol(t), but with a reduction and no "
+            "output_func nothing reads them (the reduction gets the saved states) and no "
+            "trajectory is kept: drop dense=True, or call sol(t) in an output_func"
+        )
     opts = SolverOptions.from_user(alg, **options)
     opts.check_state(eprob.prob.u0, None if "tspan" in eprob.arrays else eprob.prob.tspan)
     seed = _master_seed(seed)
