@@ -81,14 +81,30 @@ def test_demo_unreachable_scheduler_fails_fast_in_one_line(tmp_path):
     assert wall < SCHEDULER_TIMEOUT_S + 15
 
 
+def _default_client_or_none():
+    import distributed
+
+    try:
+        return distributed.default_client()
+    except ValueError:
+        return None
+
+
 def test_demo_scheduler_that_is_no_address_says_so(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     pytest.importorskip("distributed")
+    import dask
+
+    before = _default_client_or_none(), dask.config.get("scheduler", None)
     assert main(["demo", "-o", tmp_path / "x.png", "-n", "10", "--scheduler", "nonsense"]) == 1
     out, err = capsys.readouterr()
     [line] = err.splitlines()
     assert line.startswith("dxode demo: cannot connect to --scheduler nonsense: ")
     assert out == ""
+    # Nothing left behind in this process: the client that failed to connect was made the
+    # default one (by Dask, before connecting), and every later dask.compute here waited on
+    # it forever (a CI run hung on a Zarr ensemble's sim[i] in this test's worker process).
+    assert (_default_client_or_none(), dask.config.get("scheduler", None)) == before
 
 
 def test_demo_asking_for_cupy_without_a_gpu_says_so(tmp_path, capsys):

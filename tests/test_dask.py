@@ -115,6 +115,47 @@ def test_default_client_then_embedded_cluster(reference):
         distributed.default_client()
 
 
+@pytest.fixture
+def unconnected_default_client():
+    """The default client Dask leaves behind when a client fails to connect (a mistyped
+    scheduler address): status "connecting" for good. Closed afterwards."""
+    import dask
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        with pytest.raises(ValueError, match="missing port number"):
+            distributed.Client("nonsense", timeout=1)
+        try:
+            broken = distributed.default_client()
+        except ValueError:
+            pytest.skip("this Dask release leaves no client behind when connecting fails")
+        try:
+            assert broken.status == "connecting"
+            yield broken
+        finally:
+            broken.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_default_client_that_never_connected_is_refused_by_name(unconnected_default_client):
+    # Every solve on it waited forever: its messages queue until it connects, which it never
+    # does. Waiting Dask's connect timeout (1 s here) lets a reconnecting client recover.
+    name = unconnected_default_client.id
+    with pytest.raises(ValueError, match=rf"client '{name}' has not connected.*client.close\(\)"):
+        dxode.solve(_eprob(), dxode.Tsit5(), EnsembleDask(), trajectories=4, **SOLVE)
+
+
+@pytest.mark.timeout(120)
+def test_a_zarr_output_is_read_here_not_through_the_default_client(
+    client, tmp_path, reference, unconnected_default_client
+):
+    # sim[i] and to_host() computed the Zarr-backed dask.array with the default scheduler:
+    # whatever default client this process had, which hung when it was a broken one.
+    alg = EnsembleDask(client, output="zarr", store=str(tmp_path / "here.zarr"))
+    sim = dxode.solve(_eprob(), dxode.Tsit5(), alg, trajectories=N, batch_size=16, **SOLVE)
+    np.testing.assert_array_equal(sim.to_host(), reference.u)
+    np.testing.assert_array_equal(sim[5].u, reference[5].u)
+
+
 def test_a_dask_output_needs_a_cluster_that_outlives_the_solve():
     # Without a client the LocalCluster started for the call was closed on return, and with
     # it the chunks: sim.u could never be computed ("Client is closed").

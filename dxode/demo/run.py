@@ -137,9 +137,11 @@ def _client(address_or_cluster: Any, scheduler: str | None) -> Any:
     """A client of the cluster; the one at ``--scheduler`` must answer within a few seconds."""
     import distributed
 
+    # Not this process's default client: Dask makes a client the default before it connects
+    # and leaves it so when connecting fails, and every later dask.compute then hangs.
     if scheduler is None:
-        return distributed.Client(address_or_cluster)
-    return distributed.Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
+        return distributed.Client(address_or_cluster, set_as_default=False)
+    return distributed.Client(scheduler, timeout=SCHEDULER_TIMEOUT_S, set_as_default=False)
 
 
 def _single_solve(ax: Any) -> bool:

@@ -14,6 +14,7 @@ import dataclasses
 import math
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -705,15 +706,41 @@ def _thread_count(client: Any) -> int:
 
 
 def _running(client: Any) -> Any:
-    """``client``, refused with a clear error once it is closed (Dask's own errors for a
-    closed client say nothing of which client or what to do)."""
-    if getattr(client, "status", None) in ("closing", "closed"):
+    """``client``, once connected; refused with a clear error when it is closed or never
+    connected (Dask's own errors for a closed client say nothing of which client or what to
+    do, and work sent to a client that never connected waits forever)."""
+    status = _status_once_connected(client)
+    if status in ("closing", "closed"):
         raise ValueError(
-            f"EnsembleDask's client is {client.status}: pass a running distributed.Client "
+            f"EnsembleDask's client is {status}: pass a running distributed.Client "
             f"(solve inside its 'with' block), or none to use the default client or a "
             f"LocalCluster started for the solve"
         )
+    if status in _CONNECTING:
+        address = getattr(getattr(client, "scheduler", None), "address", None)
+        raise ValueError(
+            f"EnsembleDask's client {getattr(client, 'id', client)!r} has not connected to "
+            f"its scheduler {address!r} (Dask keeps a client that failed to connect as the "
+            f"default client, still 'connecting'): close it with client.close() and pass a "
+            f"running distributed.Client, or none to start a LocalCluster for the solve"
+        )
     return client
+
+
+_CONNECTING = ("newly-created", "connecting")
+
+
+def _status_once_connected(client: Any) -> str | None:
+    """``client.status`` after at most Dask's connect timeout for a client still connecting
+    (one reconnecting after a dropped connection is running or closed by then)."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+    deadline = time.monotonic() + timeout
+    while getattr(client, "status", None) in _CONNECTING and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return getattr(client, "status", None)
 
 
 def _import_distributed() -> Any:
@@ -727,11 +754,13 @@ def _import_distributed() -> Any:
 
 
 def _default_client() -> Any:
-    """The running default client, or ``None`` when there is none yet."""
+    """The running default client, or ``None`` when there is none yet (a default client
+    that never connected is refused by ``_running``)."""
     try:
-        return _import_distributed().default_client()
+        client = _import_distributed().default_client()
     except ValueError:  # no client yet
         return None
+    return _running(client)
 
 
 @contextlib.contextmanager

@@ -126,8 +126,9 @@ class EnsembleSolution:
         self.seed = seed
         self._dense = dense
         self.events = events
-        # The Dask client whose workers hold an ``output="dask"`` u's chunks (``None``: the
-        # default scheduler, which reads a Zarr output's u).
+        # The Dask client whose workers hold an ``output="dask"`` u's chunks. ``None`` for a
+        # Zarr output: this process reads its store with threads, never through the default
+        # client (which may be another cluster's, or one that never connected).
         self._scheduler: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -172,7 +173,8 @@ class EnsembleSolution:
 
     def _host(self, u: Any) -> Any:
         if _is_dask(u):
-            return np.asarray(u.compute(scheduler=self._scheduler))
+            scheduler = "threads" if self._scheduler is None else self._scheduler
+            return np.asarray(u.compute(scheduler=scheduler))
         return to_host(u)
 
     def __getitem__(self, i: int) -> ODESolution:
