@@ -253,6 +253,49 @@ def test_outputs_keep_each_trajectory_s_own_save_times(client, tmp_path, output,
         sim.summary()
 
 
+def _decay(u, p, t):
+    return -p[0] * u
+
+
+def _below_a_third(u, p, t):
+    return u[0] - 0.3
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_summaries_of_dask_and_zarr_outputs_reduce_chunk_by_chunk(client, tmp_path, dtype):
+    # They brought every trajectory to the driver (sim.to_host()), so a Zarr output larger
+    # than the driver's memory could not be summarized. Now every chunk is reduced where it
+    # is, to the bits and dtypes of the same summaries in memory; trajectories that stopped
+    # at their event hold NaN after it.
+    prob = dxode.ODEProblem(_decay, np.array([1.0], dtype=dtype), (0.0, 1.0), [1.0])
+    stop = dxode.ContinuousCallback(_below_a_third, terminate=True)
+    eprob = EnsembleProblem(prob, p=np.linspace(0.5, 4.0, 40)[:, None])
+    opts = {"trajectories": 40, "batch_size": 7, "saveat": 0.125, "callback": stop}
+    memory = dxode.solve(eprob, dxode.Tsit5(), EnsembleDask(client), **opts)
+    assert np.isnan(memory.u).any() and not np.isnan(memory.u).all()
+    levels = (0.1, 0.5)
+    expected = memory.summary(quantiles=levels)
+    expected_levels = memory.quantile(list(levels))
+    expected_median = memory.quantile(0.5)
+    store = str(tmp_path / "summaries.zarr")
+    for output in ("dask", "zarr"):
+        sim = dxode.solve(
+            eprob, dxode.Tsit5(), EnsembleDask(client, output=output, store=store), **opts
+        )
+        sim.to_host = None  # summaries must not bring the whole ensemble here
+        got = sim.summary(quantiles=levels)
+        pairs = [(got.mean, expected.mean), (got.var, expected.var), (sim.var(), expected.var)]
+        pairs += [(got.quantiles[q], expected.quantiles[q]) for q in levels]
+        pairs += [
+            (sim.quantile(list(levels)), expected_levels),
+            (sim.quantile(0.5), expected_median),
+        ]
+        for value, reference in pairs:
+            np.testing.assert_array_equal(value, reference)
+            assert value.dtype == reference.dtype
+        assert got.count == expected.count and np.array_equal(got.t, expected.t)
+
+
 def _span_to_two(prob, i, repeat):
     return prob.remake(tspan=(0.0, 2.0))
 

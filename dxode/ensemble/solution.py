@@ -247,35 +247,41 @@ class EnsembleSolution:
                 f"got {quantiles!r}"
             )
         levels = [_quantile_level(q) for q in quantiles]
-        u, t = self._successful_host()
-        qs = {q: _statistic("quantile", u, q) for q in levels}
+        u, t = self._successful()
+        requests = [("mean", ()), ("var", ()), *(("quantile", (q,)) for q in levels)]
+        mean, var, *qs = self._statistics(u, requests)
         return EnsembleSummary(
             t=t,
-            mean=_statistic("mean", u),
-            var=_statistic("var", u),
-            quantiles=qs,
+            mean=mean,
+            var=var,
+            quantiles=dict(zip(levels, qs, strict=True)),
             count=int(u.shape[0]),
         )
 
     def mean(self) -> np.ndarray:
         """Mean over successful trajectories, ``(nsave, *shape)`` (see ``summary``)."""
-        return _statistic("mean", self._successful_host()[0])
+        return self._statistics(self._successful()[0], [("mean", ())])[0]
 
     def var(self) -> np.ndarray:
         """Variance over successful trajectories, ``(nsave, *shape)`` (see ``summary``)."""
-        return _statistic("var", self._successful_host()[0])
+        return self._statistics(self._successful()[0], [("var", ())])[0]
 
     def quantile(self, q: Any) -> np.ndarray:
         """Quantile ``q`` (in ``[0, 1]``) over successful trajectories, ``(nsave, *shape)``;
         for a sequence of levels, ``(len(q), nsave, *shape)`` (see ``summary``)."""
+        u = self._successful()[0]
         if isinstance(q, (list, tuple, np.ndarray)) and np.ndim(q) == 1:
-            levels: Any = np.array([_quantile_level(level) for level in np.asarray(q).tolist()])
-        else:
-            levels = _quantile_level(q)
-        return _statistic("quantile", self._successful_host()[0], levels)
+            levels = np.array([_quantile_level(level) for level in np.asarray(q).tolist()])
+            if not _is_dask(u):
+                return _statistic("quantile", u, levels)
+            # Levels as float64 scalars: NumPy's result then has the dtype it has for the array.
+            return np.stack(self._statistics(u, [("quantile", (level,)) for level in levels]))
+        return self._statistics(u, [("quantile", (_quantile_level(q),))])[0]
 
-    def _successful_host(self) -> tuple[np.ndarray, np.ndarray]:
-        """The successful trajectories' states and their shared save times, on the host."""
+    def _successful(self) -> tuple[Any, np.ndarray]:
+        """The successful trajectories' states and their shared save times: states on the
+        host, or, for an ``EnsembleDask`` output (on the workers or in Zarr), a lazy
+        ``dask.array`` that ``_statistics`` reduces chunk by chunk."""
         if not self._keeps_states():
             raise TypeError("summaries need the saved states (no output_func or reduction)")
         retcodes = np.asarray(self.retcodes[...])  # also a Zarr output's array
@@ -293,7 +299,36 @@ class EnsembleSolution:
                     "sim.u yourself by sim.t"
                 )
             t = t[0]
+        if _is_dask(self.u):
+            return self.u[ok], t
         return self.to_host()[ok], t
+
+    def _statistics(self, u: Any, requests: list[tuple[str, tuple]]) -> list[np.ndarray]:
+        """``_statistic(name, u, *args)`` for each ``(name, args)`` of ``requests``, over
+        trajectories (axis 0). A ``dask.array`` never comes to the driver whole, so a Zarr
+        output larger than its memory can be summarized: it is rechunked to hold every
+        trajectory of a few save times per chunk, and each chunk reduced where it is (on the
+        workers for ``output="dask"``, by threads here for Zarr)."""
+        if not _is_dask(u):
+            return [_statistic(name, u, *args) for name, args in requests]
+        import dask.array as da
+
+        scheduler = "threads" if self._scheduler is None else self._scheduler
+        # One decision for every chunk, as for an array in memory: NaN-aware or not.
+        with_nan = bool(da.isnan(u).any().compute(scheduler=scheduler))
+        columns = u.rechunk({0: -1, **dict.fromkeys(range(1, u.ndim), "auto")})
+        stacked = columns.map_blocks(
+            _column_statistics,
+            requests=requests,
+            with_nan=with_nan,
+            chunks=((len(requests),), *columns.chunks[1:]),
+            dtype=u.dtype,
+        ).compute(scheduler=scheduler)
+        sample = np.zeros((2, 1), dtype=u.dtype)  # the dtype each statistic has in memory
+        return [
+            np.asarray(value).astype(_statistic(name, sample, *args).dtype, copy=False)
+            for value, (name, args) in zip(stacked, requests, strict=True)
+        ]
 
     def plot(
         self,
@@ -340,14 +375,22 @@ def _quantile_level(q: Any) -> float:
     return float(q)
 
 
-def _statistic(name: str, u: np.ndarray, *args: Any) -> np.ndarray:
+def _statistic(name: str, u: np.ndarray, *args: Any, with_nan: bool | None = None) -> np.ndarray:
     """``np.<name>(u, *args, axis=0)``, ignoring NaN (a terminated trajectory's save points
-    after its event); NaN where every trajectory is NaN."""
-    if not np.isnan(u).any():
+    after its event); NaN where every trajectory is NaN. ``with_nan``: whether ``u`` (or the
+    array it is a chunk of) holds NaN, when known."""
+    if not (np.isnan(u).any() if with_nan is None else with_nan):
         return getattr(np, name)(u, *args, axis=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN save times give NaN
         return getattr(np, "nan" + name)(u, *args, axis=0)
+
+
+def _column_statistics(
+    block: np.ndarray, requests: list[tuple[str, tuple]], with_nan: bool
+) -> np.ndarray:
+    """Each requested statistic of a chunk holding every trajectory, stacked on axis 0."""
+    return np.stack([_statistic(name, block, *args, with_nan=with_nan) for name, args in requests])
 
 
 def _is_array(x: Any) -> bool:
