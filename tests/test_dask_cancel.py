@@ -1,4 +1,5 @@
-"""An early-stopped reduction on Dask: cancelled batches end before ``solve`` returns."""
+"""Stopping an EnsembleDask solve early: the batches a converged reduction cancels end before
+``solve`` returns; an interrupt reaches the caller at once."""
 
 from __future__ import annotations
 
@@ -52,3 +53,55 @@ def test_early_stop_waits_for_cancelled_batches_so_closing_the_cluster_is_quiet(
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "20"]
     assert result.stderr == ""  # no "... ended with CancelledError" from the workers
+
+
+# Batch 1 interrupts the driver (as Ctrl-C would) and then runs on for half a minute; the marker
+# file it writes at its end must not exist yet when the KeyboardInterrupt reaches the caller.
+INTERRUPT_SCRIPT = textwrap.dedent(
+    """
+    import functools
+    import os
+    import pathlib
+    import signal
+    import time
+
+    import distributed
+
+    import dxode
+
+
+    def decay(u, p, t):
+        return -u
+
+
+    def interrupt_the_driver(driver, marker, prob, i, repeat):
+        if i == 1:  # on a worker (trajectory 0 is also set up on the driver)
+            os.kill(driver, signal.SIGINT)
+            time.sleep(30.0)
+            marker.write_text("batch 1 ended")
+        return prob
+
+
+    if __name__ == "__main__":
+        marker = pathlib.Path("batch-1-ended")
+        prob_func = functools.partial(interrupt_the_driver, os.getpid(), marker.resolve())
+        prob = dxode.ODEProblem(decay, [1.0], (0.0, 1.0))
+        eprob = dxode.EnsembleProblem(prob, prob_func=prob_func)
+        with dxode.local_cluster(n_workers=2) as cluster:
+            with distributed.Client(cluster, set_as_default=False) as client:
+                try:
+                    dxode.solve(eprob, dxode.Tsit5(), client, trajectories=2, batch_size=1)
+                except KeyboardInterrupt:
+                    print("interrupted", "after batch 1" if marker.exists() else "at once")
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_an_interrupt_reaches_the_caller_without_waiting_for_running_batches(tmp_path):
+    pytest.importorskip("distributed")
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPT_SCRIPT, encoding="utf-8")
+    result = run_script(script, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["interrupted", "at", "once"], result.stderr

@@ -33,7 +33,7 @@ from .algorithms import (
 )
 from .assemble import _stack_values, assemble, batch_summary
 from .batch import TRAJECTORY_COUNTS, BatchResult, BatchSpec, check_save_count
-from .dask_cancel import STOP_WAIT_S, cancel_and_wait
+from .dask_cancel import STOP_WAIT_S, cancel_after
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution, EnsembleStats
 
@@ -303,10 +303,7 @@ class _Tasks:
         if not futures:
             return
         try:
-            if not isinstance(err, Exception):  # an interrupt: cancel, do not wait
-                self.client.cancel(futures)
-                return
-            running = cancel_and_wait(self.client, futures)
+            running = cancel_after(self.client, futures, err)
             if running:
                 add_note(
                     err,
@@ -654,12 +651,14 @@ def _in_order(
                 yield client.gather(ready.pop(next_k), direct=direct)
                 futures[next_k] = None  # release the worker's copy once folded
                 next_k += 1
+    except BaseException as err:  # an error, an interrupt, or the consumer stopped early
+        pending = [f for f in futures if f is not None and not f.done()]
+        if pending:
+            cancel_after(client, pending, err)
+        raise
     finally:
         if bar is not None:
             bar.close()
-        pending = [f for f in futures if f is not None and not f.done()]
-        if pending:
-            cancel_and_wait(client, pending)
 
 
 def _gathers_directly(client: Any) -> bool | None:
