@@ -11,6 +11,8 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
+from scripts import run_script  # noqa: E402
+
 import dxode  # noqa: E402
 from dxode import EnsembleDask, EnsembleProblem  # noqa: E402
 
@@ -113,6 +115,41 @@ def test_default_client_then_embedded_cluster(reference):
     np.testing.assert_array_equal(embedded.u, reference.u)
     with pytest.raises(ValueError):
         distributed.default_client()
+
+
+# In a fresh process: this one's environment already holds what earlier clusters left.
+EMBEDDED_CLUSTER_SCRIPT = """
+import os
+
+import dxode
+
+
+def decay(u, p, t):
+    return -u
+
+
+if __name__ == "__main__":
+    os.environ["OMP_NUM_THREADS"] = "3"  # the user's own setting
+    for name in ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHONHASHSEED"):
+        os.environ.pop(name, None)
+    before = dict(os.environ)
+    prob = dxode.ODEProblem(decay, [1.0], (0.0, 1.0))
+    dxode.solve(dxode.EnsembleProblem(prob), dxode.Tsit5(), dxode.EnsembleDask(), trajectories=4)
+    changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
+    print(sorted(changed))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_an_embedded_cluster_leaves_this_process_s_environment_as_it_was(tmp_path):
+    # Dask's nannies set OMP_NUM_THREADS=1, PYTHONHASHSEED, ... for their workers in the
+    # environment of the process that starts them, and leave them there, where later child
+    # processes and libraries of the user's read them.
+    script = tmp_path / "embedded.py"
+    script.write_text(EMBEDDED_CLUSTER_SCRIPT, encoding="utf-8")
+    result = run_script(script, timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout
 
 
 @pytest.fixture
