@@ -193,6 +193,25 @@ def test_a_zarr_output_is_read_here_not_through_the_default_client(
     np.testing.assert_array_equal(sim[5].u, reference[5].u)
 
 
+def test_a_dask_output_whose_client_closed_says_its_states_are_gone():
+    # Dask's own error was a bare "ClosedClientError: Client is closed".
+    with (
+        dxode.local_cluster(n_workers=1) as cluster,
+        distributed.Client(cluster, set_as_default=False) as short_lived,
+    ):
+        sim = dxode.solve(
+            _eprob(),
+            dxode.Tsit5(),
+            EnsembleDask(short_lived, output="dask"),
+            trajectories=4,
+            **SOLVE,
+        )
+        assert sim[0].u.shape == sim.u.shape[1:]
+    for use in (sim.to_host, lambda: sim[0], sim.mean, sim.summary):
+        with pytest.raises(ValueError, match=r"client that is now closed.*output='memory'"):
+            use()
+
+
 def test_a_dask_output_needs_a_cluster_that_outlives_the_solve():
     # Without a client the LocalCluster started for the call was closed on return, and with
     # it the chunks: sim.u could never be computed ("Client is closed").

@@ -173,9 +173,23 @@ class EnsembleSolution:
 
     def _host(self, u: Any) -> Any:
         if _is_dask(u):
-            scheduler = "threads" if self._scheduler is None else self._scheduler
-            return np.asarray(u.compute(scheduler=scheduler))
+            return np.asarray(u.compute(scheduler=self._dask_scheduler()))
         return to_host(u)
+
+    def _dask_scheduler(self) -> Any:
+        """What computes a lazy ``u``: threads here for a Zarr output; for one on the workers
+        their client, refused by name once closed (Dask's error says only "Client is
+        closed"; the workers' results went with it)."""
+        if self._scheduler is None:
+            return "threads"
+        if self._scheduler.status in ("closing", "closed"):
+            raise ValueError(
+                "this ensemble's saved states stayed on the workers of a Dask client that is "
+                "now closed, and went with it: compute what you need (sim.to_host(), sim[i], "
+                "summaries) before the client closes, or solve with output='memory' or "
+                "output='zarr'"
+            )
+        return self._scheduler
 
     def __getitem__(self, i: int) -> ODESolution:
         n = len(self)
@@ -313,7 +327,7 @@ class EnsembleSolution:
             return [_statistic(name, u, *args) for name, args in requests]
         import dask.array as da
 
-        scheduler = "threads" if self._scheduler is None else self._scheduler
+        scheduler = self._dask_scheduler()
         # One decision for every chunk, as for an array in memory: NaN-aware or not.
         with_nan = bool(da.isnan(u).any().compute(scheduler=scheduler))
         columns = u.rechunk({0: -1, **dict.fromkeys(range(1, u.ndim), "auto")})
