@@ -33,7 +33,7 @@ from .algorithms import (
 )
 from .assemble import _stack_values, assemble, batch_summary
 from .batch import TRAJECTORY_COUNTS, BatchResult, BatchSpec, check_save_count
-from .dask_cancel import STOP_WAIT_S, cancel_after
+from .dask_cancel import STOP_WAIT_S, cancel_after, cancel_and_wait
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution, EnsembleStats
 
@@ -631,7 +631,8 @@ def _in_order(
     client: Any, futures: list[Any], batches: Sequence[range | None], progress: bool
 ) -> Iterator[Any]:
     """Results of the per-batch ``futures`` in batch order, as they complete; raises the
-    first batch's error as soon as it arrives, and cancels the rest if abandoned."""
+    first batch's error as soon as it arrives (its caller's ``_Tasks.abandon`` then cancels
+    every task of the call), and cancels the rest if the consumer stops early."""
     from distributed import as_completed
 
     bar = _progress_bar(len(futures)) if progress else None
@@ -651,10 +652,10 @@ def _in_order(
                 yield client.gather(ready.pop(next_k), direct=direct)
                 futures[next_k] = None  # release the worker's copy once folded
                 next_k += 1
-    except BaseException as err:  # an error, an interrupt, or the consumer stopped early
+    except GeneratorExit:  # the consumer stopped early (a converged reduction)
         pending = [f for f in futures if f is not None and not f.done()]
         if pending:
-            cancel_after(client, pending, err)
+            cancel_and_wait(client, pending)
         raise
     finally:
         if bar is not None:
