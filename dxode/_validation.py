@@ -39,6 +39,8 @@ def as_state_array(name: str, value: Any) -> Array:
             array = np.asarray(value)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be an array or a nested sequence of numbers") from exc
+    if isinstance(array, np.ndarray) and not array.dtype.isnative:  # read from a file, say
+        array = array.astype(array.dtype.newbyteorder("="))
     xp = array_api_compat.array_namespace(array)
     if xp.isdtype(array.dtype, ("bool", "integral")):  # as for a list of integers
         array = xp.astype(array, xp.float64)

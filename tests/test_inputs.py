@@ -217,6 +217,18 @@ def test_unsupported_states_are_rejected(u0, error, match):
         dxode.ODEProblem(decay, u0, (0.0, 1.0), 1.0)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_state_in_the_other_byte_order_is_solved_like_a_native_one(dtype):
+    # Byte-swapped arrays (big-endian data read from a file, say) were refused: "u0 has dtype
+    # >f8; dxode computes in float32 or float64 only".
+    native = np.array([1.0, 2.0], dtype=dtype)
+    swapped = native.astype(native.dtype.newbyteorder("S"))
+    a = dxode.solve(dxode.ODEProblem(decay, native, (0.0, 1.0), 1.0), rtol=1e-6, atol=1e-6)
+    b = dxode.solve(dxode.ODEProblem(decay, swapped, (0.0, 1.0), 1.0), rtol=1e-6, atol=1e-6)
+    assert b.u.dtype == native.dtype
+    np.testing.assert_array_equal(b.u, a.u)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
