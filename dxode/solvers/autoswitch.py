@@ -44,7 +44,7 @@ import numpy as np
 from .base import AbstractStepper, LaneRHS, StepResult
 from .explicit_rk import ExplicitRungeKutta
 from .step import Step
-from .stiff import StiffMethod, check_state
+from .stiff import StiffMethod, check_state, check_vector_state
 
 Array = Any
 RHSFor = Callable[[Array | None], LaneRHS]
@@ -139,7 +139,9 @@ class AutoSwitch(AbstractStepper):
         return configured
 
     def check_state_shape(self, shape: tuple[int, ...]) -> None:
-        """The stiff method's shape rule (a 1-D state), before any lane can switch."""
+        """The stiff method's shape rule (a 1-D state), before any lane can switch; the
+        error names ``AutoSwitch``, the method the user chose."""
+        check_vector_state(self, shape)
         self.stiff.check_state_shape(shape)
 
     def lane_memory(self, xp: Any, u0: Array) -> dict[str, Array]:
