@@ -102,7 +102,8 @@ def wrong_dtype(returned: Any, state: Any, who: str = "f(u, p, t)") -> TypeError
     state's dtype (the compiled kernels' too, for an integer or bool array)."""
     return TypeError(
         f"{who} returned dtype {returned} for a {state} state; keep it in u's dtype "
-        f"(use Python floats for constants, or cast parameters to {state})"
+        f"(use Python floats for constants, cast parameters to {state}, and build arrays "
+        f"as np.array([...], dtype=u.dtype): a list holding a Python float makes float64)"
     )
 
 

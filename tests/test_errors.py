@@ -170,6 +170,11 @@ def test_algorithm_lookup_errors():
             "returned dtype float64 for a float32",
         ),
         (lambda u, p, t: np.asarray(u, dtype=object), TypeError, "use `autograd.numpy`"),
+        (  # the Python float makes the array float64: the fix is to name the dtype
+            lambda u, p, t: np.array([u[1], -9.81]),
+            TypeError,
+            r"float32 state; .* np.array\(\[...\], dtype=u.dtype\)",
+        ),
     ],
 )
 def test_rhs_output_is_checked_before_integrating(f, error, match):
