@@ -10,9 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_script(script: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``python script`` in a fresh interpreter in the script's folder, importing this
-    checkout's dxode; its output captured as text."""
+def run_script(script: Path, source: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``source`` written to ``script`` and run as ``python script`` in a fresh interpreter
+    in the script's folder, importing this checkout's dxode; its output captured as text."""
+    script.write_text(source, encoding="utf-8")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run(

@@ -145,9 +145,7 @@ def test_an_embedded_cluster_leaves_this_process_s_environment_as_it_was(tmp_pat
     # Dask's nannies set OMP_NUM_THREADS=1, PYTHONHASHSEED, ... for their workers in the
     # environment of the process that starts them, and leave them there, where later child
     # processes and libraries of the user's read them.
-    script = tmp_path / "embedded.py"
-    script.write_text(EMBEDDED_CLUSTER_SCRIPT, encoding="utf-8")
-    result = run_script(script, timeout=240)
+    result = run_script(tmp_path / "embedded.py", EMBEDDED_CLUSTER_SCRIPT, timeout=240)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", result.stdout
 

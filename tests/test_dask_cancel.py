@@ -47,9 +47,7 @@ SCRIPT = textwrap.dedent(
 
 def test_early_stop_waits_for_cancelled_batches_so_closing_the_cluster_is_quiet(tmp_path):
     pytest.importorskip("distributed")
-    script = tmp_path / "early_stop.py"
-    script.write_text(SCRIPT, encoding="utf-8")
-    result = run_script(script, timeout=120)
+    result = run_script(tmp_path / "early_stop.py", SCRIPT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "20"]
     assert result.stderr == ""  # no "... ended with CancelledError" from the workers
@@ -100,8 +98,6 @@ INTERRUPT_SCRIPT = textwrap.dedent(
 @pytest.mark.timeout(120)
 def test_an_interrupt_reaches_the_caller_without_waiting_for_running_batches(tmp_path):
     pytest.importorskip("distributed")
-    script = tmp_path / "interrupted.py"
-    script.write_text(INTERRUPT_SCRIPT, encoding="utf-8")
-    result = run_script(script, timeout=120)
+    result = run_script(tmp_path / "interrupted.py", INTERRUPT_SCRIPT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["interrupted", "at", "once"], result.stderr

@@ -64,9 +64,7 @@ PAGE_TIMEOUT_S = 300
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUNNABLE_PAGES)
 def test_page_examples_run_as_a_script(page, tmp_path):
-    script = tmp_path / "page.py"
-    script.write_text(page_script(page), encoding="utf-8")
-    result = run_script(script, timeout=PAGE_TIMEOUT_S)
+    result = run_script(tmp_path / "page.py", page_script(page), timeout=PAGE_TIMEOUT_S)
     assert result.returncode == 0, (
         f"{page}: its python blocks, run as a script, exit with {result.returncode}\n"
         f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
