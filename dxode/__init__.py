@@ -31,7 +31,6 @@ from .ensemble.algorithms import (
     EnsembleSerial as EnsembleSerial,
 )
 from .ensemble.cluster import local_cluster as local_cluster
-from .ensemble.cluster import worker_config as worker_config
 from .ensemble.dask_ensemble import EnsembleDask as EnsembleDask
 from .ensemble.problem import (
     BatchContext as BatchContext,
@@ -51,6 +50,7 @@ from .ensemble.solution import (
 from .ensemble.solution import (
     EnsembleSummary as EnsembleSummary,
 )
+from .ensemble.worker_settings import worker_config as worker_config
 from .events.callbacks import CallbackSet as CallbackSet
 from .events.callbacks import ContinuousCallback as ContinuousCallback
 from .events.callbacks import DiscreteCallback as DiscreteCallback

@@ -711,6 +711,25 @@ def test_dxode_workers_keep_the_default_malloc_trimming_and_do_not_profile(clien
         )
 
 
+def _malloc_trim_and_profiling():
+    import dask
+
+    enabled = dask.config.get("distributed.worker.profile.enabled")
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), enabled
+
+
+def test_workers_added_by_scaling_up_get_dxode_s_settings_too():
+    # Dask's nanny reads them when it is built: those cluster.scale added after
+    # local_cluster returned ran with Dask's defaults (trimming at 64 KiB, profiling on).
+    with (
+        dxode.local_cluster(n_workers=1) as cluster,
+        distributed.Client(cluster, set_as_default=False) as c,
+    ):
+        cluster.scale(2)
+        c.wait_for_workers(2, timeout=120)
+        assert list(c.run(_malloc_trim_and_profiling).values()) == [(None, False)] * 2
+
+
 @pytest.mark.parametrize(
     "sensealg",
     [dxode.InterpolatingAdjoint(), dxode.ForwardSensitivity(), dxode.DiscreteAdjoint(2)],

@@ -6,7 +6,9 @@ import contextlib
 import os
 from typing import Any
 
-__all__ = ["local_cluster", "worker_config"]
+from .worker_settings import worker_config
+
+__all__ = ["local_cluster"]
 
 # Loopback only (Dask's ":port" listens on every interface), on any free port, so that
 # clusters can run side by side.
@@ -62,31 +64,11 @@ def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwar
         kwargs.setdefault("threads_per_worker", 1)
         kwargs.setdefault("processes", True)
         kwargs.setdefault("dashboard_address", _DASHBOARD_ADDRESS)
+        if kwargs["processes"]:  # also for workers added later (cluster.scale, adapt)
+            from .nanny import DxodeNanny
+
+            kwargs.setdefault("worker_class", DxodeNanny)
         return distributed.LocalCluster(n_workers=n_workers or os.cpu_count() or 1, **kwargs)
-
-
-def worker_config() -> dict[str, Any]:
-    """Dask configuration for worker processes that run dxode batches.
-
-    Two Dask defaults slow dxode's batches, whose steps are many small array operations
-    driven from Python: the nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which
-    makes glibc hand every large temporary array back to the system and map it again on the
-    next step (several times slower), and each worker samples its threads' stacks every
-    10 ms for the dashboard's profile (about 25 % slower). dxode's workers keep the glibc
-    default and do not profile. Use it for clusters you start yourself too::
-
-        with dask.config.set(dxode.worker_config()):
-            cluster = SLURMCluster(...)
-    """
-    import dask
-
-    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
-    environ.pop("MALLOC_TRIM_THRESHOLD_", None)
-    environ.pop("MALLOC-TRIM-THRESHOLD-", None)
-    return {
-        "distributed.nanny.pre-spawn-environ": environ,
-        "distributed.worker.profile.enabled": False,
-    }
 
 
 def _cuda_cluster(n_workers: int | None, kwargs: dict[str, Any]) -> Any:
