@@ -719,8 +719,9 @@ def _malloc_trim_and_profiling():
 
 
 def test_workers_added_by_scaling_up_get_dxode_s_settings_too():
-    # Dask's nanny reads them when it is built: those cluster.scale added after
-    # local_cluster returned ran with Dask's defaults (trimming at 64 KiB, profiling on).
+    # Dask's nanny reads them when it builds and starts its worker, after local_cluster
+    # returned for those cluster.scale adds: they ran with Dask's defaults (trimming at
+    # 64 KiB, profiling on).
     with (
         dxode.local_cluster(n_workers=1) as cluster,
         distributed.Client(cluster, set_as_default=False) as c,

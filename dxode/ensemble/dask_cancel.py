@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["STOP_WAIT_S", "cancel_after", "cancel_and_wait"]
+__all__ = ["STOP_WAIT_S", "cancel_and_wait"]
 
 STOP_WAIT_S = 60.0  # how long a cancelled solve waits for its tasks still running to end
 _POLL_S = 0.02
@@ -29,17 +29,6 @@ def cancel_and_wait(client: Any, futures: list[Any], timeout: float = STOP_WAIT_
         if not running or time.monotonic() > deadline:
             return running
         time.sleep(_POLL_S)
-
-
-def cancel_after(client: Any, futures: list[Any], err: BaseException) -> int:
-    """Cancel ``futures`` after ``err`` ended the call that waited for them; return how many
-    of their tasks still run (``cancel_and_wait``). An interrupt (``KeyboardInterrupt``,
-    ``SystemExit``) only cancels: it reaches the caller now, not once every running task
-    has ended (up to ``STOP_WAIT_S`` later)."""
-    if isinstance(err, (Exception, GeneratorExit)):
-        return cancel_and_wait(client, futures)
-    client.cancel(futures)
-    return 0
 
 
 # Worker task states of a task whose function is (or may still be) running in a thread.

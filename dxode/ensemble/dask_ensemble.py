@@ -33,7 +33,7 @@ from .algorithms import (
 )
 from .assemble import _stack_values, assemble, batch_summary
 from .batch import TRAJECTORY_COUNTS, BatchResult, BatchSpec, check_save_count
-from .dask_cancel import STOP_WAIT_S, cancel_after, cancel_and_wait
+from .dask_cancel import STOP_WAIT_S, cancel_and_wait
 from .problem import EnsembleProblem
 from .solution import EnsembleSolution, EnsembleStats
 
@@ -303,7 +303,10 @@ class _Tasks:
         if not futures:
             return
         try:
-            running = cancel_after(self.client, futures, err)
+            if not isinstance(err, (Exception, GeneratorExit)):  # an interrupt: reach the
+                self.client.cancel(futures)  # caller now, not once every running task ends
+                return
+            running = cancel_and_wait(self.client, futures)
             if running:
                 add_note(
                     err,
