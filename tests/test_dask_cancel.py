@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import textwrap
+import time
 
 import pytest
 from scripts import run_script
@@ -101,3 +104,31 @@ def test_an_interrupt_reaches_the_caller_without_waiting_for_running_batches(tmp
     result = run_script(tmp_path / "interrupted.py", INTERRUPT_SCRIPT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["interrupted", "at", "once"], result.stderr
+
+
+def _hold_the_gil(started, ended):
+    """A task that holds its worker's GIL for half a minute (libc's sleep called through
+    ``PyDLL``, which keeps the GIL), so that the worker answers nobody meanwhile."""
+    started.touch()
+    ctypes.PyDLL(None).sleep(30)
+    ended.touch()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="libc's sleep through ctypes.PyDLL(None)")
+@pytest.mark.timeout(120)
+def test_cancelling_returns_after_its_timeout_when_a_worker_does_not_answer(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    import dxode
+    from dxode.ensemble.dask_cancel import cancel_and_wait
+
+    started, ended = tmp_path / "started", tmp_path / "ended"
+    with (
+        dxode.local_cluster(n_workers=1) as cluster,
+        distributed.Client(cluster, set_as_default=False) as client,
+    ):
+        future = client.submit(_hold_the_gil, started, ended)
+        while not started.exists():
+            time.sleep(0.05)
+        # It waited for the worker's answer, which came only once the task had ended.
+        assert cancel_and_wait(client, [future], timeout=1.0) == 1
+        assert not ended.exists()

@@ -1,4 +1,4 @@
-"""Cancelling Dask tasks: return once no worker still runs them, or say how many still do."""
+"""Cancelling Dask tasks: return once no worker still runs them, or say how many still may."""
 
 from __future__ import annotations
 
@@ -13,22 +13,34 @@ _POLL_S = 0.02
 
 def cancel_and_wait(client: Any, futures: list[Any], timeout: float = STOP_WAIT_S) -> int:
     """Cancel ``futures`` and wait, at most ``timeout`` seconds, until no worker is computing
-    any of their tasks; return how many still are then (0 once all have stopped).
+    any of their tasks; return how many may still be then (0 once all have stopped).
 
     A worker cannot interrupt a task it is already computing: the cancelled task keeps its
     thread until it ends. Returning only then keeps the cluster free for what comes next,
     no result (a Zarr chunk, say) is written after the caller has moved on, and a cluster
     closed right afterwards does not interrupt those tasks (which ``distributed`` reports
-    with a warning per task). Workers that do not answer are skipped.
+    with a warning per task). Workers whose question fails are skipped. A worker that does
+    not answer at all (hung, or stuck in a task that holds the GIL) holds up every worker's
+    answer, so the count is then the last one known: at first, every task not finished (or
+    already cancelled) when this is called.
     """
+    from distributed import TimeoutError
+
     keys = [future.key for future in futures]
+    running = sum(not future.done() or future.cancelled() for future in futures)
     client.cancel(futures)
     deadline = time.monotonic() + timeout
-    while True:
-        running = sum(client.run(_computing, keys, on_error="ignore").values())
-        if not running or time.monotonic() > deadline:
-            return running
+    while running:
+        left = max(0.0, deadline - time.monotonic())
+        try:
+            answers = client.run(_computing, keys, on_error="ignore", callback_timeout=left)
+        except TimeoutError:
+            break
+        running = sum(answers.values())
+        if time.monotonic() > deadline:
+            break
         time.sleep(_POLL_S)
+    return running
 
 
 # Worker task states of a task whose function is (or may still be) running in a thread.

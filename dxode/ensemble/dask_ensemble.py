@@ -310,9 +310,10 @@ class _Tasks:
             if running:
                 add_note(
                     err,
-                    f"{running} tasks of this EnsembleDask solve still ran on the workers "
-                    f"{STOP_WAIT_S:.0f} s later (Dask cannot interrupt a running task); "
-                    f"they finish in the background and their results are dropped",
+                    f"{running} tasks of this EnsembleDask solve may still run on the "
+                    f"workers {STOP_WAIT_S:.0f} s later (Dask cannot interrupt a running task, "
+                    f"and a worker stuck in one may not answer); they finish in the background "
+                    f"and their results are dropped",
                 )
         except Exception as cleanup_err:  # never hide the error that ended the solve
             add_note(err, f"cancelling the EnsembleDask solve's tasks failed: {cleanup_err!r}")
