@@ -117,8 +117,8 @@ def test_default_client_then_embedded_cluster(reference):
         distributed.default_client()
 
 
-# In a fresh process: this one's environment already holds what earlier clusters left.
-EMBEDDED_CLUSTER_SCRIPT = """
+# In a fresh process: this one's environment may hold what other tests' clusters changed.
+CLUSTER_ENVIRON_SCRIPT = """
 import os
 
 import dxode
@@ -128,24 +128,40 @@ def decay(u, p, t):
     return -u
 
 
+def start_and_close_a_cluster():
+    {}
+
+
 if __name__ == "__main__":
     os.environ["OMP_NUM_THREADS"] = "3"  # the user's own setting
     for name in ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHONHASHSEED"):
         os.environ.pop(name, None)
     before = dict(os.environ)
-    prob = dxode.ODEProblem(decay, [1.0], (0.0, 1.0))
-    dxode.solve(dxode.EnsembleProblem(prob), dxode.Tsit5(), dxode.EnsembleDask(), trajectories=4)
-    changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
+    start_and_close_a_cluster()
+    changed = {{k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}}
     print(sorted(changed))
+"""
+EMBEDDED_CLUSTER = """prob = dxode.ODEProblem(decay, [1.0], (0.0, 1.0))
+    dxode.solve(dxode.EnsembleProblem(prob), dxode.Tsit5(), dxode.EnsembleDask(), trajectories=4)
+"""
+SCALED_LOCAL_CLUSTER = """import distributed
+
+    with dxode.local_cluster(n_workers=1) as cluster, distributed.Client(cluster) as client:
+        cluster.scale(2)  # a worker started later sets them again
+        client.wait_for_workers(2, timeout=120)
 """
 
 
 @pytest.mark.timeout(300)
-def test_an_embedded_cluster_leaves_this_process_s_environment_as_it_was(tmp_path):
+@pytest.mark.parametrize(
+    "cluster", [EMBEDDED_CLUSTER, SCALED_LOCAL_CLUSTER], ids=["embedded", "local_cluster"]
+)
+def test_a_closed_cluster_leaves_this_process_s_environment_as_it_was(tmp_path, cluster):
     # Dask's nannies set OMP_NUM_THREADS=1, PYTHONHASHSEED, ... for their workers in the
     # environment of the process that starts them, and leave them there, where later child
     # processes and libraries of the user's read them.
-    result = run_script(tmp_path / "embedded.py", EMBEDDED_CLUSTER_SCRIPT, timeout=240)
+    script = CLUSTER_ENVIRON_SCRIPT.format(cluster)
+    result = run_script(tmp_path / "cluster_environ.py", script, timeout=240)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", result.stdout
 

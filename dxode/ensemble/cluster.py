@@ -38,6 +38,8 @@ def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwar
     Returns
     -------
     distributed.LocalCluster or dask_cuda.LocalCUDACluster
+        Closed, it puts back this process's environment as it was before: Dask's nannies
+        set ``OMP_NUM_THREADS=1``, ``PYTHONHASHSEED``, ... there to start their workers.
 
     Examples
     --------
@@ -68,7 +70,16 @@ def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwar
             from .nanny import DxodeNanny
 
             kwargs.setdefault("worker_class", DxodeNanny)
-        return distributed.LocalCluster(n_workers=n_workers or os.cpu_count() or 1, **kwargs)
+        n_workers = n_workers or os.cpu_count() or 1
+        return _local(distributed.LocalCluster)(n_workers=n_workers, **kwargs)
+
+
+def _local(cluster_class: type) -> type:
+    """``cluster_class``, whose nannies change this process's environment for their workers,
+    as a class whose clusters put it back when closed."""
+    from .local_dask import restoring_environ
+
+    return restoring_environ(cluster_class)
 
 
 def _cuda_cluster(n_workers: int | None, kwargs: dict[str, Any]) -> Any:
@@ -84,7 +95,7 @@ def _cuda_cluster(n_workers: int | None, kwargs: dict[str, Any]) -> Any:
         kwargs.setdefault("n_workers", n_workers)
     kwargs.setdefault("dashboard_address", _DASHBOARD_ADDRESS)
     try:
-        return LocalCUDACluster(**kwargs)
+        return _local(LocalCUDACluster)(**kwargs)
     except Exception as exc:  # NVML and CUDA errors come in many types
         if "nvml" in repr(exc).lower() or "cuda" in repr(exc).lower():
             raise RuntimeError(

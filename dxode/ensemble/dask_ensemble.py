@@ -778,24 +778,8 @@ def _client_for(client: Any) -> Iterator[Any]:
     distributed = _import_distributed()
     from .cluster import local_cluster
 
-    environ = dict(os.environ)
-    try:
-        with (
-            local_cluster() as cluster,
-            distributed.Client(cluster, set_as_default=False) as embedded,
-        ):
-            yield embedded
-    finally:
-        _restore_environ(environ)
-
-
-def _restore_environ(saved: dict[str, str]) -> None:
-    """Put this process's environment back as ``saved``: Dask's nannies leave the variables
-    they set for their worker processes (``OMP_NUM_THREADS=1``, ``PYTHONHASHSEED``, ...) in
-    the environment of the process that started them, where later child processes and
-    libraries read them."""
-    for name in set(os.environ) - set(saved):
-        del os.environ[name]
-    for name, value in saved.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
+    with (
+        local_cluster() as cluster,
+        distributed.Client(cluster, set_as_default=False) as embedded,
+    ):
+        yield embedded
