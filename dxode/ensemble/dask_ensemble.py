@@ -165,9 +165,7 @@ class EnsembleDask(AbstractEnsembleAlgorithm):
         return tasks.map(func, batch_args, label, send_back)
 
     def _lasting_client(self) -> Any:
-        if self.client is not None:
-            return _running(self.client)
-        client = _default_client()
+        client = _client_or_default(self.client)
         if client is None:
             raise ValueError(
                 "a differentiated EnsembleDask solve needs a running cluster (its backward "
@@ -701,11 +699,10 @@ def _progress_bar(total: int) -> Any:
 
 def _thread_count(client: Any) -> int:
     """Worker threads of ``client`` (or of the default client, or this machine's cores)."""
-    if client is None:
-        with contextlib.suppress(ImportError):
-            client = _default_client()
+    with contextlib.suppress(ImportError):  # without Dask there is no default client
+        client = _client_or_default(client)
     if client is not None:
-        return max(1, sum(_running(client).nthreads().values()))
+        return max(1, sum(client.nthreads().values()))
     return os.cpu_count() or 1
 
 
@@ -767,13 +764,18 @@ def _default_client() -> Any:
     return _running(client)
 
 
+def _client_or_default(client: Any) -> Any:
+    """``client`` once connected, or without one the running default client (``None`` when
+    there is none); either is refused by ``_running`` when closed or never connected."""
+    return _default_client() if client is None else _running(client)
+
+
 @contextlib.contextmanager
 def _client_for(client: Any) -> Iterator[Any]:
     """The given client, the current default client, or an embedded LocalCluster's."""
-    if client is None:
-        client = _default_client()
+    client = _client_or_default(client)
     if client is not None:
-        yield _running(client)
+        yield client
         return
     distributed = _import_distributed()
     from .cluster import local_cluster
