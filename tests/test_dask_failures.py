@@ -3,6 +3,7 @@ leaves nothing running or pinned, dying workers lose nothing, and errors name th
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -300,3 +301,32 @@ def test_a_problem_that_does_not_pickle_is_named_with_its_part(client):
         dxode.solve(eprob, dxode.Tsit5(), client, trajectories=2)
     # The cluster is usable afterwards.
     assert len(dxode.solve(EnsembleProblem(_prob()), client, trajectories=2, **SOLVE)) == 2
+
+
+def _slow_second_trajectory(started, prob, i, repeat):
+    """Trajectory 1 (on a worker) says it has started, then takes two seconds."""
+    if i == 1:
+        started.touch()
+        time.sleep(2.0)
+    return prob
+
+
+def test_a_client_closed_during_the_solve_is_named(client, tmp_path):
+    # The solve raised Dask's "FutureCancelledError: ... cancelled for reason: unknown",
+    # noted as if batch 1 had failed, and a second note that cancelling failed.
+    started = tmp_path / "started"
+    eprob = EnsembleProblem(_prob(), prob_func=functools.partial(_slow_second_trajectory, started))
+    with distributed.Client(client.scheduler.address, set_as_default=False) as own:
+
+        def close_once_batch_1_runs():
+            _eventually(started.exists, timeout=60)
+            own.close()
+
+        closer = threading.Thread(target=close_once_batch_1_runs)
+        closer.start()
+        try:
+            with pytest.raises(RuntimeError, match="client was closed during the solve") as err:
+                dxode.solve(eprob, dxode.Tsit5(), own, trajectories=2, batch_size=1, **SOLVE)
+        finally:
+            closer.join()
+    assert not getattr(err.value, "__notes__", None)

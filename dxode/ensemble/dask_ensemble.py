@@ -298,7 +298,7 @@ class _Tasks:
         the workers hold; after an error (not an interrupt) wait until none runs any more."""
         futures = [f for group in self._groups for f in group if f is not None]
         self._groups.clear()
-        if not futures:
+        if not futures or self.client.status in _CLOSED:  # its tasks were released with it
             return
         try:
             if not isinstance(err, (Exception, GeneratorExit)):  # an interrupt: reach the
@@ -646,6 +646,7 @@ def _in_order(
         for future in as_completed(futures, loop=client.loop):
             k = position[future.key]
             if future.status != "finished":
+                _check_still_open(client)
                 _raise_for_batch(future, k, batches[k])
             ready[k] = future
             if bar is not None:
@@ -675,6 +676,17 @@ def _gathers_directly(client: Any) -> bool | None:
     from distributed import LocalCluster
 
     return True if isinstance(getattr(client, "cluster", None), LocalCluster) else None
+
+
+def _check_still_open(client: Any) -> None:
+    """Refuse to go on when ``client`` was closed during the solve: Dask then cancels its
+    tasks and reports each batch as "cancelled for reason: unknown" (or "IOLoop is closed"),
+    which says nothing of why."""
+    if client.status in _CLOSED:
+        raise RuntimeError(
+            "EnsembleDask's client was closed during the solve, which cancelled its batches: "
+            "keep the client (and its cluster) open until solve returns"
+        )
 
 
 def _raise_for_batch(future: Any, k: int, batch: range | None) -> None:
@@ -711,7 +723,7 @@ def _running(client: Any) -> Any:
     connected (Dask's own errors for a closed client say nothing of which client or what to
     do, and work sent to a client that never connected waits forever)."""
     status = _status_once_connected(client)
-    if status in ("closing", "closed"):
+    if status in _CLOSED:
         raise ValueError(
             f"EnsembleDask's client is {status}: pass a running distributed.Client "
             f"(solve inside its 'with' block), or none to use the default client or a "
@@ -729,6 +741,7 @@ def _running(client: Any) -> Any:
 
 
 _CONNECTING = ("newly-created", "connecting")
+_CLOSED = ("closing", "closed")
 
 
 def _status_once_connected(client: Any) -> str | None:
