@@ -151,10 +151,18 @@ SCALED_LOCAL_CLUSTER = """import distributed
         client.wait_for_workers(2, timeout=120)
 """
 
+OVERLAPPING_CLUSTERS = """first = dxode.local_cluster(n_workers=1)
+    second = dxode.local_cluster(n_workers=1)  # started with the first one's changes made
+    first.close()
+    second.close()
+"""
+
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    "cluster", [EMBEDDED_CLUSTER, SCALED_LOCAL_CLUSTER], ids=["embedded", "local_cluster"]
+    "cluster",
+    [EMBEDDED_CLUSTER, SCALED_LOCAL_CLUSTER, OVERLAPPING_CLUSTERS],
+    ids=["embedded", "local_cluster", "overlapping"],
 )
 def test_a_closed_cluster_leaves_this_process_s_environment_as_it_was(tmp_path, cluster):
     # Dask's nannies set OMP_NUM_THREADS=1, PYTHONHASHSEED, ... for their workers in the

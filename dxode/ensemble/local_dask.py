@@ -1,18 +1,45 @@
-"""The local Dask clusters of ``local_cluster``: closed, they put back this process's
+"""The local Dask clusters of ``local_cluster``: once closed, they put back this process's
 environment, which Dask's nannies change to start their worker processes."""
 
 from __future__ import annotations
 
 import functools
 import os
+import threading
 from typing import Any
 
 __all__ = ["restoring_environ"]
 
 
+class _Environ:
+    """This process's environment as it was before the first of the open clusters started:
+    put back when the last of them closes (clusters may close in any order, and a cluster
+    started while another is open finds that one's changes already made)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = 0
+        self._saved: dict[str, str] = {}
+
+    def hold(self) -> None:
+        with self._lock:
+            if not self._open:
+                self._saved = dict(os.environ)
+            self._open += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._open -= 1
+            if not self._open:
+                _restore_environ(self._saved)
+
+
+_ENVIRON = _Environ()
+
+
 class _RestoresEnviron:
-    """Mixin for a ``distributed.SpecCluster`` class: closing the cluster puts this process's
-    environment back as it was when the cluster was created.
+    """Mixin for a ``distributed.SpecCluster`` class: closing the last open such cluster puts
+    this process's environment back as it was before the first one started.
 
     Before it starts a worker process (also one added by ``cluster.scale`` or restarted after
     a crash), each nanny sets the variables of ``distributed.nanny.pre-spawn-environ``
@@ -22,23 +49,33 @@ class _RestoresEnviron:
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._environ_before = dict(os.environ)
-        super().__init__(*args, **kwargs)
+        _ENVIRON.hold()
+        self._holds_environ = True
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException:
+            self._release_environ()  # a failed start that did not close the cluster
+            raise
 
     async def _close(self) -> None:
         # Every way of closing ends here: close(), both context managers, a failed start
-        # and the interpreter's exit.
+        # and the interpreter's exit (some more than once).
         try:
             await super()._close()  # type: ignore[misc]
         finally:
-            _restore_environ(self._environ_before)
+            self._release_environ()
+
+    def _release_environ(self) -> None:
+        if self._holds_environ:
+            self._holds_environ = False
+            _ENVIRON.release()
 
 
 @functools.cache
 def restoring_environ(cluster_class: type) -> type:
     """``cluster_class`` (a local ``SpecCluster``, e.g. ``distributed.LocalCluster``) as a
-    subclass of the same name whose instances put this process's environment back when
-    closed."""
+    subclass of the same name whose clusters put this process's environment back once the
+    last of them is closed."""
     return type(cluster_class.__name__, (_RestoresEnviron, cluster_class), {})
 
 
