@@ -6,6 +6,7 @@ import contextlib
 import os
 from typing import Any
 
+from .local_dask import restoring_environ
 from .worker_settings import worker_config
 
 __all__ = ["local_cluster"]
@@ -38,8 +39,9 @@ def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwar
     Returns
     -------
     distributed.LocalCluster or dask_cuda.LocalCUDACluster
-        Closed, it puts back this process's environment as it was before: Dask's nannies
-        set ``OMP_NUM_THREADS=1``, ``PYTHONHASHSEED``, ... there to start their workers.
+        Once closed (the last of several open ones), it puts back this process's environment
+        as it was before: Dask's nannies set ``OMP_NUM_THREADS=1``, ``PYTHONHASHSEED``, ...
+        there to start their workers.
 
     Examples
     --------
@@ -71,15 +73,7 @@ def local_cluster(gpus: bool | str = False, n_workers: int | None = None, **kwar
 
             kwargs.setdefault("worker_class", DxodeNanny)
         n_workers = n_workers or os.cpu_count() or 1
-        return _local(distributed.LocalCluster)(n_workers=n_workers, **kwargs)
-
-
-def _local(cluster_class: type) -> type:
-    """``cluster_class``, whose nannies change this process's environment for their workers,
-    as a class whose clusters put it back when closed."""
-    from .local_dask import restoring_environ
-
-    return restoring_environ(cluster_class)
+        return restoring_environ(distributed.LocalCluster)(n_workers=n_workers, **kwargs)
 
 
 def _cuda_cluster(n_workers: int | None, kwargs: dict[str, Any]) -> Any:
@@ -95,7 +89,7 @@ def _cuda_cluster(n_workers: int | None, kwargs: dict[str, Any]) -> Any:
         kwargs.setdefault("n_workers", n_workers)
     kwargs.setdefault("dashboard_address", _DASHBOARD_ADDRESS)
     try:
-        return _local(LocalCUDACluster)(**kwargs)
+        return restoring_environ(LocalCUDACluster)(**kwargs)
     except Exception as exc:  # NVML and CUDA errors come in many types
         if "nvml" in repr(exc).lower() or "cuda" in repr(exc).lower():
             raise RuntimeError(
