@@ -156,22 +156,30 @@ OVERLAPPING_CLUSTERS = """first = dxode.local_cluster(n_workers=1)
     first.close()
     second.close()
 """
+USER_CHANGE_MEANWHILE = """with dxode.local_cluster(n_workers=1):
+        os.environ["DXODE_TEST_SETTING"] = "the user's"  # kept: not the nanny's
+"""
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    "cluster",
-    [EMBEDDED_CLUSTER, SCALED_LOCAL_CLUSTER, OVERLAPPING_CLUSTERS],
-    ids=["embedded", "local_cluster", "overlapping"],
+    ("cluster", "changed"),
+    [
+        (EMBEDDED_CLUSTER, []),
+        (SCALED_LOCAL_CLUSTER, []),
+        (OVERLAPPING_CLUSTERS, []),
+        (USER_CHANGE_MEANWHILE, ["DXODE_TEST_SETTING"]),
+    ],
+    ids=["embedded", "local_cluster", "overlapping", "user_change_kept"],
 )
-def test_a_closed_cluster_leaves_this_process_s_environment_as_it_was(tmp_path, cluster):
+def test_a_closed_cluster_leaves_this_process_s_environment_as_it_was(tmp_path, cluster, changed):
     # Dask's nannies set OMP_NUM_THREADS=1, PYTHONHASHSEED, ... for their workers in the
     # environment of the process that starts them, and leave them there, where later child
-    # processes and libraries of the user's read them.
+    # processes and libraries of the user's read them. What the user sets meanwhile stays.
     script = CLUSTER_ENVIRON_SCRIPT.format(cluster)
     result = run_script(tmp_path / "cluster_environ.py", script, timeout=240)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]", result.stdout
+    assert result.stdout.strip() == str(changed), result.stdout
 
 
 @pytest.fixture

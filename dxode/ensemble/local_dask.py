@@ -12,19 +12,20 @@ __all__ = ["restoring_environ"]
 
 
 class _Environ:
-    """This process's environment as it was before the first of the open clusters started:
-    put back when the last of them closes (clusters may close in any order, and a cluster
-    started while another is open finds that one's changes already made)."""
+    """The variables Dask's nannies set in this process, as they were before the first of
+    the open clusters started: put back when the last of them closes (clusters may close in
+    any order, and a cluster started while another is open finds that one's changes already
+    made). Other variables, the user's own changes meanwhile included, are left alone."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open = 0
-        self._saved: dict[str, str] = {}
+        self._saved: dict[str, str | None] = {}
 
     def hold(self) -> None:
         with self._lock:
             if not self._open:
-                self._saved = dict(os.environ)
+                self._saved = {name: os.environ.get(name) for name in _nanny_variables()}
             self._open += 1
 
     def release(self) -> None:
@@ -79,10 +80,20 @@ def restoring_environ(cluster_class: type) -> type:
     return type(cluster_class.__name__, (_RestoresEnviron, cluster_class), {})
 
 
-def _restore_environ(saved: dict[str, str]) -> None:
-    """Put this process's environment back as ``saved``."""
-    for name in set(os.environ) - set(saved):
-        del os.environ[name]
+def _nanny_variables() -> set[str]:
+    """The variables a nanny sets in the process that starts it: those of
+    ``distributed.nanny.pre-spawn-environ`` (``worker_config`` only removes some),
+    ``PYTHONHASHSEED`` and ``__DASK_PARENT_PID``."""
+    import dask
+
+    configured = dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}
+    return {"PYTHONHASHSEED", "__DASK_PARENT_PID", *configured}
+
+
+def _restore_environ(saved: dict[str, str | None]) -> None:
+    """Put the variables ``saved`` back as they were (``None``: not set)."""
     for name, value in saved.items():
-        if os.environ.get(name) != value:
+        if value is None:
+            os.environ.pop(name, None)
+        elif os.environ.get(name) != value:
             os.environ[name] = value
