@@ -394,6 +394,21 @@ def test_an_f_using_a_1d_p_as_an_array_is_told_to_unpack_it():
     assert "EnsembleArray" in str(info.value)
 
 
+def _shifted_decay(u, p, t):
+    return -p[0] * u + p[1]
+
+
+def test_an_f_using_a_1d_leaf_of_p_as_an_array_is_told_to_index_it():
+    # was numba's "No implementation of function neg(UniTuple(float64 x 2))" alone
+    p = (np.array([1.0, 2.0]), np.array([0.5, 0.1]))
+    prob = dxode.ODEProblem(_shifted_decay, np.ones(2), (0.0, 1.0), p)
+    assert dxode.solve(prob, "tsit5", saveat=[1.0]).retcode == dxode.ReturnCode.Success
+    with pytest.raises(
+        KernelCompileError, match=r"uses p\[0\] as an array.*index it \(p\[0\]\[0\]\)"
+    ):
+        dxode.solve(prob, "tsit5", saveat=[1.0], kernel=True)
+
+
 _RATES = {"k": 1.0}
 _RATE_LIST = [1.0]
 

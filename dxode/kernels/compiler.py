@@ -123,30 +123,52 @@ def user_function_mode(
 
 def _refusal(f: Callable[..., Any], err: Exception, p_example: Any) -> KernelCompileError:
     """The error for an ``f`` numba cannot compile; the fix named where ``f`` would compile
-    with ``p`` an array (arithmetic on a whole 1-D ``p``, which the kernels pass as a tuple)."""
+    with ``p`` (or a 1-D leaf of a tuple ``p``) an array: arithmetic on a whole 1-D array,
+    which the kernels pass as a tuple of numbers."""
     past_end = "tuple index out of range" in str(err)  # compiles as an array, read past it
     as_tuple = isinstance(p_example, tuple) and p_example
-    if as_tuple and not past_end and _compiles_with_array_p(f, p_example):
+    used = None if past_end or not as_tuple else _used_as_array(f, p_example)
+    if used is not None:
+        how = "unpack it (a, b = p) or index it (p[0])" if used == "p" else f"index it ({used}[0])"
         return KernelCompileError(
-            f"the right-hand side f defined at {where_defined(f)} uses p as an array "
-            f"(-p * u, say), and the compiled kernels pass a 1-D p as a tuple of numbers; "
-            f"unpack it (a, b = p) or index it (p[0]) in f, or use {ARRAY_PATH}"
+            f"the right-hand side f defined at {where_defined(f)} uses {used} as an array "
+            f"(-{used} * u, say), and the compiled kernels pass a 1-D array "
+            f"{'p' if used == 'p' else 'in p'} as a tuple of numbers; {how} in f, or use "
+            f"{ARRAY_PATH}"
         )
     return _compile_error(f, err)
 
 
-def _compiles_with_array_p(f: Callable[..., Any], p_example: tuple[Any, ...]) -> bool:
+def _used_as_array(f: Callable[..., Any], p_example: tuple[Any, ...]) -> str | None:
+    """``"p"`` where ``f`` compiles with the whole tuple ``p_example`` as a 1-D array,
+    ``"p[i]"`` where it compiles with its tuple leaves as arrays (``i``: the first of them);
+    else ``None``."""
+    flat = _float_vector(p_example)
+    if flat is not None:
+        return "p" if _compiles_with_p(f, flat, flat.dtype) else None
+    leaves = [_float_vector(leaf) if isinstance(leaf, tuple) else None for leaf in p_example]
+    arrays = [i for i, leaf in enumerate(leaves) if leaf is not None]
+    if not arrays:
+        return None
+    p = tuple(leaf if leaf is not None else x for leaf, x in zip(leaves, p_example, strict=True))
+    return f"p[{arrays[0]}]" if _compiles_with_p(f, p, leaves[arrays[0]].dtype) else None
+
+
+def _float_vector(values: tuple[Any, ...]) -> np.ndarray | None:
+    """``values`` as a 1-D float array, or ``None`` where they are not a flat float tuple."""
+    try:
+        array = np.asarray(values)
+    except ValueError:  # nested tuples of different lengths
+        return None
+    return array if array.ndim == 1 and array.dtype.kind == "f" else None
+
+
+def _compiles_with_p(f: Callable[..., Any], p: Any, dtype: np.dtype) -> bool:
     import numba
 
+    u_type = numba.typeof(np.ones(2, dtype))
     try:
-        p = np.asarray(p_example)
-    except ValueError:  # nested tuples of different lengths
-        return False
-    if p.ndim != 1 or p.dtype.kind != "f":
-        return False
-    u_type = numba.typeof(np.ones(2, p.dtype))
-    try:
-        numba.njit(numba_ready(f)).compile((u_type, numba.typeof(p), numba.typeof(p[0])))
+        numba.njit(numba_ready(f)).compile((u_type, numba.typeof(p), numba.typeof(dtype.type(0))))
     except numba_refusals():
         return False
     return True
