@@ -179,6 +179,34 @@ def test_f_in_scipys_argument_order_is_recognised(f, p):
         dxode.solve(EnsembleProblem(prob), trajectories=2)
 
 
+def _negates_p(u, p, t):
+    return -p * u
+
+
+def _divides_by_t(u, p, t):
+    with np.errstate(divide="raise"):
+        return -u * p / t
+
+
+@pytest.mark.parametrize(
+    ("f", "p", "error", "match"),
+    [
+        (_negates_p, np.array([True, False]), TypeError, "numpy boolean negative"),
+        (_negates_p, (np.True_, 1.0), TypeError, "bad operand type for unary -"),
+        (_divides_by_t, True, FloatingPointError, "divide by zero"),
+    ],
+    ids=["bool-array", "tuple-with-bool", "bool-as-time"],
+)
+def test_an_f_named_in_dxodes_order_keeps_its_own_error(f, p, error, match):
+    # Called as f(t, u, p), these return u's shape (p lands in f's t: True divides like 1),
+    # and the SciPy-order diagnosis hid the real error.
+    prob = dxode.ODEProblem(f, [1.0, 2.0], (0.0, 1.0), p)
+    with pytest.raises(error, match=match):
+        dxode.solve(prob)
+    with pytest.raises(error, match=match):
+        dxode.solve(EnsembleProblem(prob), trajectories=2)
+
+
 def test_a_failing_f_that_is_not_in_scipys_order_keeps_its_own_error():
     def f(u, p, t):
         raise KeyError("from f")
