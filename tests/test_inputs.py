@@ -298,6 +298,25 @@ def test_a_span_that_float32_cannot_resolve_is_refused():
     )
 
 
+@pytest.mark.parametrize(
+    ("dtype", "tspan", "width"),
+    [
+        (np.float64, (-1e308, 1e308), "inf"),
+        (np.float64, (1e308, -1e308), "inf"),
+        (np.float32, (0.0, 1e39), "1e[+]39"),
+        (np.float32, (-3e38, 3e38), "6e[+]38"),
+    ],
+)
+@pytest.mark.parametrize("alg", ["tsit5", "rodas5p"])
+def test_a_span_wider_than_the_dtype_is_refused(dtype, tspan, width, alg):
+    # float64: Rodas5P's 1.3e308 step overflowed d_i h to inf (inf * df/dt = NaN) and crawled
+    # to MaxIters; float32: t1 cast to inf with an overflow warning, then MaxIters.
+    prob = dxode.ODEProblem(decay, np.ones(1, dtype=dtype), tspan, 0.0)
+    match = rf"tspan .* does not fit in {np.dtype(dtype)}.*\|t1 - t0\| = {width} exceeds"
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(prob, alg)
+
+
 def test_tolerance_limits_follow_the_dtype():
     prob32 = dxode.ODEProblem(decay, np.ones(2, dtype=np.float32), (0.0, 1.0), 1.0)
     with pytest.raises(ValueError, match=r"rtol=1e-10 is below what float32 resolves.*1.19e-07"):
