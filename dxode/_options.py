@@ -8,7 +8,13 @@ from typing import Any
 import array_api_compat
 import numpy as np
 
-from ._validation import OPTION_FIX, check_flag, positive_float, refuse_traced
+from ._validation import (
+    OPTION_FIX,
+    check_flag,
+    check_span_fits,
+    positive_float,
+    refuse_traced,
+)
 from .controllers import AbstractController, PIController
 from .solvers import AbstractStepper, get_algorithm
 
@@ -104,7 +110,8 @@ class SolverOptions:
         shape and dtype).
 
         Time is kept in the state's dtype: a float32 state needs ``t0`` and ``t1`` distinct in
-        float32 (``(1e8, 1e8 + 1)`` is one float32 time).
+        float32 (``(1e8, 1e8 + 1)`` is one float32 time), and every state ``tspan``'s times and
+        width within its dtype's range (``check_span_fits``).
 
         ``atol`` must broadcast to the state's shape. ``rtol`` must be at least the dtype's
         machine epsilon: no relative accuracy finer than one rounding is achievable, and
@@ -129,6 +136,8 @@ class SolverOptions:
                 f"atol has shape {atol_shape}, which does not broadcast to the state's shape "
                 f"{shape}; give a number or an array of u0's shape"
             )
+        if tspan is not None:
+            check_span_fits(tspan, state.dtype, float(finfo.max))
         if tspan is not None and finfo.bits == 32 and np.float32(tspan[0]) == np.float32(tspan[1]):
             raise ValueError(
                 f"tspan {tuple(tspan)} is one time in float32 ({np.float32(tspan[0])!r}), the "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -121,8 +122,13 @@ def _takes_scipy_order(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
     """Whether ``f(t, u, p)`` (SciPy's order) works where ``f(u, p, t)`` did not.
 
     Called only once ``f(u, p, t)`` has failed; it returns du/dt of ``u``'s shape exactly
-    when ``f`` was written in SciPy's order.
+    when ``f`` was written in SciPy's order. An ``f`` whose parameters are named in dxode's
+    order (``t`` third) is not: called as ``f(t, u, p)`` it receives ``p`` as its time and
+    ``u`` as its parameters, and can still return ``u``'s shape (``-p * u`` does whatever
+    ``p`` is; ``-u * p / t`` does for a number or bool ``p``), hiding f's real error.
     """
+    if _names_time_third(f):
+        return False
     # One time as a scalar, as SciPy passes it: with the lanes' times (L,) an f(u, p, t) that
     # merely failed on u (say, u[1] on array_api_strict lanes) could index t and pass.
     scalar_t = t[0] if getattr(t, "ndim", 0) == 1 else t
@@ -131,6 +137,18 @@ def _takes_scipy_order(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
     except Exception:
         return False
     return hasattr(value, "shape") and tuple(value.shape) == tuple(u.shape)
+
+
+def _names_time_third(f: Callable[..., Any]) -> bool:
+    """Whether ``f``'s third positional parameter is named ``t``, as in dxode's ``f(u, p, t)``
+    (``False`` for a callable without a signature, or with ``*args``)."""
+    try:
+        parameters = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [q.name for q in parameters if q.kind in positional]
+    return len(names) >= 3 and names[2] == "t"
 
 
 def _changed(value: Any, u: Array) -> bool:

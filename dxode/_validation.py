@@ -159,6 +159,21 @@ def as_tspan(tspan: Any) -> tuple[float, float]:
     return t0, t1
 
 
+def check_span_fits(tspan: tuple[float, float], dtype: Any, largest: float) -> None:
+    """Raise where ``tspan``'s times or its width ``|t1 - t0|`` exceed ``largest``, the
+    largest number of the state's ``dtype``, in which time is kept: times and steps would
+    overflow to inf (a float32 state's ``(0, 1e39)``, a float64 ``(-1e308, 1e308)``)."""
+    t0, t1 = (float(t) for t in tspan)
+    width = abs(t1 - t0)  # inf where it overflows float64
+    if max(abs(t0), abs(t1), width) > largest:
+        raise ValueError(
+            f"tspan {(t0, t1)} does not fit in {dtype}, the dtype of the state's time: "
+            f"its width |t1 - t0| = {width:g} exceeds {dtype}'s largest number {largest:.4g}, "
+            f"so times and steps overflow; rescale time: solve in s = t / T (T in p) with f "
+            f"returning T * du/dt"
+        )
+
+
 def positive_float(name: str, value: Any, allow_none: bool = False) -> float | None:
     """``value`` as a positive finite float."""
     if value is None and allow_none:

@@ -179,6 +179,34 @@ def test_f_in_scipys_argument_order_is_recognised(f, p):
         dxode.solve(EnsembleProblem(prob), trajectories=2)
 
 
+def _negates_p(u, p, t):
+    return -p * u
+
+
+def _divides_by_t(u, p, t):
+    with np.errstate(divide="raise"):
+        return -u * p / t
+
+
+@pytest.mark.parametrize(
+    ("f", "p", "error", "match"),
+    [
+        (_negates_p, np.array([True, False]), TypeError, "numpy boolean negative"),
+        (_negates_p, (np.True_, 1.0), TypeError, "bad operand type for unary -"),
+        (_divides_by_t, True, FloatingPointError, "divide by zero"),
+    ],
+    ids=["bool-array", "tuple-with-bool", "bool-as-time"],
+)
+def test_an_f_named_in_dxodes_order_keeps_its_own_error(f, p, error, match):
+    # Called as f(t, u, p), these return u's shape (p lands in f's t: True divides like 1),
+    # and the SciPy-order diagnosis hid the real error.
+    prob = dxode.ODEProblem(f, [1.0, 2.0], (0.0, 1.0), p)
+    with pytest.raises(error, match=match):
+        dxode.solve(prob)
+    with pytest.raises(error, match=match):
+        dxode.solve(EnsembleProblem(prob), trajectories=2)
+
+
 def test_a_failing_f_that_is_not_in_scipys_order_keeps_its_own_error():
     def f(u, p, t):
         raise KeyError("from f")
@@ -268,6 +296,25 @@ def test_a_span_that_float32_cannot_resolve_is_refused():
     assert (
         dxode.solve(prob.remake(u0=[1.0]), saveat=[1e8 + 1.0]).retcode == dxode.ReturnCode.Success
     )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tspan", "width"),
+    [
+        (np.float64, (-1e308, 1e308), "inf"),
+        (np.float64, (1e308, -1e308), "inf"),
+        (np.float32, (0.0, 1e39), "1e[+]39"),
+        (np.float32, (-3e38, 3e38), "6e[+]38"),
+    ],
+)
+@pytest.mark.parametrize("alg", ["tsit5", "rodas5p"])
+def test_a_span_wider_than_the_dtype_is_refused(dtype, tspan, width, alg):
+    # float64: Rodas5P's 1.3e308 step overflowed d_i h to inf (inf * df/dt = NaN) and crawled
+    # to MaxIters; float32: t1 cast to inf with an overflow warning, then MaxIters.
+    prob = dxode.ODEProblem(decay, np.ones(1, dtype=dtype), tspan, 0.0)
+    match = rf"tspan .* does not fit in {np.dtype(dtype)}.*\|t1 - t0\| = {width} exceeds"
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(prob, alg)
 
 
 def test_tolerance_limits_follow_the_dtype():

@@ -146,6 +146,57 @@ def test_an_integer_or_bool_array_from_f_is_refused_on_both_paths(f, dtype):
         dxode.solve(dxode.EnsembleProblem(prob), "tsit5", dxode.EnsembleKernel(), trajectories=2)
 
 
+_RATE64 = np.float64(2.0)
+
+
+def _float64_array(u, p, t):
+    du = np.zeros(2)  # float64 whatever u's dtype
+    du[0] = -u[0]
+    du[1] = -u[1]
+    return du
+
+
+def _float64_constant_row(u, p, t):
+    return [-u[0], -_RATE64 * u[1]]
+
+
+def _float32_array(u, p, t):
+    return np.array([-u[0], -u[1]], dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    ("f", "returned", "state"),
+    [
+        (_float64_array, "float64", np.float32),
+        (_float64_constant_row, "float64", np.float32),
+        (_float32_array, "float32", np.float64),
+    ],
+)
+def test_a_float_result_of_the_other_precision_is_refused_on_both_paths(f, returned, state):
+    # The array path refused it; the kernel cast it to the state's dtype silently.
+    prob = dxode.ODEProblem(f, np.array([1.0, 0.5], dtype=state), (0.0, 1.0))
+    message = f"returned dtype {returned} for a {np.dtype(state)} state; keep it in u's dtype"
+    with pytest.raises(TypeError, match=message):
+        dxode.solve(prob, "tsit5")
+    with pytest.raises(TypeError, match=message):
+        dxode.solve(prob, "tsit5", kernel=True)
+    with pytest.raises(TypeError, match=message):
+        dxode.solve(dxode.EnsembleProblem(prob), "tsit5", dxode.EnsembleKernel(), trajectories=2)
+
+
+def _literal_times_float32(u, p, t):
+    return np.array([-2.0 * u[0], -u[1]])
+
+
+def test_an_array_of_a_literal_times_a_float32_row_is_float32_on_both_paths():
+    # numba computes 2.0 * x of a float32 x in float64, NumPy in float32: the kernel judges
+    # f's dtype as the array path does, and accepts it.
+    prob = dxode.ODEProblem(_literal_times_float32, np.array([1.0, 0.5], np.float32), (0.0, 1.0))
+    array, kernel = _solve_both(prob, "tsit5", saveat=[1.0])
+    assert kernel.u.dtype == np.asarray(array.u).dtype == np.float32
+    np.testing.assert_allclose(kernel.u, np.asarray(array.u), rtol=1e-5)
+
+
 def _a_jacs_shape(u, p, t):
     return np.array([[u[1], 0.0], [-u[0], 0.0]])
 

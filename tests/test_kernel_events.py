@@ -514,6 +514,20 @@ def test_affect_returning_an_integer_or_bool_array_is_refused_on_both_paths(affe
             dxode.solve(prob, "tsit5", callback=callback, kernel=kernel)
 
 
+def _reset_to_float64(u, p, t, fired):
+    return np.ones(1)
+
+
+def test_affect_returning_float64_for_a_float32_state_is_refused_on_both_paths():
+    # the kernel cast it to the state's dtype silently (the array path raises)
+    prob = dxode.ODEProblem(rate, np.array([1.0], dtype=np.float32), (0.0, 1.0), (1.0,))
+    callback = dxode.PresetTimeCallback([0.5], _reset_to_float64)
+    message = "callback 0: affect returned dtype float64 for a float32 state; keep it in u's"
+    for kernel in (False, True):
+        with pytest.raises(TypeError, match=message):
+            dxode.solve(prob, "tsit5", callback=callback, kernel=kernel)
+
+
 def test_affect_returning_rows_of_integers_sets_the_state_on_both_paths():
     # the array path refused them (dtype int64), unlike f's rows of Python numbers
     prob = dxode.ODEProblem(rate, np.array([1.0]), (0.0, 1.0), (1.0,))

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .._rhs import wrong_dtype
 from .errors import KernelCompileError, numba_refusals
 from .rhs_source import numba_ready, where_defined
@@ -98,7 +100,6 @@ def returned_shape(dispatcher: Any, n: int, dtype: str, *rest: Any) -> tuple[int
     Raises ``KernelCompileError`` where the call reads past the end of an array ``u`` (the
     probe checks bounds: ``u[9]`` of 2 components, which a kernel would read unchecked).
     """
-    import numpy as np
     from numba.core import types
 
     signature = dispatcher.nopython_signatures[-1]
@@ -126,16 +127,47 @@ def returned_shape(dispatcher: Any, n: int, dtype: str, *rest: Any) -> tuple[int
         return (len(value), -1)
 
 
-def check_float_array(dispatcher: Any, dtype: str, who: str = "f(u, p, t)") -> None:
+def check_float_array(
+    dispatcher: Any, n: int, dtype: str, p: Any, *rest: Any, who: str = "f(u, p, t)"
+) -> None:
     """Raise the array path's ``TypeError`` where the compiled ``f`` (or ``who``: an affect)
-    returns an array of integers or bools (``np.array([1, 2])``, ``u > 0``): the array path
-    refuses a result not in the state's dtype, and the kernel would cast it silently. Rows
-    (a list or tuple) of Python numbers take the state's dtype on both paths."""
+    returns a result not in the state's dtype, which the kernel would cast silently: an array
+    of integers or bools (``np.array([1, 2])``, ``u > 0``; from its numba type), or floats of
+    the other precision (``np.zeros(2)`` or a float64 constant for a float32 state). Rows
+    (a list or tuple) of Python numbers take the state's dtype on both paths.
+
+    The precision is judged as the array path judges it, by one NumPy call of the Python
+    function at ``u = (1, ..., 1)``, ``t = 0`` (``rest``: its arguments after ``t``): numba
+    computes a float32 ``x`` times the literal ``2.0`` in float64, NumPy in float32. A call
+    that raises is left to the kernel.
+    """
     from numba.core import types
 
     returned = dispatcher.nopython_signatures[-1].return_type
     if isinstance(returned, types.Array) and not isinstance(returned.dtype, types.Float):
         raise wrong_dtype(returned.dtype, dtype, who)
+    got = _numpy_result_dtype(dispatcher.py_func, n, dtype, p, *rest)
+    if got is not None and got.kind == "f" and got != np.dtype(dtype):  # complex: told later
+        raise wrong_dtype(got, dtype, who)
+
+
+def _numpy_result_dtype(fn: Callable[..., Any], n: int, dtype: str, p: Any, *rest: Any) -> Any:
+    """The dtype of ``fn(u, p, t, *rest)`` on the array path (rows stacked as there) for a
+    state ``u = (1, ..., 1)`` of ``dtype`` at ``t = 0``, called quietly; ``None`` where the
+    call raises or returns no array."""
+    import warnings
+
+    from .._rhs import as_array
+    from ..backends import get_backend
+
+    u = np.ones(n, dtype=dtype)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = as_array(get_backend("numpy"), fn(u, p, u.dtype.type(0), *rest), dtype=u.dtype)
+    except Exception:
+        return None
+    return getattr(value, "dtype", None)
 
 
 def remembered_mode(key: tuple[Any, ...], probe: Callable[[], bool]) -> bool:

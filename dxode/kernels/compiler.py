@@ -98,25 +98,27 @@ def user_function_mode(
     Raises ``KernelCompileError`` (naming ``f``'s file and line and numba's reason) when
     neither compiles, and ``ValueError`` when ``f`` (its ``role``: ``"f"``, ``"jac"`` or
     ``"tgrad"``) does not return ``n`` rows (``_check_rows``; of ``n`` numbers each for a
-    ``jac``). An ``f`` returning an integer or bool array raises ``TypeError``, as on the
-    array path (``check_float_array``); ``jac`` and ``tgrad`` are cast there.
+    ``jac``). An ``f`` returning a result not in the state's dtype (an integer or bool
+    array, float64 for a float32 state) raises ``TypeError``, as on the array path
+    (``check_float_array``); ``jac`` and ``tgrad`` are cast there.
     """
     import numba
     from numba.core import types
 
     check_plain_function(f, "each of f, jac and tgrad", "u, p, t")
     p_type = numba.typeof(p_example)
-    # "rows by role, numbers, in range, floats": answers remembered before _check_rows ran
-    # (or before it refused a number, a jac's shape for an f, u[9] of 2 components or an
-    # f's integer array) are not reused
-    checked = "rows by role, numbers, in range, floats"
+    # "rows by role, numbers, in range, floats, state dtype": answers remembered before
+    # _check_rows ran (or before it refused a number, a jac's shape for an f, u[9] of 2
+    # components, an f's integer array or its float64 result for a float32 state) are not
+    # reused
+    checked = "rows by role, numbers, in range, floats, state dtype"
     key = (role, function_key(f), n, dtype, str(p_type), target, checked)
     rest = (p_type, getattr(types, dtype))
 
     def check(dispatcher: Any) -> None:
         _check_rows(f, dispatcher, n, dtype, p_example, role)
         if role == "f":
-            check_float_array(dispatcher, dtype)
+            check_float_array(dispatcher, n, dtype, p_example)
 
     return probed_mode(key, f, n, dtype, rest, lambda err: _refusal(f, err, p_example), check)
 

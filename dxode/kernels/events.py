@@ -107,9 +107,9 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
 
     def check(dispatcher: Any) -> None:
         _check_returns(k, cb, role, fn, dispatcher.nopython_signatures[0].return_type, n)
-        if role == 1:
-            check_float_array(dispatcher, dtype, f"callback {k}: affect")
         fired = (True,) if role == 1 else ()  # a condition's call checks its indexing only
+        if role == 1:
+            check_float_array(dispatcher, n, dtype, p_example, *fired, who=f"callback {k}: affect")
         shape = returned_shape(dispatcher, n, dtype, p_example, *fired)
         if role == 1 and shape is not None and shape != (n,):  # the kernel reads n numbers
             raise KernelCompileError(
@@ -117,8 +117,9 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
                 f"it must return the new state: {n} numbers"
             )
 
-    # "rows, in range, floats": answers remembered before the affect's rows were checked (or
-    # before u[9] of 2 components, or an affect's integer array, was refused) are not reused
+    # "rows, in range, floats, state dtype": answers remembered before the affect's rows were
+    # checked (or before u[9] of 2 components, an affect's integer array, or its float64
+    # result for a float32 state, was refused) are not reused
     key = (
         "callback",
         function_key(fn),
@@ -127,7 +128,7 @@ def _mode(k: int, cb: Any, role: int, fn: Any, n: int, dtype: str, p_example: An
         n,
         dtype,
         str(p_type),
-        "rows, in range, floats",
+        "rows, in range, floats, state dtype",
     )
     error = lambda err: _uncompilable(k, cb, role, fn, err)
     return probed_mode(key, fn, n, dtype, rest, error, check)  # remembered on disk too
