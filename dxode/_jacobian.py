@@ -112,11 +112,15 @@ def time_increment(xp: Any, t: Array, scale: Array) -> Array:
     """The forward-difference increment of ``df/dt`` at ``t`` ``(L,)`` for lanes of time scale
     ``scale`` (``time_scale``): ``sqrt(eps) * max(c, sqrt(|t| c))``, ``c = min(scale,
     max(|t|, 1))``; that is ``sqrt(eps) * max(|t|, 1)`` where ``|t| <= scale`` and
-    ``scale >= 1``, else ``sqrt(eps) * max(scale, sqrt(|t| scale))``."""
+    ``scale >= 1``, else ``sqrt(eps) * max(scale, sqrt(|t| scale))``. Where ``|t| c``
+    overflows (times beyond the square root of the dtype's largest number, ``1e154`` in
+    float64, ``2e19`` in float32), ``sqrt(|t|) sqrt(c)``: not ``t + inf``."""
     eps = float(xp.finfo(t.dtype).eps)
     at = xp.abs(t)
     c = xp.minimum(scale, xp.maximum(at, xp.ones_like(t)))
-    return math.sqrt(eps) * xp.maximum(c, xp.sqrt(at * c))
+    product = at * c
+    root = xp.where(xp.isinf(product), xp.sqrt(at) * xp.sqrt(c), xp.sqrt(product))
+    return math.sqrt(eps) * xp.maximum(c, root)
 
 
 def lane_tgrad(backend: Any, rhs: Any, u: Array, t: Array, f_u: Array) -> tuple[Array, int]:

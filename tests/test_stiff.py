@@ -335,6 +335,42 @@ def test_a_span_of_subnormal_width_is_solved(kernel, name, tspan):
     np.testing.assert_allclose(sol.u, [u0, u0], rtol=1e-12)
 
 
+def _slow_forcing(u, p, t):
+    a, t0 = p  # 1 / the time scale, and the start
+    return [-a * u[0] + a * np.cos(a * (t - t0))]
+
+
+@pytest.mark.parametrize("name", STIFF_NAMES)
+@pytest.mark.parametrize("kernel", [False, True], ids=["array", "kernel"])
+def test_a_span_far_from_zero_is_solved(kernel, name):
+    # df/dt's difference increment was sqrt(eps) * sqrt(|t| c), c the span's width here:
+    # |t| c overflowed to inf, f was evaluated at t = inf, df/dt was NaN and every step was
+    # rejected (Unstable). In s = (t - t0) / scale: du/ds = -u + cos(s), u(0) = 1.
+    t0, scale = 1e160, 1e150  # |t| scale beyond float64's largest, the width resolved
+    prob = dxode.ODEProblem(_slow_forcing, [1.0], (t0, t0 + scale), (1 / scale, t0))
+    sol = dxode.solve(prob, name, kernel=kernel, rtol=1e-8, atol=1e-8, saveat=[t0 + scale])
+    assert sol.retcode == dxode.ReturnCode.Success
+    s1 = (t0 + scale - t0) / scale
+    exact = np.exp(-s1) / 2 + (np.cos(s1) + np.sin(s1)) / 2
+    np.testing.assert_allclose(sol.u[-1, 0], exact, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "t", "scale"), [(np.float64, 1e160, 1e150), (np.float32, 1e21, 5e18)]
+)
+def test_the_time_derivative_s_increment_stays_finite_far_from_zero(dtype, t, scale):
+    from dxode._jacobian import time_increment
+
+    t = np.array([t, -t], dtype=dtype)
+    with np.errstate(over="ignore"):  # |t| scale overflows: the fallback takes over
+        increment = time_increment(np, t, np.full_like(t, scale))
+    root_eps = np.sqrt(np.finfo(dtype).eps)
+    np.testing.assert_allclose(
+        increment, root_eps * np.sqrt(np.abs(t.astype(np.float64))) * np.sqrt(scale), rtol=1e-5
+    )
+    assert np.all(t + increment != t)
+
+
 def test_array_api_backends(xp):
     def linear(u, p, t):
         return xp.stack([-1000.0 * u[0, ...] + u[1, ...], -0.5 * u[1, ...]])

@@ -51,7 +51,7 @@ __all__ = ["CALLED", "HELPERS", "KernelLayout", "generate", "pool_constants"]
 
 # Bumped whenever the generated code changes meaning, or what the compiler binds into it
 # (part of every cache key).
-CODEGEN_VERSION = 34
+CODEGEN_VERSION = 35
 
 # Generated functions compiled inline (``HELPERS``; ``user_f`` through ``rhs``, which the CPU
 # compiles once and calls) and those compiled once and called (``CALLED``); the compiler

@@ -132,7 +132,9 @@ def write_derivatives(
     if desc.tgrad == "finite_difference":  # dxode._jacobian.time_increment
         w("at = abs(t)")
         w(f"c = minimum({lanes.at('tsc')}, maximum(at, DT(1.0)))")
-        w(f"t_step = t + {root_eps} * maximum(c, DT(math.sqrt(at * c)))")
+        w("ac = at * c")  # sqrt(at) sqrt(c) where at * c overflows, as time_increment
+        w("root = DT(math.sqrt(ac)) if ac < math.inf else DT(math.sqrt(at)) * DT(math.sqrt(c))")
+        w(f"t_step = t + {root_eps} * maximum(c, root)")
         w("dt = t_step - t")
         w(f"r = rhs({', '.join(ul)}, p, t_step)")
         for m in range(n):
