@@ -99,7 +99,7 @@ def traced_solve(
 
 
 def _make_primitive() -> Any:
-    from autograd.extend import defvjp_argnums, primitive
+    from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
 
     @primitive
     def solve_primitive(u0_lanes: Array, *diff_values: Any, static: _Static, run: _Pass) -> Array:
@@ -118,7 +118,17 @@ def _make_primitive() -> Any:
         return vjp
 
     defvjp_argnums(solve_primitive, vjp_maker)
+    defjvp_argnums(solve_primitive, _no_forward_mode)
     return solve_primitive
+
+
+def _no_forward_mode(*_: Any) -> Any:
+    """Refuse autograd's forward mode (``make_jvp``), which named only the internal primitive."""
+    raise NotImplementedError(
+        "forward-mode differentiation through solve (autograd.make_jvp) is not supported: "
+        "use reverse mode (autograd.grad, autograd.jacobian of sol.u); for derivatives computed "
+        "forward in time, pass sensealg=ForwardSensitivity()"
+    )
 
 
 def _first_order_only(records: list[_BatchRecord] | None, g: Array) -> None:
