@@ -291,6 +291,14 @@ def default_sensealg(alg: Any) -> Any:
     return InterpolatingAdjoint() if is_stiff(alg) else DiscreteAdjoint()
 
 
+def per_lane_span_sensealgs(alg: Any) -> str:
+    """The sensitivity algorithms to name for lanes on per-trajectory spans through ``alg``
+    (the continuous adjoints need one span; the discrete adjoint takes no stiff method)."""
+    if is_stiff(alg):
+        return f"sensealg=ForwardSensitivity() (DiscreteAdjoint() cannot differentiate {alg!r})"
+    return "sensealg=DiscreteAdjoint() or ForwardSensitivity()"
+
+
 def check_differentiable(
     options: SolverOptions,
     backend_name: str,

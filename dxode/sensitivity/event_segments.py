@@ -18,7 +18,7 @@ import numpy as np
 from .._retcode import ReturnCode
 from ..backends import get_backend
 from ..events.record import EventRecord
-from .differentiable import _leaves_with, _Pass, _Static, traced_solve
+from .differentiable import _leaves_with, _Pass, _Static, per_lane_span_sensealgs, traced_solve
 from .event_jumps import EventJumps, Jump
 from .event_plan import SegmentPlan, find_events, plan_segments
 
@@ -78,7 +78,7 @@ def _check_sensealg(static: _Static, plan: SegmentPlan) -> None:
         raise NotImplementedError(
             f"{static.sensealg!r} needs every trajectory's segments between events on one "
             "shared time span, and these trajectories' events happen at different times; use "
-            "sensealg=DiscreteAdjoint() (explicit methods) or ForwardSensitivity()"
+            f"{per_lane_span_sensealgs(static.options.alg)}"
         )
 
 
