@@ -18,8 +18,11 @@ SCIPY_ORDER = (
 
 TRACED_CLOSURE = (
     "f(u, p, t) returned a value autograd is tracing although u and p are plain: f uses a "
-    "variable being differentiated from outside (a closure); pass it in p, "
-    "ODEProblem(f, u0, tspan, p), so that dxode differentiates the solve with respect to it"
+    "variable being differentiated from outside (a closure), or from inside an object in p "
+    "that dxode does not look into (a dataclass or other class instance; dxode looks into "
+    "tuples, lists and dicts); pass it in p, ODEProblem(f, u0, tspan, p), as an array or a "
+    "number, or in a tuple, list or dict of them, so that dxode differentiates the solve with "
+    "respect to it"
 )
 
 RAGGED_ROWS = (

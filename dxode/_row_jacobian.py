@@ -25,7 +25,14 @@ from typing import Any
 import numpy as np
 
 from . import _column_boxes, _pytree
-from ._traced_rhs import _PLAIN_NUMPY, TracedRHS, _as_traced_array, _columns, substituted
+from ._traced_rhs import (
+    _PLAIN_NUMPY,
+    TracedRHS,
+    _as_traced_array,
+    _columns,
+    hides_the_trace,
+    substituted,
+)
 
 Array = Any
 
@@ -63,8 +70,8 @@ def linearize(
             ]
             p = _pytree.rebuild(rhs.p_template, substituted(leaves, lane_wrt, boxes[1:]))
             rows = _output_rows(rhs.f(boxes[0], p, t), boxes[0], n, k)
-    except (TypeError, AttributeError) as exc:
-        if "Box" not in str(exc):
+    except (TypeError, AttributeError, ValueError) as exc:
+        if not hides_the_trace(exc):
             raise
         raise TypeError(_PLAIN_NUMPY) from exc
     jac = np.reshape(out.reshape(-1)[: n * sum(sizes) * k], (n, sum(sizes), k))
@@ -126,8 +133,8 @@ def parameter_vjp(
             warnings.filterwarnings("ignore", "Output seems independent of input")
             argnums = tuple(range(len(wrt)))
             vjp, _ = autograd.make_vjp(call, argnum=argnums)(*[leaves[i] for i in wrt])
-    except (TypeError, AttributeError) as exc:
-        if "Box" not in str(exc):
+    except (TypeError, AttributeError, ValueError) as exc:
+        if not hides_the_trace(exc):
             raise
         raise TypeError(_PLAIN_NUMPY) from exc
     return [np.asarray(g) if isinstance(g, np.ndarray) else g for g in vjp(v)]

@@ -450,3 +450,20 @@ def test_an_f_writing_traced_values_into_an_array_names_the_fix():
 
     with pytest.raises(TypeError, match=r"wrote one into a NumPy array \(du\[0\] = \.\.\.\)"):
         autograd.grad(loss)(np.array([2.0]))
+
+
+@pytest.mark.parametrize("per_lane", [False, True], ids=["shared", "per-trajectory"])
+def test_an_f_converting_a_traced_parameter_to_a_number_names_the_fix(per_lane):
+    # np.float64(p[0]) on a traced parameter: the bulk linearization let NumPy's own
+    # "setting an array element with a sequence" out, where the per-step sweep names the fix.
+    def f(u, p, t):
+        return [u[1], -np.float64(p[0]) * u[0]]
+
+    def loss(theta):
+        prob = dxode.ODEProblem(f, np.array([1.0, 0.0]), (0.0, 1.0), theta)
+        per_trajectory = {"p": theta[None, :] * np.array([[1.0], [2.0]])} if per_lane else {}
+        eprob = dxode.EnsembleProblem(prob, **per_trajectory)
+        return anp.sum(dxode.solve(eprob, trajectories=2, saveat=0.5).u)
+
+    with pytest.raises(TypeError, match="plain `numpy` function"):
+        autograd.grad(loss)(np.array([1.5]))

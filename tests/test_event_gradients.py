@@ -686,3 +686,25 @@ def test_an_affect_row_that_is_a_shared_parameter(shape):
 
     expected = 2 * np.array([-(a**2 + (T - a) ** 2) / 2, T - a])
     np.testing.assert_allclose(autograd.grad(loss)(np.array([G, 2.0])), expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("terminate", [False, True], ids=["bounce", "terminate"])
+def test_every_step_row_before_an_event_moves_with_it(terminate):
+    """Without saveat the output has a row at each event's time holding the state before it.
+    Its derivative is the one at the moving event, like the row after it and the plain
+    solve's central differences (it was the derivative at the event's time held fixed:
+    d(speed)/dh0 = 0 where the impact speed -sqrt(2 g h0) gives -sqrt(g / (2 h0)))."""
+    callback = ContinuousCallback(ground, None if terminate else bounce, terminate=terminate)
+
+    def rows(h0):
+        prob = ODEProblem(fall, anp.array([h0, 0.0]), (0.0, 0.6), np.array([G, 0.8]))
+        sol = dxode.solve(prob, callback=callback, **TIGHT)
+        (hit,) = np.nonzero(sol.t == autograd.tracer.getval(sol.events.t[0]))
+        return sol.u[hit[0]]  # the state before the impact
+
+    h0 = 1.0
+    speed = -np.sqrt(2 * G * h0)
+    np.testing.assert_allclose(rows(h0), [0.0, speed], atol=1e-9)
+    np.testing.assert_allclose(
+        autograd.jacobian(rows)(h0), [0.0, -np.sqrt(G / (2 * h0))], rtol=1e-7, atol=1e-9
+    )

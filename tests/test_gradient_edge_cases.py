@@ -3,6 +3,8 @@ lanes that fail, ... each checked against a closed form or central differences."
 
 from __future__ import annotations
 
+import dataclasses
+
 import autograd
 import autograd.numpy as anp
 import numpy as np
@@ -247,3 +249,19 @@ def test_float32_every_step_output_ends_at_a_t1_float32_cannot_hold(with_dose):
     np.testing.assert_array_equal(kept[0].t, plain.t)
     np.testing.assert_allclose(autograd.tracer.getval(kept[0].u), plain.u, rtol=1e-6)
     np.testing.assert_allclose(gradient, [np.exp(-0.5), -np.exp(-0.5)], rtol=1e-5)
+
+
+@dataclasses.dataclass
+class _Rates:
+    k: object
+
+
+def test_a_differentiated_value_inside_an_object_in_p_is_named():
+    # dxode looks into tuples, lists and dicts of p only: a dataclass holding the traced rate
+    # was refused as "a closure; pass it in p", although it was passed in p.
+    def loss(k):
+        prob = dxode.ODEProblem(lambda u, p, t: -p.k * u, np.array([1.0]), (0.0, 1.0), _Rates(k))
+        return anp.sum(dxode.solve(prob, saveat=[1.0]).u)
+
+    with pytest.raises(TypeError, match=r"dataclass.*tuple, list or dict"):
+        autograd.grad(loss)(0.5)

@@ -272,6 +272,18 @@ def test_second_derivatives_are_refused_clearly():
         autograd.grad(lambda x: anp.sum(autograd.grad(lambda y: x * total(y))(y)))(2.0)
 
 
+def test_forward_mode_is_refused_clearly():
+    # Before: autograd.make_jvp failed with "JVP of solve_primitive wrt argnums (0, 1) not
+    # defined", naming a dxode internal and no alternative.
+    def total(y):
+        prob = dxode.ODEProblem(lorenz, [y[0], 0.0, 0.0], (0.0, 0.1), (y[1], 28.0, 8 / 3))
+        return anp.sum(dxode.solve(prob, saveat=[0.1]).u)
+
+    y = np.array([1.0, 10.0])
+    with pytest.raises(NotImplementedError, match=r"forward-mode.*make_jvp.*autograd\.grad"):
+        autograd.make_jvp(total)(y)(np.array([1.0, 0.0]))
+
+
 def test_a_prob_func_changing_the_structure_of_p_is_refused_with_or_without_gradients():
     # prob.p is a tuple of three numbers, each trajectory's p one array: the differentiated
     # solve failed with an IndexError inside dxode, the plain one without naming the fix.

@@ -222,6 +222,33 @@ def test_unsupported_sensealgs_raise_clearly(sensealg, match):
         autograd.grad(_ensemble_loss(dxode.EnsembleArray(), sensealg))(np.zeros(4))
 
 
+@pytest.mark.parametrize("events", [False, True], ids=["tspans", "events"])
+def test_per_trajectory_spans_name_only_a_sensealg_that_takes_stiff_methods(events):
+    # The default InterpolatingAdjoint needs one span for all trajectories (with events:
+    # segments on one span); the refusal named DiscreteAdjoint() too, which refuses Rodas5P.
+    drop = dxode.ContinuousCallback(lambda u, p, t: u[0] - 1.9, lambda u, p, t, fired: u)
+
+    def loss(theta, sensealg=None):
+        prob = dxode.ODEProblem(vdp, theta[:2], (0.0, 0.4), (300.0,))
+        if events:  # the lanes cross x = 1.9 at different times
+            eprob = dxode.EnsembleProblem(prob, u0=anp.stack([theta, theta * np.array([0.99, 1])]))
+        else:
+            eprob = dxode.EnsembleProblem(prob, tspan=np.array([[0.0, 0.4], [0.0, 0.3]]))
+        sim = dxode.solve(
+            eprob,
+            dxode.Rodas5P(),
+            trajectories=2,
+            callback=drop if events else None,
+            sensealg=sensealg,
+        )
+        return anp.sum(sim.u)
+
+    with pytest.raises(NotImplementedError, match=r"ForwardSensitivity\(\) \(DiscreteAdjoint"):
+        autograd.grad(loss)(VDP_THETA[:2])
+    fixed = autograd.grad(lambda theta: loss(theta, dxode.ForwardSensitivity()))(VDP_THETA[:2])
+    assert np.all(np.isfinite(fixed))
+
+
 def test_solves_without_gradients_are_unchanged():
     # Only traced solves take the sensitivity path: a plain stiff solve is untouched.
     prob = dxode.ODEProblem(vdp, VDP_THETA[:2], (0.0, 0.4), [300.0])

@@ -112,8 +112,10 @@ class DiscreteAdjoint(_Sensitivity):
     from the gradient of the loss, so ``solve`` raises a ``ValueError`` naming the fixes; the
     default ``sensealg=None`` switches to ``InterpolatingAdjoint`` instead.
 
-    To make save points exact step ends, the forward pass steps onto every save time (so its
-    steps differ slightly from a solve without gradients).
+    With a method whose interpolant needs no extra RHS evaluations (Tsit5, DP5, BS3, ...), a
+    save point inside a step comes from the dense output, differentiated with the step, so
+    the steps are those of the solve without gradients; with the others (the Verner methods)
+    the forward pass steps onto every save time, and its steps differ slightly from it.
 
     Parameters
     ----------

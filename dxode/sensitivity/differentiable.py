@@ -99,7 +99,7 @@ def traced_solve(
 
 
 def _make_primitive() -> Any:
-    from autograd.extend import defvjp_argnums, primitive
+    from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
 
     @primitive
     def solve_primitive(u0_lanes: Array, *diff_values: Any, static: _Static, run: _Pass) -> Array:
@@ -118,7 +118,17 @@ def _make_primitive() -> Any:
         return vjp
 
     defvjp_argnums(solve_primitive, vjp_maker)
+    defjvp_argnums(solve_primitive, _no_forward_mode)
     return solve_primitive
+
+
+def _no_forward_mode(*_: Any) -> Any:
+    """Refuse autograd's forward mode (``make_jvp``), which named only the internal primitive."""
+    raise NotImplementedError(
+        "forward-mode differentiation through solve (autograd.make_jvp) is not supported: "
+        "use reverse mode (autograd.grad, autograd.jacobian of sol.u); for derivatives computed "
+        "forward in time, pass sensealg=ForwardSensitivity()"
+    )
 
 
 def _first_order_only(records: list[_BatchRecord] | None, g: Array) -> None:
@@ -279,6 +289,14 @@ def default_sensealg(alg: Any) -> Any:
     methods (the interpolating adjoint for a batch whose steps were limited by stability,
     see ``_stability``), the interpolating adjoint for stiff ones."""
     return InterpolatingAdjoint() if is_stiff(alg) else DiscreteAdjoint()
+
+
+def per_lane_span_sensealgs(alg: Any) -> str:
+    """The sensitivity algorithms to name for lanes on per-trajectory spans through ``alg``
+    (the continuous adjoints need one span; the discrete adjoint takes no stiff method)."""
+    if is_stiff(alg):
+        return f"sensealg=ForwardSensitivity() (DiscreteAdjoint() cannot differentiate {alg!r})"
+    return "sensealg=DiscreteAdjoint() or ForwardSensitivity()"
 
 
 def check_differentiable(

@@ -23,6 +23,7 @@ from .differentiable import (
     _Static,
     check_differentiable,
     default_sensealg,
+    per_lane_span_sensealgs,
     traced_solve,
 )
 from .event_segments import solve_segmented
@@ -149,8 +150,8 @@ def solve_ensemble_traced(
         callbacks = CallbackSet()
     if not shared_span and sensealg.one_tspan:
         raise NotImplementedError(
-            f"{sensealg!r} needs one tspan shared by all trajectories; use DiscreteAdjoint() "
-            "or ForwardSensitivity() for per-trajectory tspans"
+            f"{sensealg!r} needs one tspan shared by all trajectories; use "
+            f"{per_lane_span_sensealgs(opts.alg)} for per-trajectory tspans"
         )
     grid = (
         None

@@ -59,6 +59,12 @@ class Jump:
     after: list[Array]
     start: Array
 
+    @property
+    def state_before(self) -> Array:
+        """The state before the first event here, at the event's (moving) time; the
+        segment's end state where none fired."""
+        return self.before[0] if self.before else self.start
+
 
 class EventJumps:
     """The jumps of one differentiated solve: its callbacks, parameters and ``f``."""

@@ -18,7 +18,7 @@ import numpy as np
 from .._retcode import ReturnCode
 from ..backends import get_backend
 from ..events.record import EventRecord
-from .differentiable import _leaves_with, _Pass, _Static, traced_solve
+from .differentiable import _leaves_with, _Pass, _Static, per_lane_span_sensealgs, traced_solve
 from .event_jumps import EventJumps, Jump
 from .event_plan import SegmentPlan, find_events, plan_segments
 
@@ -62,8 +62,10 @@ def solve_segmented(
         segment = dataclasses.replace(static, t0=a, t1=b, save_grid=plan.grids[j], tstops=None)
         saved, outcome = traced_solve(segment, marks[-1].start, diff_values, scheduler)
         outcomes.append(outcome)
-        rows.append(saved[:, 1:])
         marks.append(jumps.at(anp.moveaxis(saved[:, -1], 0, -1), b, plan.fires[j + 1]))
+        # The segment's end row is the state before the events there, at their moving time.
+        end = anp.moveaxis(marks[-1].state_before, -1, 0)[:, None]
+        rows.append(anp.concatenate([saved[:, 1:-1], end], axis=1))
     saved, t = _saved(static, plan, rows, marks)
     return SegmentedSolve(
         saved, t, _outcome(log.retcode, outcomes), _events(static, callbacks, log, plan, marks)
@@ -76,7 +78,7 @@ def _check_sensealg(static: _Static, plan: SegmentPlan) -> None:
         raise NotImplementedError(
             f"{static.sensealg!r} needs every trajectory's segments between events on one "
             "shared time span, and these trajectories' events happen at different times; use "
-            "sensealg=DiscreteAdjoint() (explicit methods) or ForwardSensitivity()"
+            f"{per_lane_span_sensealgs(static.options.alg)}"
         )
 
 
