@@ -299,6 +299,48 @@ def test_a_prob_func_changing_the_structure_of_p_is_refused_with_or_without_grad
             run(np.array(P0))
 
 
+def _later_trajectory_loss(ensemble_alg, first_follows):
+    """A loss whose prob_func puts the differentiated u0 into trajectory 1 only, or (with
+    ``first_follows``) makes trajectory 0's u0 a traced value too, constant in x."""
+    u0 = np.array([1.0, 0.5, 0.2])
+
+    def loss(x):
+        def prob_func(prob, i, repeat):
+            if i == 1:
+                return prob.remake(u0=x)
+            return prob.remake(u0=u0 + 0.0 * x) if first_follows else prob
+
+        prob = dxode.ODEProblem(lorenz, u0, (0.0, 0.3), P0)
+        eprob = dxode.EnsembleProblem(prob, prob_func=prob_func)
+        sim = dxode.solve(
+            eprob, dxode.Tsit5(), ensemble_alg, trajectories=3, saveat=[0.3], rtol=1e-10, atol=1e-10
+        )
+        return anp.sum(sim.u**2)
+
+    return loss
+
+
+@pytest.mark.parametrize(
+    "ensemble_alg",
+    [dxode.EnsembleArray(), dxode.EnsembleSerial(), dxode.EnsembleKernel()],
+    ids=["array", "serial", "kernel"],
+)
+def test_a_prob_func_tracing_only_a_later_trajectory_names_the_fix(ensemble_alg):
+    # Whether an ensemble is differentiated is told from trajectory 0: one built plain solved
+    # the ensemble without gradients, and trajectory 1's traced u0 crashed inside dxode
+    # ("'ArrayBox' object has no attribute '__dlpack__'") or was called a closure.
+    if isinstance(ensemble_alg, dxode.EnsembleKernel):
+        pytest.importorskip("numba")
+    x = np.array([0.9, 0.4, 0.3])
+    with pytest.raises(
+        ValueError, match=r"trajectory 1 holds values autograd is diff.*trajectory 0"
+    ):
+        autograd.grad(_later_trajectory_loss(ensemble_alg, first_follows=False))(x)
+    # the fix the message names
+    loss = _later_trajectory_loss(ensemble_alg, first_follows=True)
+    np.testing.assert_allclose(autograd.grad(loss)(x), central_difference(loss, x), rtol=1e-5)
+
+
 def test_a_hand_written_vjp_gives_the_same_gradients():
     def loss(theta, vjp):
         prob = dxode.ODEProblem(

@@ -202,6 +202,9 @@ class EnsembleProblem:
         # Set in a copy unpickled from one that remembered trajectory 0: it builds its own
         # trajectory 0 once and remembers it (see ``__getstate__``).
         self._own_first = False
+        # Set where a solve autograd traces found trajectory 0 plain (``remembering``): it
+        # runs without gradients, so a later trajectory holding traced values is refused.
+        self._solved_plain_under_trace = False
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (for Dask workers) without the trajectory 0 built here. Its snapshot holds
@@ -220,14 +223,18 @@ class EnsembleProblem:
         self,
         trajectory: tuple[tuple[int, int, int], ODEProblem] | None = None,
         batch: tuple[BatchContext, dict[str, Any]] | None = None,
+        plain_under_trace: bool = False,
     ) -> EnsembleProblem:
         """A copy that hands out what ``prob_func`` or ``batch_func`` already built instead of
         calling them again: ``trajectory`` is ``((index, repeat, seed), problem)``, ``batch``
-        ``(context, data)``."""
+        ``(context, data)``. ``plain_under_trace``: the copy is solved without gradients
+        although autograd traces the solve (its trajectory 0 holds no traced value), so a
+        trajectory ``prob_func`` builds with traced values is refused by name."""
         new = copy.copy(self)
         new._own_first = self._own_first  # (copy.copy goes through __getstate__)
         new._built_trajectory = trajectory
         new._built_batch = batch
+        new._solved_plain_under_trace = plain_under_trace
         return new
 
     def trajectory(self, index: int, repeat: int, seed: int) -> ODEProblem:
@@ -249,6 +256,8 @@ class EnsembleProblem:
                 return built[1]  # another thread built it meanwhile
             prob = self._call_prob_func(index, repeat, seed)
             check_trajectory(index, prob, self.prob)
+            if self._solved_plain_under_trace:
+                _refuse_traced_later_trajectory(index, prob)
             frozen = snapshot(prob, first)
             if remember:
                 self._built_trajectory = ((index, repeat, seed), frozen)
@@ -419,6 +428,22 @@ def check_trajectory(index: int, traj: ODEProblem, prob: ODEProblem) -> None:
             f"{tuple(prob.u0.shape)} (prob.u0's shape): prob_func must keep u0's shape"
         )
     check_p_structure(index, traj.p, prob.p)
+
+
+def _refuse_traced_later_trajectory(index: int, traj: ODEProblem) -> None:
+    """Raise where trajectory ``index`` holds values autograd is differentiating in an
+    ensemble solved without gradients (its trajectory 0 held none)."""
+    from .._tracing import is_traced
+
+    if is_traced(traj.u0, traj.p):
+        raise ValueError(
+            f"prob_func's trajectory {index} holds values autograd is differentiating (in its "
+            f"u0 or p) but its trajectory 0 holds none, and dxode tells from trajectory 0 "
+            f"whether an ensemble is differentiated: make trajectory 0's u0 or p come from "
+            f"the differentiated values too (one that does not vary with them is fine), or "
+            f"give the per-trajectory values as arrays built with autograd.numpy, "
+            f"EnsembleProblem(prob, u0=..., p=...)"
+        )
 
 
 def check_p_structure(i: int, p: Any, base: Any) -> None:

@@ -18,16 +18,21 @@ def differentiated(
     ``prob_func``'s trajectory 0 is built here (every batch compares its parameter leaves
     with it, see ``per_trajectory_leaves``) and inspected too while autograd is tracing; a
     ``batch_func``'s first batch (``first_batch``) is built only while autograd is tracing.
+    Where autograd traces the solve but trajectory 0 holds no traced value, the problem
+    returned refuses a later trajectory that does (``remembering``'s ``plain_under_trace``).
     The problem returned remembers what was built, so the solve that follows calls the
     user's function once per trajectory, as without this check.
     """
     if eprob.prob_func is not None:
         # Built now in any case: batches share parameter leaves with trajectory 0.
         first = eprob.trajectory(0, 0, seed)
-        eprob = eprob.remembering(trajectory=((0, 0, seed), first))
+        built = ((0, 0, seed), first)
         if is_traced(eprob.prob.u0, eprob.prob.p, eprob.arrays):
-            return True, eprob
-        return autograd_is_tracing() and is_traced(first.u0, first.p), eprob
+            return True, eprob.remembering(trajectory=built)
+        if not autograd_is_tracing():
+            return False, eprob.remembering(trajectory=built)
+        traced = is_traced(first.u0, first.p)
+        return traced, eprob.remembering(trajectory=built, plain_under_trace=not traced)
     if is_traced(eprob.prob.u0, eprob.prob.p, eprob.arrays):
         return True, eprob
     if eprob.batch_func is None or not autograd_is_tracing():
