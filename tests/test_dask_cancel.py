@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import re
 import sys
 import textwrap
 import time
@@ -54,6 +55,20 @@ def test_early_stop_waits_for_cancelled_batches_so_closing_the_cluster_is_quiet(
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "20"]
     assert result.stderr == ""  # no "... ended with CancelledError" from the workers
+
+
+def test_early_stop_warns_of_batches_still_running_after_the_wait(tmp_path):
+    # The count of batches still running once the wait was over was dropped silently.
+    pytest.importorskip("distributed")
+    script = SCRIPT.replace("time.sleep(1.0)", "time.sleep(5.0)").replace(
+        'if __name__ == "__main__":',
+        'if __name__ == "__main__":\n    dxode.ensemble.dask_ensemble.STOP_WAIT_S = 0.5',
+    )
+    result = run_script(tmp_path / "early_stop_warns.py", script, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "20"]
+    warned = r"RuntimeWarning: [1-9]\d* tasks .* may still run .* 0\.5 s after"
+    assert re.search(warned, result.stderr), result.stderr
 
 
 # Batch 1 interrupts the driver (as Ctrl-C would) and then runs on for half a minute; the marker

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -657,8 +658,16 @@ def _in_order(
                 next_k += 1
     except GeneratorExit:  # the consumer stopped early (a converged reduction)
         pending = [f for f in futures if f is not None and not f.done()]
-        if pending:
-            cancel_and_wait(client, pending)
+        running = cancel_and_wait(client, pending, STOP_WAIT_S) if pending else 0
+        if running:  # no error to note it on: the solve returns its result
+            warnings.warn(
+                f"{running} tasks of this EnsembleDask solve may still run on the workers "
+                f"{STOP_WAIT_S:g} s after its reduction stopped early (Dask cannot interrupt a "
+                f"running task, and a worker stuck in one may not answer); they finish in the "
+                f"background and their results are dropped",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         raise
     finally:
         if bar is not None:
