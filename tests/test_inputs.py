@@ -317,6 +317,35 @@ def test_a_span_wider_than_the_dtype_is_refused(dtype, tspan, width, alg):
         dxode.solve(prob, alg)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "wide", "width"),
+    [(np.float64, (-1e308, 1e308), "inf"), (np.float32, (0.0, 1e39), "1e[+]39")],
+)
+@pytest.mark.parametrize("given", ["arrays", "prob_func"])
+@pytest.mark.parametrize(
+    "ensemble_alg",
+    [dxode.EnsembleArray(), dxode.EnsembleSerial(), dxode.EnsembleKernel()],
+    ids=["array", "serial", "kernel"],
+)
+def test_a_trajectory_s_span_wider_than_the_dtype_is_refused(
+    ensemble_alg, given, dtype, wide, width
+):
+    # A single solve refused it; a trajectory of an ensemble crawled to MaxIters.
+    if isinstance(ensemble_alg, dxode.EnsembleKernel):
+        pytest.importorskip("numba")
+    spans = np.array([(0.0, 1.0), wide])
+    prob = dxode.ODEProblem(decay, np.ones(1, dtype=dtype), (0.0, 1.0), 0.0)
+    if given == "arrays":
+        eprob = dxode.EnsembleProblem(prob, tspan=spans)
+    else:
+        eprob = dxode.EnsembleProblem(
+            prob, prob_func=lambda prob, i, repeat: prob.remake(tspan=tuple(spans[i]))
+        )
+    match = rf"tspan .* does not fit in {np.dtype(dtype)}.*\|t1 - t0\| = {width} exceeds"
+    with pytest.raises(ValueError, match=match):
+        dxode.solve(eprob, "tsit5", ensemble_alg, trajectories=2)
+
+
 def test_tolerance_limits_follow_the_dtype():
     prob32 = dxode.ODEProblem(decay, np.ones(2, dtype=np.float32), (0.0, 1.0), 1.0)
     with pytest.raises(ValueError, match=r"rtol=1e-10 is below what float32 resolves.*1.19e-07"):

@@ -19,6 +19,7 @@ from .._lane_problem import lane_problem, lane_values, parameters_for
 from .._options import SolverOptions
 from .._problem import ODEProblem
 from .._timegrid import lane_save_grid, lane_stop_times, trajectory_times
+from .._validation import check_span_fits
 from ..backends import Backend, backend_for, get_backend, to_host
 from ..events.record import EventRecord, record_from_lanes
 from ..integrator.loop import integrate
@@ -268,11 +269,13 @@ def _lanes_from_arrays(
         check_span_numbers(spans)
         spans = spans.astype(np.float64)
         time = np.float32 if xp.finfo(dtype).bits == 32 else np.float64  # the state's dtype
-        if (
-            spans.shape != (n, 2)
-            or not np.all(np.isfinite(spans))
-            or np.any(spans[:, 0].astype(time) == spans[:, 1].astype(time))
-        ):
+        with np.errstate(over="ignore"):  # times beyond float32: check_spans_fit below
+            bad = (
+                spans.shape != (n, 2)
+                or not np.all(np.isfinite(spans))
+                or np.any(spans[:, 0].astype(time) == spans[:, 1].astype(time))
+            )
+        if bad:
             raise ValueError(
                 "per-trajectory tspan must be a finite (trajectories, 2) array with t0 != t1 "
                 "(also in float32 for a float32 state, whose time is float32)"
@@ -282,6 +285,7 @@ def _lanes_from_arrays(
         # the shared span as read-only views of one number each (not two (B,) arrays)
         t0, t1 = (np.broadcast_to(np.float64(t), (n,)) for t in prob.tspan)
     check_direction(t0, t1)
+    check_spans_fit(t0, t1, xp.finfo(dtype))
     if "p" in data:
         check_p_rows(data["p"], prob.p)
         leaves = [
@@ -321,6 +325,7 @@ def _lanes_from_problems(
     t0 = np.array([t.tspan[0] for t in problems])
     t1 = np.array([t.tspan[1] for t in problems])
     check_direction(t0, t1)
+    check_spans_fit(t0, t1, xp.finfo(dtype))
     per_traj = [_pytree.leaves(traj.p) for traj in problems]  # checked as each was built
     shared_leaves = _pytree.leaves(first.p)
     others = [_pytree.leaves(traj.p) for traj in compared or []]
@@ -441,6 +446,18 @@ def check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
         raise ValueError(
             "all trajectories of an ensemble must integrate in the same time direction"
         )
+
+
+def check_spans_fit(t0: np.ndarray, t1: np.ndarray, finfo: Any) -> None:
+    """Refuse per-trajectory spans (host arrays) whose times or width exceed the largest
+    number of the state's dtype (``finfo``), in which the lanes keep time: the first such
+    trajectory of the batch, as a single solve's (``check_span_fits``)."""
+    largest = float(finfo.max)
+    with np.errstate(over="ignore", invalid="ignore"):
+        wide = np.maximum(np.maximum(np.abs(t0), np.abs(t1)), np.abs(t1 - t0)) > largest
+    if np.any(wide):
+        i = int(np.argmax(wide))
+        check_span_fits((float(t0[i]), float(t1[i])), finfo.dtype, largest)
 
 
 def _check_real(name: str, x: Array, allow_complex: bool = False) -> None:
