@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ._rhs import as_array
+from ._rhs import as_array, foreign_array
 
 Array = Any
 
@@ -108,6 +108,9 @@ def _checked(
         value = xp.stack(rows)
     elif type(value) in (list, tuple):
         value = _row(backend, name, value, core, lanes, u, ())
+    foreign = foreign_array(value, u, f"{name}(u, p, t)")
+    if foreign is not None:
+        raise foreign
     shape = tuple(getattr(value, "shape", ()))
     if shape != core + lanes:
         raise _wrong_shape(name, shape, core, lanes, u)

@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import array_api_compat
+
 from ._error_context import add_note
 
 Array = Any
@@ -91,6 +93,9 @@ def checked_first_call(backend: Any, f: Callable[..., Any], u: Array, p: Any, t:
             f"f(u, p, t) returned shape {tuple(out.shape)} for a state of shape "
             f"{tuple(u.shape)}; it must return du/dt with u's shape"
         )
+    foreign = foreign_array(out, u, "f(u, p, t)")
+    if foreign is not None:
+        raise foreign
     if str(out.dtype) == "object":
         raise TypeError(
             "f(u, p, t) returned an object array: a plain `numpy` function was applied to a "
@@ -109,6 +114,34 @@ def wrong_dtype(returned: Any, state: Any, who: str = "f(u, p, t)") -> TypeError
         f"(use Python floats for constants, cast parameters to {state}, and build arrays "
         f"as np.array([...], dtype=u.dtype): a list holding a Python float makes float64)"
     )
+
+
+def foreign_array(value: Any, u: Array, who: str) -> TypeError | None:
+    """The error for ``who`` returning ``value``, an array of another library than the state
+    ``u``'s (a NumPy array for an ``array_api_strict`` or CuPy state), else None.
+
+    Checked before the dtypes: those of two libraries need not compare (``array_api_strict``
+    warns and calls its ``float64`` unequal to NumPy's), and CuPy would copy between host and
+    device or refuse deep inside a step."""
+    if not array_api_compat.is_array_api_obj(value):
+        return None
+    ours, theirs = _library(u), _library(value)
+    if ours == theirs:
+        return None
+    return TypeError(
+        f"{who} returned an array of {theirs} for a state of {ours}; build it with the "
+        f"state's own library, xp = array_api_compat.array_namespace(u) (xp.stack, "
+        f"xp.zeros_like(u), ...), or return a list of rows, which dxode stacks"
+    )
+
+
+def _library(x: Any) -> str:
+    """The name of the array library of ``x`` (``"numpy"``, ``"cupy"``, ...)."""
+    try:
+        namespace = array_api_compat.array_namespace(x)
+    except TypeError:
+        return type(x).__module__.split(".")[0]
+    return namespace.__name__.removeprefix("array_api_compat.")
 
 
 def is_traced_result(value: Any) -> bool:

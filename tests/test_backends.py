@@ -128,3 +128,33 @@ def test_a_solution_pickles_with_its_backend_by_name():
     assert np.array_equal(np.asarray(back(0.5)), np.asarray(sol(0.5)))
     numpy_backend = cloudpickle.loads(cloudpickle.dumps(get_backend("numpy")))
     assert type(numpy_backend) is type(get_backend("numpy"))
+
+
+def _numpy_rows(u, p, t):
+    return np.zeros(tuple(u.shape))
+
+
+def _numpy_jacobian(u, p, t):
+    return np.zeros((2, 2))
+
+
+@pytest.mark.parametrize(
+    ("alg", "derivatives", "who"),
+    [
+        (dxode.Tsit5(), {}, "f"),
+        (dxode.Rodas5P(), {"jac": _numpy_jacobian}, "jac"),
+        (dxode.Rodas5P(), {"tgrad": lambda u, p, t: np.zeros(2)}, "tgrad"),
+    ],
+)
+def test_a_numpy_array_returned_for_an_array_api_state_is_refused_naming_both_libraries(
+    alg, derivatives, who
+):
+    # Before, f's NumPy array was called a dtype mismatch ("returned dtype float64 for a
+    # array_api_strict.float64 state", after array_api_strict's warning about comparing the
+    # two libraries' dtypes), and a jac's or tgrad's failed inside array_api_strict's astype.
+    xps = pytest.importorskip("array_api_strict")
+    f = _numpy_rows if who == "f" else (lambda u, p, t: -u)
+    prob = dxode.ODEProblem(f, xps.asarray([1.0, 2.0]), (0.0, 1.0), **derivatives)
+    message = f"{who}\\(u, p, t\\) returned an array of numpy for a state of array_api_strict"
+    with pytest.raises(TypeError, match=message):
+        dxode.solve(prob, alg)
