@@ -861,6 +861,18 @@ def test_summaries_count_a_terminated_trajectory_up_to_its_event():
     assert summary.count == 3
 
 
+def test_quantiles_keep_a_float32_ensemble_s_dtype():
+    # quantile([0.1, 0.9]) came back float64 where quantile(0.1), mean() and summary() keep
+    # float32: NumPy computes at an array of float64 levels in float64.
+    prob = dxode.ODEProblem(_decay, np.ones(1, np.float32), (0.0, 1.0), [1.0])
+    rates = np.linspace(0.5, 2.0, 7, dtype=np.float32)[:, None]
+    sim = dxode.solve(EnsembleProblem(prob, p=rates), saveat=[0.5, 1.0], rtol=1e-5, atol=1e-6)
+    levels = sim.quantile([0.1, 0.9])
+    assert levels.dtype == np.float32 == sim.summary(quantiles=(0.1, 0.9)).quantiles[0.1].dtype
+    np.testing.assert_array_equal(levels, [sim.quantile(0.1), sim.quantile(0.9)])
+    assert sim.quantile([]).shape == (0, 2, 1)
+
+
 def test_quantile_levels_are_checked():
     # "0.5" failed inside NumPy ("ufunc 'minimum' did not contain a loop"), quantiles=0.5
     # with "'float' object is not iterable".

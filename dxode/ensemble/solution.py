@@ -285,10 +285,11 @@ class EnsembleSolution:
         for a sequence of levels, ``(len(q), nsave, *shape)`` (see ``summary``)."""
         u = self._successful()[0]
         if isinstance(q, (list, tuple, np.ndarray)) and np.ndim(q) == 1:
-            levels = np.array([_quantile_level(level) for level in np.asarray(q).tolist()])
-            if not _is_dask(u):
-                return _statistic("quantile", u, levels)
-            # Levels as float64 scalars: NumPy's result then has the dtype it has for the array.
+            levels = [_quantile_level(level) for level in np.asarray(q).tolist()]
+            if not levels:
+                return np.empty((0, *u.shape[1:]), dtype=u.dtype)
+            # Levels as Python floats, one at a time: the result keeps the states' dtype
+            # (NumPy computes float32 states' quantiles at an array of levels in float64).
             return np.stack(self._statistics(u, [("quantile", (level,)) for level in levels]))
         return self._statistics(u, [("quantile", (_quantile_level(q),))])[0]
 
