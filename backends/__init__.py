@@ -25,6 +25,7 @@ __all__ = [
     "backend_for",
     "cupy_available",
     "get_backend",
+    "host_dtype",
     "to_host",
 ]
 
@@ -63,3 +64,11 @@ def _generic(namespace: Any) -> Backend:
 def to_host(x: Array) -> np.ndarray:
     """``x`` as a NumPy array on the host (NumPy arrays pass through uncopied)."""
     return x if isinstance(x, np.ndarray) else backend_for(x).to_host(x)
+
+
+def host_dtype(dtype: Any) -> np.dtype:
+    """The NumPy dtype of an array library's ``dtype`` (NumPy's and CuPy's pass through;
+    ``array_api_strict.float32`` becomes ``np.float32``, by name)."""
+    if isinstance(dtype, np.dtype):
+        return dtype
+    return np.dtype(str(dtype).rsplit(".", 1)[-1])

@@ -998,6 +998,22 @@ def test_a_float32_trajectory_s_problem_holds_its_values_as_its_lanes_do():
     assert own.u0[0] == 2.0 and own.p[0] == 2.0
 
 
+@pytest.mark.parametrize("p_library", ["state's", "numpy"])
+def test_a_trajectory_s_problem_is_built_on_any_backend(xp, p_library):
+    # array_api_strict: sim[i].prob failed with an IndexError (a 2-D array indexed by one
+    # axis) or "Cannot interpret 'array_api_strict.float64'" (a NumPy row cast to its dtype).
+    starts = _scaled_params(3, seed=1)
+    rates = _scaled_params(3)
+    p = xp.asarray(rates) if p_library == "state's" else rates
+    sim = dxode.solve(EnsembleProblem(_prob(xp), u0=xp.asarray(starts), p=p), **SOLVE)
+    own = sim[1].prob
+    np.testing.assert_array_equal(to_numpy(own.u0), starts[1])
+    np.testing.assert_array_equal(to_numpy(own.p), rates[1])
+    assert own.u0.dtype == own.p.dtype == _prob(xp).u0.dtype
+    again = dxode.solve(own, "tsit5", **SOLVE)
+    np.testing.assert_array_equal(to_numpy(again.u), to_numpy(sim.u)[1])
+
+
 def _unpacked_lorenz(u, p, t):  # numba compiles it for the kernel
     x, y, z = u
     sigma, rho, beta = p

@@ -229,6 +229,11 @@ def test_array_api_states_are_solved_on_the_host():
     eprob = dxode.EnsembleProblem(strict)
     sim = dxode.solve(eprob, "tsit5", dxode.EnsembleKernel(), trajectories=2, saveat=[1.0], **TOL)
     np.testing.assert_array_equal(sim.u, np.stack([expected, expected]))
+    # an array_api_strict p: "'DType' object has no attribute 'kind'"
+    strict_p = strict.remake(p=xps.asarray(LORENZ.p))
+    np.testing.assert_array_equal(
+        dxode.solve(strict_p, "tsit5", saveat=[1.0], kernel=True, **TOL).u, expected
+    )
 
 
 def toss(u, p, t):

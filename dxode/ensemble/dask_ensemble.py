@@ -24,7 +24,7 @@ import numpy as np
 
 from .._error_context import add_note, describe_trajectories
 from .._validation import check_backend_name, check_flag, positive_int
-from ..backends import to_host
+from ..backends import host_dtype, to_host
 from ..events.record import record_to_host
 from .algorithms import (
     AbstractEnsembleAlgorithm,
@@ -626,7 +626,7 @@ def _output_layout(eprob: EnsembleProblem, spec: BatchSpec, n: int) -> tuple[tup
         n_save = len(save_times(spec.saveat, *tspan))
     else:
         n_save = len(spec.saveat)
-    dtype = np.dtype(str(eprob.prob.u0.dtype).split(".")[-1])
+    dtype = host_dtype(eprob.prob.u0.dtype)
     return (n, n_save, *tuple(eprob.prob.u0.shape)), dtype
 
 

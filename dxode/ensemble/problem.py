@@ -285,16 +285,18 @@ class EnsembleProblem:
         else:
             data, row = self.arrays, index
         changes: dict[str, Any] = {}
-        dtype = self.prob.u0.dtype
+        u0 = self.prob.u0
         if "u0" in data:
-            changes["u0"] = _lane_value(data["u0"][row], dtype)
+            changes["u0"] = _lane_value(_row_of(data["u0"], row), u0)
         if "tspan" in data:
-            span = data["tspan"][row]
+            span = _row_of(data["tspan"], row)
             changes["tspan"] = (span[0], span[1])
         if "p" in data:
             from .. import _pytree
 
-            changes["p"] = _pytree.map_leaves(lambda leaf: _lane_value(leaf[row], dtype), data["p"])
+            changes["p"] = _pytree.map_leaves(
+                lambda leaf: _lane_value(_row_of(leaf, row), u0), data["p"]
+            )
         return self.prob.remake(**changes) if changes else self.prob
 
     def _call_prob_func(self, index: int, repeat: int, seed: int) -> ODEProblem:
@@ -497,13 +499,25 @@ def _same_context(ctx: BatchContext, indices: np.ndarray, repeat: np.ndarray, se
     )
 
 
-def _lane_value(value: Any, dtype: Any) -> Any:
-    """One trajectory's row of a per-trajectory parameter leaf, cast as the lanes cast it:
-    real numbers to the state's floating dtype, others (complex, traced) as they are."""
-    kind = getattr(getattr(value, "dtype", None), "kind", None)
-    if kind in ("b", "i", "u", "f") and hasattr(value, "astype"):
-        return value.astype(dtype)
-    return value
+def _row_of(x: Any, row: int) -> Any:
+    """Row ``row`` of a per-trajectory array (of any array library: the array API indexes
+    an array of two or more dimensions with ``[row, ...]`` only)."""
+    return x[row, ...] if getattr(x, "ndim", 1) > 1 else x[row]
+
+
+def _lane_value(value: Any, u0: Any) -> Any:
+    """One trajectory's row of a per-trajectory ``u0`` or parameter leaf, cast as the lanes
+    cast it: real numbers to the state's floating dtype (and, from another array library, to
+    the state's: NumPy rows of an ``array_api_strict`` state), others (complex, traced) as
+    they are."""
+    from ..backends import backend_for, host_dtype
+
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or host_dtype(dtype).kind not in "biuf":
+        return value
+    if isinstance(dtype, np.dtype) and isinstance(u0.dtype, np.dtype):
+        return value.astype(u0.dtype)  # NumPy values (and traced ones) as before
+    return backend_for(u0).asarray(value, dtype=u0.dtype)
 
 
 def _any_given(*values: Any) -> bool:

@@ -358,8 +358,10 @@ def _lane_rows(xp: ModuleType, rows: np.ndarray, dtype: Any) -> Any:
 
 
 def _dtype(x: Any) -> np.dtype:
-    """``x``'s dtype, without copying a device array to the host."""
-    return x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    """``x``'s dtype as NumPy's, without copying a device array to the host."""
+    from ..backends import host_dtype
+
+    return host_dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
 def check_parameter_dtypes(p: Any, lane_leaf: list[bool], dtype: Any) -> None:
