@@ -819,3 +819,30 @@ def test_an_event_a_few_ulps_before_a_stop_does_not_restart_the_step_size():
     assert free.events.t[0] < 1.0  # the root is placed before the crossing
     assert stopped.stats.naccept <= free.stats.naccept + 2
     np.testing.assert_allclose(stopped.u[-1], [3.0], rtol=1e-12)
+
+
+def _every_step(u, p, t):
+    return True
+
+
+def _count_step(u, p, t, fired):
+    return [u[0], u[1] + 1.0]
+
+
+def _grow_and_count(u, p, t):
+    return [p[0] * u[0], 0.0 * u[1]]
+
+
+def test_a_constant_condition_fires_in_every_lane_as_for_one_trajectory():
+    # An ensemble refused DiscreteCallback(lambda u, p, t: True) ("condition returned shape
+    # ()"), although the same callback runs per trajectory alone and on EnsembleKernel.
+    prob = dxode.ODEProblem(_grow_and_count, np.array([1.0, 0.0]), (0.0, 1.0), np.array([1.0]))
+    rates = np.array([[0.5], [1.0], [3.0]])
+    eprob = dxode.EnsembleProblem(prob, p=rates)
+    cb = dxode.DiscreteCallback(_every_step, _count_step, terminate=lambda u, p, t: False)
+    sim = dxode.solve(eprob, dxode.Tsit5(), trajectories=3, callback=cb, rtol=1e-8)
+    for i in range(3):
+        alone = dxode.solve(prob.remake(p=rates[i]), dxode.Tsit5(), callback=cb, rtol=1e-8)
+        _same(alone.events, sim[i].events)
+        steps = sim.stats.naccept[i]
+        assert len(sim[i].events) == steps == sim[i].events.u_after[-1, 1]  # every step

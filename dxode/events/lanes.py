@@ -414,6 +414,11 @@ class EventHandler:
         _refuse_traced_result(k, what, out)
         if out is None:
             raise TypeError(f"callback {k}: {what} returned None; did it forget to return?")
+        if not self._spec.single and type(out) in (bool, int, float):
+            # A Python constant (``True``: fire every step) is the same for every lane, as
+            # it is for each trajectory on the kernel path; an array reduced over the lanes
+            # by mistake (``np.max(u)``) is a NumPy scalar and still refused below.
+            out = xp.full((n,), out)
         if not hasattr(out, "shape") or not hasattr(out, "dtype"):
             out = xp.asarray(out)
         if not xp.isdtype(out.dtype, ("bool", "integral", "real floating")):
