@@ -158,3 +158,14 @@ def test_a_numpy_array_returned_for_an_array_api_state_is_refused_naming_both_li
     message = f"{who}\\(u, p, t\\) returned an array of numpy for a state of array_api_strict"
     with pytest.raises(TypeError, match=message):
         dxode.solve(prob, alg)
+
+
+def test_a_numpy_state_returned_by_an_affect_for_an_array_api_state_is_refused_by_library():
+    # The affect's NumPy array was called a dtype mismatch, after array_api_strict's warning
+    # about comparing the two libraries' dtypes.
+    xps = pytest.importorskip("array_api_strict")
+    prob = dxode.ODEProblem(lambda u, p, t: -u, xps.asarray([1.0, 2.0]), (0.0, 1.0))
+    reset = dxode.PresetTimeCallback([0.5], lambda u, p, t, fired: np.ones(2))
+    message = r"callback 0: affect returned an array of numpy for a state of array_api_strict"
+    with pytest.raises(TypeError, match=message):
+        dxode.solve(prob, "tsit5", callback=reset)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .. import _pytree
-from .._rhs import as_array, is_traced_result, wrong_dtype
+from .._rhs import as_array, foreign_array, is_traced_result, wrong_dtype
 from ..backends import to_host
 from ..integrator.lanes import expand
 from ..solvers import Step
@@ -500,6 +500,9 @@ class EventHandler:
             raise ValueError(
                 f"callback {k}: affect returned {got}; it must return the new state, shape {shape}"
             )
+        foreign = foreign_array(out, u, f"callback {k}: affect")
+        if foreign is not None:
+            raise foreign
         if out.dtype != u.dtype:
             raise wrong_dtype(out.dtype, u.dtype, f"callback {k}: affect")
         return xp.expand_dims(out, axis=-1) if self._spec.single else out
