@@ -133,7 +133,7 @@ def write_derivatives(
         w("at = abs(t)")
         w(f"c = minimum({lanes.at('tsc')}, maximum(at, DT(1.0)))")
         w("ac = at * c")  # sqrt(at) sqrt(c) where at * c overflows, as time_increment
-        w("root = DT(math.sqrt(ac)) if ac < math.inf else DT(math.sqrt(at)) * DT(math.sqrt(c))")
+        w("root = select(ac < math.inf, DT(math.sqrt(ac)), DT(math.sqrt(at)) * DT(math.sqrt(c)))")
         w(f"t_step = t + {root_eps} * maximum(c, root)")
         w("dt = t_step - t")
         w(f"r = rhs({', '.join(ul)}, p, t_step)")
