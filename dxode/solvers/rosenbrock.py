@@ -1,14 +1,9 @@
 """Rosenbrock methods of the Rodas family: a validated tableau and one stepper for all of them.
 
-In the transformed form of Hairer & Wanner (Solving ODEs II, IV.7), ``W = I/(h gamma) - J``
-and each stage ``i`` solves
+In the transformed form of Hairer & Wanner (Solving ODEs II, IV.7), with ``W = I/(h gamma) - J``
+factored once per step attempt, each stage ``i`` solves
 
-    W k_i = f(t + c_i h, u + sum_j a_ij k_j) + d_i h df/dt + sum_j (C_ij / h) k_j.
-
-Both sides are multiplied by ``h gamma``: ``I - h gamma J`` is factored once per step attempt and
-the right side is ``h gamma (f + d_i h df/dt) + gamma sum_j C_ij k_j``. Nothing is divided by
-``h``, so a step of a subnormal width (a span shorter than about ``1e-308``) gives increments
-near zero instead of ``1/h = inf`` and NaN stages.
+    W k_i = f(t + c_i h, u + sum_j a_ij k_j) + d_i h df/dt + sum_j (C_ij / h) k_j,
 
 and ``u1 = u + sum_j b_j k_j``, ``error = sum_j e_j k_j``. The dense output is
 ``(1 - theta) u + theta (u1 + (1 - theta)(q_1 + theta (q_2 + theta q_3 ...)))`` with
@@ -148,8 +143,7 @@ class Rosenbrock(StiffMethod, AbstractStepper):
         xp, tab = backend.xp, self.tableau
         need_tgrad = bool(np.any(tab.d != 0))
         jac, tgrad, nf = self.derivatives(backend, rhs, t, u, f0, need_tgrad)
-        dh = tab.gamma * h
-        factors = backend.lu_factor(shifted_jacobian(xp, 1.0, dh, jac))
+        factors = backend.lu_factor(shifted_jacobian(xp, 1.0 / (h * tab.gamma), 1.0, jac))
         ks: list[Array] = []
         for i in range(tab.stages):
             if i == 0:
@@ -159,10 +153,9 @@ class Rosenbrock(StiffMethod, AbstractStepper):
                 g = rhs(stage_u, t + float(tab.c[i]) * h)
             if tab.d[i] != 0:
                 g = g + (float(tab.d[i]) * h) * tgrad
-            g = dh * g
-            coupling = linear_combination(tab.gamma * tab.C[i, :i], ks)
+            coupling = linear_combination(tab.C[i, :i], ks)
             if coupling is not None:
-                g = g + coupling
+                g = g + coupling / h
             ks.append(backend.lu_solve(factors, g))
         u1 = u + linear_combination(tab.b, ks)
         error = linear_combination(tab.e, ks)
