@@ -99,6 +99,9 @@ INTERRUPT_SCRIPT = textwrap.dedent(
 
 
     if __name__ == "__main__":
+        # Ctrl-C's handler, also where this was started with SIGINT ignored (a job put in the
+        # background by a shell without job control), which Python keeps ignoring.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         marker = pathlib.Path("batch-1-ended")
         prob_func = functools.partial(interrupt_the_driver, os.getpid(), marker.resolve())
         prob = dxode.ODEProblem(decay, [1.0], (0.0, 1.0))
