@@ -325,7 +325,8 @@ class EnsembleSolution:
         trajectory of a few save times per chunk, and each chunk reduced where it is (on the
         workers for ``output="dask"``, by threads here for Zarr)."""
         if not _is_dask(u):
-            return [_statistic(name, u, *args) for name, args in requests]
+            with_nan = bool(np.isnan(u).any())  # one pass over u, not one per request
+            return [_statistic(name, u, *args, with_nan=with_nan) for name, args in requests]
         import dask.array as da
 
         scheduler = self._dask_scheduler()
