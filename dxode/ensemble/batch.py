@@ -269,7 +269,7 @@ def _lanes_from_arrays(
         check_span_numbers(spans)
         spans = spans.astype(np.float64)
         time = np.float32 if xp.finfo(dtype).bits == 32 else np.float64  # the state's dtype
-        with np.errstate(over="ignore"):  # times beyond float32: check_spans_fit below
+        with np.errstate(over="ignore"):  # times beyond float32: check_lane_spans_fit below
             bad = (
                 spans.shape != (n, 2)
                 or not np.all(np.isfinite(spans))
@@ -285,7 +285,7 @@ def _lanes_from_arrays(
         # the shared span as read-only views of one number each (not two (B,) arrays)
         t0, t1 = (np.broadcast_to(np.float64(t), (n,)) for t in prob.tspan)
     check_direction(t0, t1)
-    check_spans_fit(t0, t1, xp.finfo(dtype))
+    check_lane_spans_fit(t0, t1, xp.finfo(dtype))
     if "p" in data:
         check_p_rows(data["p"], prob.p)
         leaves = [
@@ -325,7 +325,7 @@ def _lanes_from_problems(
     t0 = np.array([t.tspan[0] for t in problems])
     t1 = np.array([t.tspan[1] for t in problems])
     check_direction(t0, t1)
-    check_spans_fit(t0, t1, xp.finfo(dtype))
+    check_lane_spans_fit(t0, t1, xp.finfo(dtype))
     per_traj = [_pytree.leaves(traj.p) for traj in problems]  # checked as each was built
     shared_leaves = _pytree.leaves(first.p)
     others = [_pytree.leaves(traj.p) for traj in compared or []]
@@ -448,7 +448,7 @@ def check_direction(t0: np.ndarray, t1: np.ndarray) -> None:
         )
 
 
-def check_spans_fit(t0: np.ndarray, t1: np.ndarray, finfo: Any) -> None:
+def check_lane_spans_fit(t0: np.ndarray, t1: np.ndarray, finfo: Any) -> None:
     """Refuse per-trajectory spans (host arrays) whose times or width exceed the largest
     number of the state's dtype (``finfo``), in which the lanes keep time: the first such
     trajectory of the batch, as a single solve's (``check_span_fits``)."""
